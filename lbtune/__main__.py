@@ -1,0 +1,5 @@
+"""`python -m lbtune` runs the command line."""
+
+from lbtune.cli.main import main
+
+main()

@@ -1,0 +1,61 @@
+"""`lbtune doctor`: what this host can do for lbtune, and how to fix what it cannot."""
+
+from __future__ import annotations
+
+import click
+
+from lbtune.cli.main import common_options, settings_of
+from lbtune.cli.output import console, emit_json
+from lbtune.errors import BadInput
+
+
+def lab_capability() -> object:
+    """Whether the User-Mode-Linux lab kernel (with IPVS) can be booted here."""
+    from lbtune.host.capabilities import Capability
+
+    try:
+        from lbtune.lab.uml import find_lab_kernel
+
+        kernel = find_lab_kernel()
+    except Exception as e:
+        return Capability(
+            "UML lab kernel", False, str(e), "apt-get install user-mode-linux (`make setup`)", "lab"
+        )
+    detail = f"{kernel.binary} {kernel.version}"
+    return Capability("UML lab kernel", True, detail + " (IPVS, veth, bridge)", "", "lab")
+
+
+@click.command("doctor")
+@click.option("--no-compile", is_flag=True, help="Skip compiling a test BPF program.")
+@common_options
+@click.pass_context
+def command(ctx: click.Context, no_compile: bool) -> int:
+    """Say what this host can do: root, BPF/bcc, headers, tracefs and tracepoints, BTF,
+    kprobes, IPVS, sock_diag, ethtool per NIC, and the UML lab. Changes nothing."""
+    from lbtune.host.capabilities import check_host
+
+    s = settings_of(ctx)
+    host = s.host()
+    if not host.is_live:
+        raise BadInput("doctor inspects the running machine; it does not take --root")
+    caps = check_host(host, compile_probe=not no_compile)
+    caps.append(lab_capability())  # type: ignore[arg-type]
+    if s.json:
+        emit_json({"netns": s.netns, "capabilities": caps})
+        return 0
+    from rich.table import Table
+
+    t = Table(box=None, pad_edge=False, show_header=False)
+    t.add_column("capability", no_wrap=True)
+    t.add_column("", no_wrap=True)
+    t.add_column("detail", overflow="fold")
+    group = None
+    for c in caps:
+        if c.group != group:
+            group = c.group
+            t.add_row(f"[bold]{group}[/bold]", "", "")
+        mark = "[green]yes[/green]" if c.available else "[red]no[/red]"
+        detail = c.detail + (f"\n[dim]fix: {c.fix}[/dim]" if c.fix else "")
+        t.add_row("  " + c.name, mark, detail)
+    console().print(t)
+    return 0

@@ -1,0 +1,132 @@
+"""`lbtune show`: the host's CPU/NUMA topology, NICs with queue -> IRQ -> CPU, irqbalance."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import click
+
+from lbtune.cli.main import common_options, settings_of
+from lbtune.cli.output import console, cpus, emit_json
+from lbtune.errors import BadInput
+
+
+@click.command("show")
+@click.option("--iface", "ifaces", multiple=True, metavar="IF", help="Only these interfaces.")
+@click.option("--all", "show_all", is_flag=True, help="Include loopback and down interfaces.")
+@common_options
+@click.pass_context
+def command(ctx: click.Context, ifaces: tuple[str, ...], show_all: bool) -> int:
+    """Show CPU/NUMA topology, each NIC's queues -> IRQ -> CPUs, rings, channels, irqbalance."""
+    from lbtune.host.inventory import discover_host
+
+    s = settings_of(ctx)
+    inv = discover_host(s.host(), only=list(ifaces) or None)
+    missing = sorted(set(ifaces) - {n.name for n in inv.nics})
+    if missing:
+        raise BadInput(f"--iface {missing[0]}: no such interface")
+    if s.json:
+        emit_json(inv)
+        return 0
+    _render(inv, show_all or bool(ifaces))
+    return 0
+
+
+def _ring(cur: Optional[int], mx: Optional[int]) -> str:
+    if cur is None and mx is None:
+        return "n/a"
+    return f"{cur if cur is not None else '?'}/{mx if mx is not None else '?'}"
+
+
+def _render(inv: Any, show_all: bool) -> None:
+    from rich.table import Table
+
+    out = console()
+    topo = inv.cpus
+    where = f" netns {inv.netns}" if inv.netns else ""
+    out.print(
+        f"[bold]{inv.hostname or '?'}[/bold]{where}  kernel {inv.kernel or '?'}  "
+        f"{len(topo.online)} CPUs online ({cpus(topo.online)}), "
+        f"{len(topo.nodes)} NUMA node(s), SMT {'on' if topo.smt_active else 'off'}"
+    )
+    offline = topo.possible - topo.online
+    cpu_table = Table(title="CPUs", title_justify="left", box=None, pad_edge=False)
+    for col in ("node", "cpus", "isolated", "housekeeping"):
+        cpu_table.add_column(col)
+    for node in topo.nodes:
+        online = node.cpus & topo.online
+        cpu_table.add_row(
+            str(node.id),
+            cpus(online),
+            cpus(online & topo.isolated),
+            cpus(online - topo.isolated),
+        )
+    out.print(cpu_table)
+    notes = []
+    if offline:
+        notes.append(f"offline: {cpus(offline)}")
+    if topo.nohz_full:
+        notes.append(f"nohz_full: {cpus(topo.nohz_full)}")
+    for key in ("isolcpus", "rcu_nocbs", "irqaffinity"):
+        v = topo.cmdline.get(key)
+        if v is not None:
+            notes.append(f"{key}={v}")
+    if notes:
+        out.print("  " + "  ".join(notes))
+
+    for nic in inv.nics:
+        if not show_all and (nic.kind == "loopback"):
+            continue
+        numa = "?" if nic.numa_node is None else ("none" if nic.numa_node < 0 else nic.numa_node)
+        out.print()
+        out.print(
+            f"[bold]{nic.name}[/bold]  {nic.kind}  driver {nic.driver or '?'}"
+            + (f"  pci {nic.bus}" if nic.bus else "")
+            + f"  numa {numa}"
+            + (f"  local cpus {cpus(nic.local_cpus)}" if nic.local_cpus else "")
+            + f"  {nic.operstate or '?'}"
+            + (f"  {nic.speed_mbps} Mb/s" if nic.speed_mbps else "")
+            + f"  mtu {nic.mtu}  txqueuelen {nic.txqueuelen}"
+        )
+        r, c = nic.rings, nic.channels
+        rings = f"rings rx {_ring(r.rx, r.rx_max)} tx {_ring(r.tx, r.tx_max)}" if r else "rings n/a"
+        if c:
+            parts = [
+                f"{k} {_ring(getattr(c, k), getattr(c, k + '_max'))}"
+                for k in ("combined", "rx", "tx", "other")
+                if getattr(c, k + "_max")
+            ]
+            chans = "channels " + (" ".join(parts) if parts else "none")
+        else:
+            chans = "channels n/a"
+        out.print(
+            f"  {rings}  {chans}  queues rx {len(nic.rx_queues)} tx {len(nic.tx_queues)}"
+            + (f"  lower {','.join(nic.lower)}" if nic.lower else "")
+        )
+        if not nic.irqs:
+            out.print("  no per-queue IRQs")
+            continue
+        t = Table(box=None, pad_edge=False, padding=(0, 2, 0, 2))
+        for col in ("queue", "irq", "name", "affinity", "effective", "hint", "count"):
+            t.add_column(col, justify="right" if col in ("irq", "count") else "left")
+        for q in nic.irqs:
+            t.add_row(
+                f"{q.direction}-{q.queue}",
+                str(q.irq),
+                q.name,
+                cpus(q.affinity),
+                cpus(q.effective),
+                cpus(q.hint),
+                str(q.count),
+            )
+        out.print(t)
+    ib = inv.irqbalance
+    out.print()
+    state = f"running (pid {ib.pid})" if ib.running else "not running"
+    enabled = {True: "enabled", False: "disabled", None: "boot state unknown"}[ib.enabled]
+    out.print(
+        f"irqbalance: {state}, {enabled} at boot"
+        + (f", banned CPUs {cpus(ib.banned_cpus)}" if ib.banned_cpus else "")
+        + (f", banned IRQs {cpus(ib.banned_irqs)}" if ib.banned_irqs else "")
+        + (f"  ({ib.config_file})" if ib.config_file else "")
+    )

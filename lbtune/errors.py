@@ -1,0 +1,46 @@
+"""Exit codes and the exception types that map onto them.
+
+Every error a user can cause is an `LbtuneError` subclass carrying its exit code; the CLI
+turns it into one line on stderr. Anything else is a bug and exits `INTERNAL`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit status of every lbtune command (documented in README.md)."""
+
+    OK = 0
+    FINDINGS = 1  # findings reported, drift detected, a check failed
+    USAGE = 2  # bad command line, bad input file, unknown object
+    NEEDS_ROOT = 3  # missing privilege or kernel capability
+    ROLLED_BACK = 4  # a change failed and everything was restored
+    INTERNAL = 70  # a bug in lbtune (EX_SOFTWARE); --debug shows the traceback
+
+
+class LbtuneError(Exception):
+    """An error the user can act on; its message is one line."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+
+class BadInput(LbtuneError):
+    """Input (command line, profile, host tree) that lbtune cannot use."""
+
+    exit_code = ExitCode.USAGE
+
+
+class MalformedHostFile(BadInput):
+    """A kernel file under the host root does not have the kernel's format."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+
+
+class NeedsPrivilege(LbtuneError):
+    """The operation needs root or a kernel feature this host does not have."""
+
+    exit_code = ExitCode.NEEDS_ROOT

@@ -1,0 +1,133 @@
+"""A read view of a host's /proc, /sys and /etc rooted anywhere.
+
+In production the root is `/`; in tests it is a fixture tree; offline it is an unpacked
+capture or sosreport. Paths are always given as absolute kernel paths (`/proc/cmdline`) and
+mapped below the root, and symlinks are resolved inside the root so that a fixture's relative
+links (`/sys/class/net/eth0/device -> ../../../0000:81:00.0`) behave like the kernel's.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from typing import Iterator, Optional
+
+from lbtune.errors import BadInput, MalformedHostFile
+from lbtune.host.cpulist import CpuListError, parse_cpulist, parse_cpumask
+
+
+class HostFS:
+    """Read-only access to kernel files of one host, rooted at `root`."""
+
+    def __init__(self, root: str = "/") -> None:
+        if not os.path.isdir(root):
+            raise BadInput(f"--root {root}: not a directory")
+        self.root = os.path.abspath(root)
+
+    @property
+    def is_live(self) -> bool:
+        """True when this view is the running machine itself."""
+        return self.root == "/"
+
+    def path(self, kpath: str) -> str:
+        """Map a kernel path (`/sys/...`) to the real path below the root."""
+        if not kpath.startswith("/"):
+            raise ValueError(f"kernel path must be absolute: {kpath}")
+        norm = posixpath.normpath(kpath)
+        if self.root == "/":
+            return norm
+        return self.root + norm
+
+    def _inside(self, kpath: str) -> str:
+        """Resolve symlinks of a kernel path and return it as a kernel path again."""
+        real = os.path.realpath(self.path(kpath))
+        if self.root == "/":
+            return real
+        if real == self.root:
+            return "/"
+        if not real.startswith(self.root + os.sep):
+            # A link in a host tree pointing outside it: treat the target as missing.
+            return "/.lbtune-outside-root"
+        return real[len(self.root) :]
+
+    def realpath(self, kpath: str) -> str:
+        """The kernel path a (possibly symlinked) kernel path resolves to."""
+        return self._inside(kpath)
+
+    def exists(self, kpath: str) -> bool:
+        return os.path.exists(self.path(self._inside(kpath)))
+
+    def isdir(self, kpath: str) -> bool:
+        return os.path.isdir(self.path(self._inside(kpath)))
+
+    def islink(self, kpath: str) -> bool:
+        return os.path.islink(self.path(kpath))
+
+    def readlink_name(self, kpath: str) -> Optional[str]:
+        """Basename of a symlink's target (`device/driver` -> `mlx5_core`), None if absent."""
+        p = self.path(kpath)
+        if not os.path.islink(p):
+            return None
+        return posixpath.basename(os.readlink(p).rstrip("/"))
+
+    def listdir(self, kpath: str) -> list[str]:
+        """Sorted entries of a directory; empty when it does not exist."""
+        try:
+            return sorted(os.listdir(self.path(self._inside(kpath))))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def read(self, kpath: str) -> Optional[str]:
+        """File text without the trailing newline, or None when absent or unreadable.
+
+        Kernel attributes that exist but cannot be read in the current state (a down link's
+        `speed` gives EINVAL) also read as None.
+        """
+        try:
+            with open(self.path(self._inside(kpath)), encoding="utf-8", errors="replace") as f:
+                return f.read().rstrip("\n")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except OSError:
+            return None
+
+    def read_lines(self, kpath: str) -> list[str]:
+        text = self.read(kpath)
+        return [] if text is None else text.splitlines()
+
+    def read_int(self, kpath: str) -> Optional[int]:
+        """An integer attribute; None when absent; MalformedHostFile when not an integer."""
+        text = self.read(kpath)
+        if text is None:
+            return None
+        text = text.strip()
+        try:
+            return int(text, 0) if text.startswith("0x") else int(text)
+        except ValueError:
+            raise MalformedHostFile(self.path(kpath), f"expected an integer, got {text!r}") from None
+
+    def read_cpulist(self, kpath: str) -> Optional[frozenset[int]]:
+        """A CPU list attribute (`0-3,8`); None when absent."""
+        text = self.read(kpath)
+        if text is None:
+            return None
+        try:
+            return parse_cpulist(text)
+        except CpuListError as e:
+            raise MalformedHostFile(self.path(kpath), str(e)) from None
+
+    def read_cpumask(self, kpath: str) -> Optional[frozenset[int]]:
+        """A hex CPU mask attribute (`ff,ffffffff`); None when absent."""
+        text = self.read(kpath)
+        if text is None:
+            return None
+        try:
+            return parse_cpumask(text)
+        except CpuListError as e:
+            raise MalformedHostFile(self.path(kpath), str(e)) from None
+
+    def glob_dirs(self, kpath: str, prefix: str) -> Iterator[str]:
+        """Entries of `kpath` whose names start with `prefix`."""
+        for name in self.listdir(kpath):
+            if name.startswith(prefix):
+                yield name

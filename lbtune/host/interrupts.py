@@ -1,0 +1,95 @@
+"""/proc/interrupts and the per-IRQ files under /proc/irq/N."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from lbtune.errors import MalformedHostFile
+from lbtune.host.fs import HostFS
+
+_TRIGGER = re.compile(r"(?:^|-)(?:edge|level|fasteoi)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class IrqLine:
+    """One numbered row of /proc/interrupts."""
+
+    irq: int
+    counts: dict[int, int]  # CPU id -> interrupts handled there
+    chip: str  # e.g. "IR-PCI-MSIX-0000:81:00.0", "PCI-MSI"
+    actions: tuple[str, ...]  # handler names: "eth0-TxRx-3", "mlx5_comp3@pci:0000:81:00.0"
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, IrqLine]:
+    """Parse /proc/interrupts. Columns are the *online* CPUs named in the header row."""
+    lines = text.splitlines()
+    if not lines:
+        raise MalformedHostFile(source, "empty file")
+    header = lines[0].split()
+    try:
+        cpu_ids = [int(h[3:]) for h in header if h.startswith("CPU")]
+    except ValueError:
+        raise MalformedHostFile(source, f"bad header row {lines[0]!r}") from None
+    if not cpu_ids or len(cpu_ids) != len(header):
+        raise MalformedHostFile(source, f"bad header row {lines[0]!r}")
+    out: dict[int, IrqLine] = {}
+    for line in lines[1:]:
+        label, sep, rest = line.partition(":")
+        label = label.strip()
+        if not sep:
+            raise MalformedHostFile(source, f"line without ':' {line!r}")
+        if not label.isdigit():
+            continue  # NMI, LOC, ERR, MIS ... are not device IRQs
+        fields = rest.split()
+        if len(fields) < len(cpu_ids):
+            raise MalformedHostFile(source, f"IRQ {label}: fewer counters than CPUs")
+        try:
+            counts = {c: int(v) for c, v in zip(cpu_ids, fields)}
+        except ValueError:
+            raise MalformedHostFile(source, f"IRQ {label}: non-numeric counter") from None
+        tail = fields[len(cpu_ids) :]
+        chip = tail[0] if tail else ""
+        # Actions follow the trigger word ("5-edge", "IR-PCI-MSI-edge", "fasteoi").
+        start = next((i + 1 for i, t in enumerate(tail) if _TRIGGER.search(t)), None)
+        if start is None:
+            start = len(tail) - 1 if len(tail) > 1 else len(tail)
+        names = " ".join(tail[start:])
+        actions = tuple(a.strip() for a in names.split(",") if a.strip())
+        out[int(label)] = IrqLine(int(label), counts, chip, actions)
+    return out
+
+
+def read_interrupts(fs: HostFS) -> dict[int, IrqLine]:
+    text = fs.read("/proc/interrupts")
+    if text is None:
+        return {}
+    return parse_interrupts(text, fs.path("/proc/interrupts"))
+
+
+@dataclass(frozen=True)
+class IrqAffinity:
+    """Where an IRQ may run (smp_affinity_list), where it does run, and the driver's hint."""
+
+    irq: int
+    affinity: Optional[frozenset[int]]
+    effective: Optional[frozenset[int]]
+    hint: Optional[frozenset[int]]  # None when absent or all-zero (no hint)
+    node: Optional[int]
+
+
+def read_irq_affinity(fs: HostFS, irq: int) -> IrqAffinity:
+    base = f"/proc/irq/{irq}"
+    hint = fs.read_cpumask(f"{base}/affinity_hint")
+    return IrqAffinity(
+        irq=irq,
+        affinity=fs.read_cpulist(f"{base}/smp_affinity_list"),
+        effective=fs.read_cpulist(f"{base}/effective_affinity_list"),
+        hint=hint or None,
+        node=fs.read_int(f"{base}/node"),
+    )

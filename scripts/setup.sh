@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a Debian 12 machine (as root): apt packages, kernel headers link for
+# bcc, the project venv (sees the distro's bcc), and lbtune installed in it with test extras.
+# Every step checks before it acts, so a second run changes nothing and takes seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm kmod
+      user-mode-linux tmux linux-headers-amd64 procps)
+VENV=.venv
+
+say() { printf '[setup] %s\n' "$*"; }
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: packages missing (${missing[*]}); run as root to install them" >&2
+    exit 3
+  fi
+  say "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  say "apt packages present"
+fi
+
+# bcc compiles probes against /lib/modules/$(uname -r)/{build,source}. When the running kernel
+# has no headers package (a cloud or custom kernel), link Debian's newest amd64 headers: the
+# probes read tracepoint arguments only, so another kernel's headers are enough.
+rel=$(uname -r)
+if [ ! -e "/lib/modules/$rel/build" ]; then
+  hdr=$(find /usr/src -maxdepth 1 -name 'linux-headers-*-amd64' | sort -V | tail -n 1)
+  if [ -n "$hdr" ] && [ "$(id -u)" -eq 0 ]; then
+    common=${hdr%-amd64}-common
+    mkdir -p "/lib/modules/$rel"
+    ln -sfn "$hdr" "/lib/modules/$rel/build"
+    [ -d "$common" ] && ln -sfn "$common" "/lib/modules/$rel/source"
+    say "linked /lib/modules/$rel/build -> $hdr"
+  else
+    say "warning: no kernel headers for $rel; probes will be unavailable"
+  fi
+else
+  say "kernel headers present for $rel"
+fi
+
+# The venv must be built from the distro's Python so that `import bcc` works in it.
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import bcc' 2>/dev/null; then
+  say "creating $VENV from /usr/bin/python3 with system site packages"
+  rm -rf "$VENV"
+  /usr/bin/python3 -m venv --system-site-packages "$VENV"
+fi
+stamp="$VENV/.lbtune-installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  say "installing lbtune (editable) with test, lint and tui extras"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -e '.[test,lint,tui]' 'tox>=4.11'
+  rm -f "$VENV"/.lbtune-installed-*
+  touch "$stamp"
+else
+  say "venv up to date"
+fi
+"$VENV/bin/python" -c 'import bcc, lbtune; print("[setup] ok: lbtune", lbtune.__version__, "with bcc")'
