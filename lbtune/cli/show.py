@@ -113,7 +113,7 @@ def _render(inv: Any, show_all: bool) -> None:
             t.add_row(
                 f"{q.direction}-{q.queue}",
                 str(q.irq),
-                q.name,
+                q.name.split("@pci:")[0],  # the PCI address is in the NIC's header line
                 cpus(q.affinity),
                 cpus(q.effective),
                 cpus(q.hint),

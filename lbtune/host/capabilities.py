@@ -75,7 +75,7 @@ def _root() -> Capability:
 
 def _bcc() -> list[Capability]:
     try:
-        import bcc  # noqa: F401
+        import bcc
 
         version = getattr(bcc, "__version__", "") or "present"
     except Exception as e:  # ImportError, or bcc failing to find libbcc
@@ -99,7 +99,7 @@ def _bcc_compile() -> Capability:
 
         prog = BPF(text="int lbtune_doctor(void *ctx) { return 0; }")
         try:
-            prog.load_func("lbtune_doctor", BPF.TRACEPOINT)
+            prog.load_func(b"lbtune_doctor", BPF.TRACEPOINT)
         finally:
             prog.cleanup()
     except Exception as e:
@@ -140,7 +140,7 @@ def _tracing(host: Host, btf: _Btf) -> list[Capability]:
             "tracefs mounted",
             mounted,
             TRACEFS if mounted else f"{TRACEFS} is not mounted",
-            "" if mounted else "mount -t tracefs nodev /sys/kernel/tracing (probes do it when root)",
+            "" if mounted else f"mount -t tracefs nodev {TRACEFS} (probes mount it when root)",
             "probes",
         )
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import AbstractSet, Iterable
+from typing import AbstractSet, Iterable, Optional
 
 # Far above any real CPU count; bounds what hostile input can make us allocate.
 MAX_CPUS = 8192
@@ -13,7 +13,13 @@ class CpuListError(ValueError):
 
 
 def parse_cpulist(text: str) -> frozenset[int]:
-    """Parse the kernel's list format: `0-3,8`, `0-11:2` (stride), `` or `(null)` for none."""
+    """Parse the kernel's list format: `0-3,8`, `` or `(null)` for none.
+
+    Also the kernel's group syntax (lib/bitmap.c, bitmap_parselist): `a-b:used/group` takes the
+    first `used` CPUs of every `group` from a to b, so `0-11:2/4` is 0,1,4,5,8,9. A bare
+    `:n` (without `/group`) is rejected, as the kernel rejects it. The kernel's `N` (last CPU)
+    and `all` need the CPU count and are not supported here.
+    """
     text = text.strip()
     if text in ("", "(null)"):
         return frozenset()
@@ -22,22 +28,28 @@ def parse_cpulist(text: str) -> frozenset[int]:
         part = part.strip()
         if not part:
             raise CpuListError(f"empty element in CPU list {text!r}")
-        stride = 1
+        used: Optional[int] = None
+        group = 1
         if ":" in part:
-            part, _, step = part.partition(":")
-            stride = _number(step, text)
-            if stride < 1:
-                raise CpuListError(f"stride must be positive in {text!r}")
-            if "/" in part:  # kernel also allows 0-11:2/4 (group size); rare, not needed
-                raise CpuListError(f"group syntax not supported in {text!r}")
+            part, _, pattern = part.partition(":")
+            used_s, slash, group_s = pattern.partition("/")
+            if not slash:
+                raise CpuListError(f"':' needs 'used/group' in CPU list {text!r}")
+            used, group = _number(used_s, text), _number(group_s, text)
+            if group < 1 or used > group:
+                raise CpuListError(f"bad group pattern ':{pattern}' in CPU list {text!r}")
         if "-" in part:
             lo_s, _, hi_s = part.partition("-")
             lo, hi = _number(lo_s, text), _number(hi_s, text)
             if hi < lo:
                 raise CpuListError(f"range {part!r} goes backwards in {text!r}")
-            cpus.update(range(lo, hi + 1, stride))
         else:
-            cpus.add(_number(part, text))
+            lo = hi = _number(part, text)
+        if used is None:
+            cpus.update(range(lo, hi + 1))
+        else:
+            for start in range(lo, hi + 1, group):
+                cpus.update(range(start, min(start + used, hi + 1)))
     return frozenset(cpus)
 
 
@@ -66,18 +78,30 @@ def format_cpulist(cpus: Iterable[int]) -> str:
 
 
 def parse_cpumask(text: str) -> frozenset[int]:
-    """Parse a hex mask as in smp_affinity, rps_cpus: comma-separated 32-bit words, MSW first."""
-    text = text.strip().replace(",", "")
+    """Parse a hex mask as in smp_affinity, rps_cpus: comma-separated 32-bit words, MSW first.
+
+    Each word is one 32-bit chunk, as the kernel's bitmap_parse() and irqbalance read it, so
+    `f,c` is CPUs 2-3 and 32-35 (not 0xfc); a word wider than 32 bits is an error.
+    """
+    text = text.strip()
     if text.startswith(("0x", "0X")):
         text = text[2:]
     if not text:
         raise CpuListError("empty CPU mask")
-    try:
-        value = int(text, 16)
-    except ValueError:
-        raise CpuListError(f"not a hex CPU mask: {text!r}") from None
-    if value.bit_length() > MAX_CPUS:
+    words = text.split(",")
+    if len(words) * 32 > MAX_CPUS:
         raise CpuListError("CPU mask wider than any supported host")
+    value = 0
+    for word in words:
+        try:
+            chunk = int(word, 16) if word and word.isascii() and word.isalnum() else -1
+        except ValueError:
+            chunk = -1
+        if chunk < 0:
+            raise CpuListError(f"not a hex CPU mask: {text!r}")
+        if chunk > 0xFFFFFFFF:
+            raise CpuListError(f"mask word {word!r} wider than 32 bits in {text!r}")
+        value = value << 32 | chunk
     return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
 
 

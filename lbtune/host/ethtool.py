@@ -1,7 +1,7 @@
 """NIC settings that live behind ethtool rather than in files: driver info, rings, channels, stats.
 
-Two sources share one interface: `LiveEthtool` asks the running kernel (pyroute2's ethtool
-netlink/ioctl), `RecordedEthtool` reads `ethtool` command output stored the way sosreport
+Two sources share one interface: `LiveEthtool` asks the running kernel (the SIOCETHTOOL
+ioctl), `RecordedEthtool` reads `ethtool` command output stored the way sosreport
 stores it (`sos_commands/networking/ethtool_-g_eth0`), so fixture trees, lbtune captures and
 real sosreports all work with `--root`.
 """
@@ -138,7 +138,7 @@ def parse_ethtool_i(text: str, source: str = "ethtool -i") -> DriverInfo:
 _STAT = re.compile(r"^\s+(\S.*?):\s+(-?\d+)\s*$")
 
 
-def parse_ethtool_S(text: str, source: str = "ethtool -S") -> dict[str, int]:  # noqa: N802
+def parse_ethtool_S(text: str, source: str = "ethtool -S") -> dict[str, int]:
     lines = text.splitlines()
     if not lines or not lines[0].startswith("NIC statistics"):
         raise MalformedHostFile(source, "does not start with 'NIC statistics:'")
@@ -162,7 +162,13 @@ class RecordedEthtool:
         kpath = f"{RECORD_DIR}/ethtool_-{flag}_{dev}"
         text = self.fs.read(kpath)
         # sosreport records failures as the command's error text; treat as unsupported.
-        if text is not None and ("Operation not supported" in text or not text.strip()):
+        # `ethtool -S` on a device without statistics (lo, bond, vlan) prints
+        # "no stats available" instead.
+        if text is not None and (
+            "Operation not supported" in text
+            or text.strip() == "no stats available"
+            or not text.strip()
+        ):
             text = None
         return text, self.fs.path(kpath)
 
@@ -183,105 +189,135 @@ class RecordedEthtool:
         return None if text is None else parse_ethtool_S(text, src)
 
 
-# ---------------------------------------------------------------- live (pyroute2)
+# ---------------------------------------------------------------- live (SIOCETHTOOL ioctl)
+#
+# The ioctl interface is what every kernel and driver supports (ethtool netlink came in 5.6 and
+# forwards to the same driver ops), needs no library, and costs microseconds; pyroute2's
+# package import alone costs ~130 ms, most of `lbtune show`.
 
 _SIOCETHTOOL = 0x8946
-_ETHTOOL_GDRVINFO = 0x00000003
+ETHTOOL_GDRVINFO = 0x03
+ETHTOOL_GRINGPARAM = 0x10
+ETHTOOL_SRINGPARAM = 0x11
+ETHTOOL_GSTRINGS = 0x1B
+ETHTOOL_GSTATS = 0x1D
+ETHTOOL_GCHANNELS = 0x3C
+ETHTOOL_SCHANNELS = 0x3D
+ETH_SS_STATS = 1
+ETH_GSTRING_LEN = 32
 # struct ethtool_drvinfo: cmd, driver[32], version[32], fw_version[32], bus_info[32],
 # erom_version[32], reserved2[12], n_priv_flags, n_stats, testinfo_len, eedump_len, regdump_len
 _DRVINFO = struct.Struct("=I32s32s32s32s32s12s5I")
+# struct ethtool_ringparam: cmd, rx/rx_mini/rx_jumbo/tx max, rx/rx_mini/rx_jumbo/tx pending
+_RING = struct.Struct("=9I")
+# struct ethtool_channels: cmd, max rx/tx/other/combined, rx/tx/other/combined count
+_CHANNELS = struct.Struct("=9I")
 
 
-def _ioctl_drvinfo(dev: str) -> Optional[DriverInfo]:
-    """ETHTOOL_GDRVINFO (pyroute2 has no call for it); None when the device has no ethtool ops."""
+class EthtoolIoctlError(OSError):
+    """The driver refused an ethtool request (EOPNOTSUPP, EINVAL, ENODEV...)."""
+
+
+def ethtool_ioctl(dev: str, payload: bytes) -> bytes:
+    """Send one SIOCETHTOOL request for `dev` in this process's net namespace; return the reply."""
     name = dev.encode()
-    if len(name) >= 16:
-        return None
-    buf = ctypes.create_string_buffer(_DRVINFO.pack(_ETHTOOL_GDRVINFO, *([b""] * 6), 0, 0, 0, 0, 0))
+    if not name or len(name) >= 16 or b"/" in name:
+        raise EthtoolIoctlError(22, f"{dev!r}: not an interface name")
+    buf = ctypes.create_string_buffer(payload, len(payload))
     ifreq = struct.pack("16sP", name, ctypes.addressof(buf))
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
             fcntl.ioctl(s.fileno(), _SIOCETHTOOL, ifreq)
-    except OSError:
-        return None
-    fields_ = _DRVINFO.unpack(buf.raw[: _DRVINFO.size])
-
-    def text(b: bytes) -> str:
-        return b.split(b"\0", 1)[0].decode(errors="replace")
-
-    return DriverInfo(
-        driver=text(fields_[1]),
-        version=text(fields_[2]),
-        firmware=text(fields_[3]),
-        bus_info=text(fields_[4]),
-    )
+        except OSError as e:
+            raise EthtoolIoctlError(e.errno, f"{dev}: {e.strerror}") from None
+    return buf.raw
 
 
-def _none_if_zero_max(value: Optional[int], maximum: Optional[int]) -> Optional[int]:
-    return None if not maximum else value
+def _text(b: bytes) -> str:
+    return b.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def _opt(value: int, maximum: int) -> Optional[int]:
+    """Drivers report 0 for a ring/channel kind they do not have."""
+    return value if maximum else None
 
 
 class LiveEthtool:
-    """The running kernel's ethtool interface, through pyroute2 (imported on first use)."""
-
-    def __init__(self) -> None:
-        self._eth: object = None
-
-    def _ethtool(self):  # type: ignore[no-untyped-def]
-        if self._eth is None:
-            from pyroute2 import Ethtool
-
-            self._eth = Ethtool()
-        return self._eth
+    """The running kernel's ethtool interface, in the current network namespace."""
 
     def close(self) -> None:
-        if self._eth is not None:
-            self._eth.close()  # type: ignore[attr-defined]
-            self._eth = None
+        """Nothing to release: every request uses its own short-lived socket."""
+
+    def _drvinfo(self, dev: str) -> Optional[tuple[object, ...]]:
+        try:
+            raw = ethtool_ioctl(dev, _DRVINFO.pack(ETHTOOL_GDRVINFO, *([b""] * 6), 0, 0, 0, 0, 0))
+        except EthtoolIoctlError:
+            return None
+        return _DRVINFO.unpack(raw[: _DRVINFO.size])
 
     def driver_info(self, dev: str) -> Optional[DriverInfo]:
-        return _ioctl_drvinfo(dev)
+        f = self._drvinfo(dev)
+        if f is None:
+            return None
+        return DriverInfo(
+            driver=_text(f[1]),  # type: ignore[arg-type]
+            version=_text(f[2]),  # type: ignore[arg-type]
+            firmware=_text(f[3]),  # type: ignore[arg-type]
+            bus_info=_text(f[4]),  # type: ignore[arg-type]
+        )
 
     def rings(self, dev: str) -> Optional[RingSizes]:
         try:
-            r = self._ethtool().get_rings(dev)
-        except Exception:
+            raw = ethtool_ioctl(dev, _RING.pack(ETHTOOL_GRINGPARAM, *([0] * 8)))
+        except EthtoolIoctlError:
             return None
+        _, rx_max, mini_max, jumbo_max, tx_max, rx, mini, jumbo, tx = _RING.unpack(raw)
         return RingSizes(
-            rx=_none_if_zero_max(r.rx, r.rx_max),
-            tx=_none_if_zero_max(r.tx, r.tx_max),
-            rx_max=r.rx_max or None,
-            tx_max=r.tx_max or None,
-            rx_mini=_none_if_zero_max(r.rx_mini, r.rx_mini_max),
-            rx_mini_max=r.rx_mini_max or None,
-            rx_jumbo=_none_if_zero_max(r.rx_jumbo, r.rx_jumbo_max),
-            rx_jumbo_max=r.rx_jumbo_max or None,
+            rx=_opt(rx, rx_max),
+            tx=_opt(tx, tx_max),
+            rx_max=rx_max or None,
+            tx_max=tx_max or None,
+            rx_mini=_opt(mini, mini_max),
+            rx_mini_max=mini_max or None,
+            rx_jumbo=_opt(jumbo, jumbo_max),
+            rx_jumbo_max=jumbo_max or None,
         )
 
     def channels(self, dev: str) -> Optional[Channels]:
         try:
-            c = self._ethtool().get_channels(dev)
-        except Exception:
+            raw = ethtool_ioctl(dev, _CHANNELS.pack(ETHTOOL_GCHANNELS, *([0] * 8)))
+        except EthtoolIoctlError:
             return None
+        _, mrx, mtx, mother, mcomb, rx, tx, other, comb = _CHANNELS.unpack(raw)
         return Channels(
-            rx=_none_if_zero_max(c.rx_count, c.max_rx),
-            tx=_none_if_zero_max(c.tx_count, c.max_tx),
-            other=_none_if_zero_max(c.other_count, c.max_other),
-            combined=_none_if_zero_max(c.combined_count, c.max_combined),
-            rx_max=c.max_rx or None,
-            tx_max=c.max_tx or None,
-            other_max=c.max_other or None,
-            combined_max=c.max_combined or None,
+            rx=_opt(rx, mrx),
+            tx=_opt(tx, mtx),
+            other=_opt(other, mother),
+            combined=_opt(comb, mcomb),
+            rx_max=mrx or None,
+            tx_max=mtx or None,
+            other_max=mother or None,
+            combined_max=mcomb or None,
         )
 
     def stats(self, dev: str) -> Optional[dict[str, int]]:
-        from pyroute2.ethtool.ioctl import IoctlEthtool
-
-        try:
-            io = IoctlEthtool(dev)
-            try:
-                return {str(k): int(v) for k, v in io.get_statistics()}  # type: ignore[no-untyped-call]
-            finally:
-                io.close()  # type: ignore[no-untyped-call]
-        except Exception:
+        info = self._drvinfo(dev)
+        if info is None:
             return None
+        n = int(info[8])  # type: ignore[call-overload]
+        if n == 0:
+            return {}
+        try:
+            names_raw = ethtool_ioctl(
+                dev,
+                struct.pack("=III", ETHTOOL_GSTRINGS, ETH_SS_STATS, n) + bytes(n * ETH_GSTRING_LEN),
+            )
+            values_raw = ethtool_ioctl(dev, struct.pack("=II", ETHTOOL_GSTATS, n) + bytes(8 * n))
+        except EthtoolIoctlError:
+            return None
+        names = [
+            _text(names_raw[12 + i * ETH_GSTRING_LEN : 12 + (i + 1) * ETH_GSTRING_LEN])
+            for i in range(n)
+        ]
+        values = struct.unpack(f"={n}Q", values_raw[8 : 8 + 8 * n])
+        return dict(zip(names, values))

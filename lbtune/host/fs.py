@@ -104,7 +104,8 @@ class HostFS:
         try:
             return int(text, 0) if text.startswith("0x") else int(text)
         except ValueError:
-            raise MalformedHostFile(self.path(kpath), f"expected an integer, got {text!r}") from None
+            problem = f"expected an integer, got {text!r}"
+            raise MalformedHostFile(self.path(kpath), problem) from None
 
     def read_cpulist(self, kpath: str) -> Optional[frozenset[int]]:
         """A CPU list attribute (`0-3,8`); None when absent."""

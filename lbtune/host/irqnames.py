@@ -2,7 +2,7 @@
 
 Each family says how a /proc/interrupts action name maps to (direction, queue index) for one
 NIC. `{dev}` is the interface name, `{bus}` its PCI address, `{virtio}` the virtio device
-(`virtio2`). Drivers that name vectors by PCI address (mlx5, ena) are matched by bus, because
+(`virtio2`). Drivers that name vectors by PCI address (mlx5) are matched by bus, because
 their names do not contain the interface.
 """
 
@@ -33,7 +33,9 @@ FAMILIES: tuple[IrqNameFamily, ...] = (
     IrqNameFamily("bnx2x/qede", r"{dev}-fp-(\d+)", "combined"),
     IrqNameFamily("gve", r"{dev}-ntfy-block\.(\d+)", "combined"),
     IrqNameFamily("mlx5", r"mlx5_comp(\d+)@pci:{bus}", "combined"),
-    IrqNameFamily("ena", r"ena-comp-(\d+)@pci:{bus}", "combined"),
+    # ena_setup_io_intr(): "%s-Tx-Rx-%d" with the netdev name; its management vector is
+    # "ena-mgmnt@pci:<bus>" and serves no queue.
+    IrqNameFamily("ena", r"{dev}-Tx-Rx-(\d+)", "combined"),
     IrqNameFamily("virtio rx", r"{virtio}-input\.(\d+)", "rx"),
     IrqNameFamily("virtio tx", r"{virtio}-output\.(\d+)", "tx"),
     IrqNameFamily("sfc", r"{dev}-(\d+)", "combined"),

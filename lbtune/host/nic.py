@@ -197,11 +197,7 @@ def discover_nic(
     speed = fs.read_int(f"{base}/speed")
     rx, tx = _queues(fs, base)
     candidates = _msi_irqs(fs, pcipath, devpath) if has_device else []
-    irqs = (
-        _queue_irqs(fs, name, bus, virtio, candidates, interrupts)
-        if has_device or bus
-        else ()
-    )
+    irqs = _queue_irqs(fs, name, bus, virtio, candidates, interrupts) if has_device or bus else ()
     lower = tuple(
         sorted(
             {n[len("lower_") :] for n in fs.listdir(base) if n.startswith("lower_")}

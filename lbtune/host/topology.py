@@ -106,9 +106,9 @@ def discover_cpus(fs: HostFS) -> CpuTopology:
     node_of: dict[int, int] = {}
     nodes: list[NumaNode] = []
     for node in _numbered(fs, NODE_SYS, "node"):
-        cpus = fs.read_cpulist(f"{NODE_SYS}/node{node}/cpulist") or frozenset()
-        nodes.append(NumaNode(node, cpus))
-        for c in cpus:
+        members = fs.read_cpulist(f"{NODE_SYS}/node{node}/cpulist") or frozenset()
+        nodes.append(NumaNode(node, members))
+        for c in members:
             node_of[c] = node
     if not nodes:
         nodes = [NumaNode(0, frozenset(all_ids))]

@@ -1,0 +1,99 @@
+"""The CLI frame: help, version, exit codes, one-line errors, lazy imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lbtune.errors import ExitCode
+
+
+def test_help_lists_commands(cli):
+    r = cli("--help")
+    assert r.exit_code == 0
+    assert "show" in r.stdout and "doctor" in r.stdout
+    assert "Exit codes" in r.stdout
+
+
+def test_version(cli):
+    import lbtune
+
+    r = cli("--version")
+    assert r.exit_code == 0
+    assert lbtune.__version__ in r.stdout
+
+
+def test_help_imports_no_heavy_modules():
+    code = (
+        "import sys, contextlib, io\n"
+        "from lbtune.cli.main import invoke\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    invoke(['--help'])\n"
+        "heavy = ('rich', 'pyroute2', 'textual', 'bcc', 'psutil')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.replace("'", '"')) == []
+
+
+def test_unknown_command_is_usage_error(cli):
+    r = cli("frobnicate")
+    assert r.exit_code == ExitCode.USAGE
+    assert "Traceback" not in r.stderr
+
+
+def test_nonexistent_root_is_one_line_exit_2(cli, tmp_path):
+    r = cli("--root", str(tmp_path / "nope"), "show")
+    assert r.exit_code == ExitCode.USAGE
+    assert r.stderr == f"lbtune: --root {tmp_path / 'nope'}: no such directory\n"
+    assert r.stdout == ""
+
+
+def test_root_after_subcommand(cli, tmp_path):
+    r = cli("show", "--root", str(tmp_path / "nope"))
+    assert r.exit_code == ExitCode.USAGE
+    assert "no such directory" in r.stderr
+
+
+def test_empty_root_is_not_a_host_tree(cli, tmp_path):
+    r = cli("--root", str(tmp_path), "show")
+    assert r.exit_code == ExitCode.USAGE
+    assert r.stderr.startswith("lbtune: ") and r.stderr.count("\n") == 1
+    assert "no CPUs found" in r.stderr
+
+
+def test_internal_error_is_one_line_and_exit_70(cli, monkeypatch):
+    import lbtune.host.inventory as inventory
+
+    def boom(*a, **k):
+        raise RuntimeError("synthetic bug")
+
+    monkeypatch.setattr(inventory, "discover_host", boom)
+    r = cli("show")
+    assert r.exit_code == ExitCode.INTERNAL
+    assert r.stderr.count("\n") == 1
+    assert "internal error: RuntimeError: synthetic bug" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_debug_shows_traceback(cli, monkeypatch):
+    import lbtune.host.inventory as inventory
+
+    def boom(*a, **k):
+        raise RuntimeError("synthetic bug")
+
+    monkeypatch.setattr(inventory, "discover_host", boom)
+    r = cli("--debug", "show")
+    assert r.exit_code == ExitCode.INTERNAL
+    assert "Traceback" in r.stderr
+
+
+@pytest.mark.parametrize("code", list(ExitCode))
+def test_exit_codes_are_documented(code):
+    import pathlib
+
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    assert f"| {int(code)} " in readme, f"exit code {code!r} missing from README table"

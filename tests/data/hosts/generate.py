@@ -1,0 +1,1433 @@
+#!/usr/bin/env python3
+"""Write the fixture host trees under tests/data/hosts/ (see README.md there).
+
+    python3 tests/data/hosts/generate.py            # rewrite the committed trees in place
+    python3 tests/data/hosts/generate.py --out DIR  # write them below DIR instead
+
+Deterministic: no clocks, no randomness except `random.Random(<fixed seed>)`, sorted output. The
+trees are committed as plain files and symlinks; this script only exists so that a change to a
+host's design is made once, here, and not by hand in hundreds of files. Every tree keeps its
+hand-written README.md (the script never touches it).
+
+Formats follow what the kernel prints (kernel/irq/proc.c, arch/x86/kernel/irq.c, lib/bitmap.c
+`%*pb`/`%*pbl`, drivers/base/topology.c, net/core/net-sysfs.c, drivers/pci/pci-sysfs.c) and what
+ethtool 6.1 prints; sysfs symlinks are relative, built the way kernfs builds them
+(kernfs_get_target_path: up to the common ancestor of the link's directory and the target's
+parent, then down). This file does not import lbtune: fixture data must not be produced by the
+code it tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import posixpath
+import random
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+HERE = Path(__file__).resolve().parent
+KEEP = {"README.md"}
+
+# ------------------------------------------------------------------ kernel formats
+
+
+def cpulist(cpus: Iterable[int]) -> str:
+    """`%*pbl`: ascending ranges, `0-3,8`; empty string for no CPUs."""
+    s = sorted(set(cpus))
+    out = []
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
+            j += 1
+        out.append(f"{s[i]}" if i == j else f"{s[i]}-{s[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def cpumask(cpus: Iterable[int], nbits: int) -> str:
+    """`%*pb` with nbits = nr_cpu_ids: 32-bit chunks, MSW first, the first one only as wide
+    as needed."""
+    value = 0
+    for c in cpus:
+        assert c < nbits, (c, nbits)
+        value |= 1 << c
+    chunks = (nbits + 31) // 32
+    parts = []
+    for w in reversed(range(chunks)):
+        width_bits = nbits - 32 * w if w == chunks - 1 else 32
+        digits = (min(width_bits, 32) + 3) // 4
+        parts.append(f"{(value >> (32 * w)) & 0xFFFFFFFF:0{digits}x}")
+    return ",".join(parts)
+
+
+def pci_hwirq(bdf: str, entry: int) -> int:
+    """pci_msi_domain_calc_hwirq(): entry | (bus<<8|devfn) << 11 | domain << 27."""
+    dom, bus, devfn = bdf.split(":")
+    dev, fn = devfn.split(".")
+    rid = int(bus, 16) << 8 | int(dev, 16) << 3 | int(fn)
+    return entry | rid << 11 | (int(dom, 16) & 0xFFFFFFFF) << 27
+
+
+def kernfs_link(link: str, target: str) -> str:
+    """Relative symlink text exactly as kernfs writes it."""
+    base = posixpath.dirname(link)
+    tparent = posixpath.dirname(target)
+    ups = 0
+    while not (tparent == base or tparent.startswith(base.rstrip("/") + "/")):
+        base = posixpath.dirname(base)
+        ups += 1
+    rest = target[len(base.rstrip("/")) + 1 :]
+    return "../" * ups + rest
+
+
+# ------------------------------------------------------------------ tree writer
+
+
+class Tree:
+    def __init__(self, out: Path, name: str) -> None:
+        self.root = out / name
+        self.root.mkdir(parents=True, exist_ok=True)
+        for entry in self.root.iterdir():
+            if entry.name in KEEP:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+    def _p(self, kpath: str) -> Path:
+        assert kpath.startswith("/"), kpath
+        return self.root / kpath.lstrip("/")
+
+    def write(self, kpath: str, text: str, newline: bool = True) -> None:
+        p = self._p(kpath)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if newline and not text.endswith("\n"):
+            text += "\n"
+        with open(p, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+
+    def link(self, kpath: str, target_kpath: str) -> None:
+        p = self._p(kpath)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(kernfs_link(kpath, target_kpath), p)
+
+
+# ------------------------------------------------------------------ host model
+
+
+@dataclass
+class Irq:
+    num: int
+    chip: str  # "IR-PCI-MSI", "PCI-MSI", "IO-APIC", "IR-IO-APIC", "DMAR-MSI"
+    hwirq: int
+    flow: str  # "edge", "fasteoi"
+    actions: Tuple[str, ...]
+    counts: Dict[int, int] = field(default_factory=dict)
+    # /proc/irq/N; None = do not write the directory
+    affinity: Optional[frozenset] = None
+    effective: Optional[frozenset] = None
+    hint: frozenset = frozenset()
+    node: int = 0
+
+
+X86_ARCH_LINES = [
+    ("NMI", "Non-maskable interrupts"),
+    ("LOC", "Local timer interrupts"),
+    ("SPU", "Spurious interrupts"),
+    ("PMI", "Performance monitoring interrupts"),
+    ("IWI", "IRQ work interrupts"),
+    ("RTR", "APIC ICR read retries"),
+    ("RES", "Rescheduling interrupts"),
+    ("CAL", "Function call interrupts"),
+    ("TLB", "TLB shootdowns"),
+    ("TRM", "Thermal event interrupts"),
+    ("THR", "Threshold APIC interrupts"),
+    ("DFR", "Deferred Error APIC interrupts"),
+    ("MCE", "Machine check exceptions"),
+    ("MCP", "Machine check polls"),
+    ("HYP", "Hypervisor callback interrupts"),
+    ("ERR", None),
+    ("MIS", None),
+    ("PIN", "Posted-interrupt notification event"),
+    ("NPI", "Nested posted-interrupt event"),
+    ("PIW", "Posted-interrupt wakeup event"),
+]
+
+
+def proc_interrupts(
+    online: Sequence[int], irqs: Sequence[Irq], prec: int, rng: random.Random, hyp: bool
+) -> str:
+    """/proc/interrupts as show_interrupts() + arch_show_interrupts() print it (x86, < 6.13)."""
+    cols = sorted(online)
+    lines = [" " * (prec + 8) + "".join(f"CPU{c:<8d}" for c in cols)]
+    for irq in sorted(irqs, key=lambda i: i.num):
+        s = f"{irq.num:>{prec}d}: "
+        s += "".join(f"{irq.counts.get(c, 0):10d} " for c in cols)
+        s += f" {irq.chip:>8s}"
+        s += f" {irq.hwirq:>{prec}d}"
+        s += f"-{irq.flow:<8s}"
+        if irq.actions:
+            s += "  " + ", ".join(irq.actions)
+        lines.append(s)
+    for label, desc in X86_ARCH_LINES:
+        if label == "HYP" and not hyp:
+            continue
+        if desc is None:
+            lines.append(f"{label:>{prec}s}: {0:10d}")
+            continue
+        if label == "LOC":
+            vals = [rng.randrange(10**6, 10**8) for _ in cols]
+        elif label in ("RES", "CAL", "TLB", "IWI"):
+            vals = [rng.randrange(10**3, 10**6) for _ in cols]
+        elif label in ("NMI", "PMI"):
+            vals = [rng.randrange(0, 500) for _ in cols]
+        elif label == "MCP":
+            vals = [rng.randrange(100, 3000) for _ in cols]
+        elif label == "HYP":
+            vals = [rng.randrange(10, 2000) for _ in cols]
+        else:
+            vals = [0 for _ in cols]
+        lines.append(f"{label:>{prec}s}: " + "".join(f"{v:10d} " for v in vals) + "  " + desc)
+    return "\n".join(lines) + "\n"
+
+
+def write_proc_irq(t: Tree, irq: Irq, nbits: int) -> None:
+    base = f"/proc/irq/{irq.num}"
+    aff = irq.affinity if irq.affinity is not None else frozenset()
+    eff = irq.effective if irq.effective is not None else frozenset()
+    t.write(f"{base}/smp_affinity", cpumask(aff, nbits))
+    t.write(f"{base}/smp_affinity_list", cpulist(aff))
+    t.write(f"{base}/effective_affinity", cpumask(eff, nbits))
+    t.write(f"{base}/effective_affinity_list", cpulist(eff))
+    t.write(f"{base}/affinity_hint", cpumask(irq.hint, nbits))
+    t.write(f"{base}/node", str(irq.node))
+    total = sum(irq.counts.values())
+    t.write(f"{base}/spurious", f"count {total % 100000}\nunhandled 0\nlast_unhandled 0 ms")
+
+
+@dataclass
+class CpuInfo:
+    id: int
+    package: int
+    core: int
+    die: int
+    siblings: Tuple[int, ...]
+
+
+def write_cpus(
+    t: Tree,
+    cpus: Sequence[CpuInfo],
+    online: Iterable[int],
+    possible: Iterable[int],
+    nbits: int,
+    isolated: Iterable[int],
+    nohz_full: Optional[Iterable[int]],
+    has_cluster: bool,
+) -> None:
+    """/sys/devices/system/cpu. Offline CPUs have no topology/ directory (topology_remove_dev)."""
+    base = "/sys/devices/system/cpu"
+    online_s = set(online)
+    possible_s = set(possible)
+    t.write(f"{base}/online", cpulist(online_s))
+    t.write(f"{base}/possible", cpulist(possible_s))
+    t.write(f"{base}/present", cpulist(c.id for c in cpus))
+    t.write(f"{base}/offline", cpulist(possible_s - online_s))
+    t.write(f"{base}/isolated", cpulist(isolated))
+    if nohz_full is not None:
+        nz = cpulist(nohz_full)
+        t.write(f"{base}/nohz_full", nz if nz else "(null)")
+    t.write(f"{base}/kernel_max", "8191")
+    smt = any(len(c.siblings) > 1 for c in cpus)
+    t.write(f"{base}/smt/control", "on" if smt else "notsupported")
+    t.write(f"{base}/smt/active", "1" if smt else "0")
+    by_pkg: Dict[int, List[int]] = {}
+    for c in cpus:
+        if c.id in online_s:
+            by_pkg.setdefault(c.package, []).append(c.id)
+    for c in cpus:
+        d = f"{base}/cpu{c.id}"
+        if c.id != 0:
+            t.write(f"{d}/online", "1" if c.id in online_s else "0")
+        if c.id not in online_s:
+            continue
+        tp = f"{d}/topology"
+        pkg = by_pkg[c.package]
+        t.write(f"{tp}/physical_package_id", str(c.package))
+        t.write(f"{tp}/die_id", str(c.die))
+        t.write(f"{tp}/core_id", str(c.core))
+        for name, members in (
+            ("thread_siblings", c.siblings),
+            ("core_cpus", c.siblings),
+            ("core_siblings", pkg),
+            ("package_cpus", pkg),
+            ("die_cpus", pkg),
+        ):
+            t.write(f"{tp}/{name}", cpumask(members, nbits))
+            t.write(f"{tp}/{name}_list", cpulist(members))
+        if has_cluster:
+            t.write(f"{tp}/cluster_id", str(c.core))
+            t.write(f"{tp}/cluster_cpus", cpumask(c.siblings, nbits))
+            t.write(f"{tp}/cluster_cpus_list", cpulist(c.siblings))
+
+
+def write_nodes(t: Tree, nodes: Dict[int, Sequence[int]], nbits: int) -> None:
+    base = "/sys/devices/system/node"
+    ids = sorted(nodes)
+    t.write(f"{base}/online", cpulist(ids))
+    t.write(f"{base}/possible", cpulist(ids))
+    t.write(f"{base}/has_cpu", cpulist(ids))
+    t.write(f"{base}/has_memory", cpulist(ids))
+    t.write(f"{base}/has_normal_memory", cpulist(ids))
+    for n in ids:
+        t.write(f"{base}/node{n}/cpulist", cpulist(nodes[n]))
+        t.write(f"{base}/node{n}/cpumap", cpumask(nodes[n], nbits))
+        t.write(f"{base}/node{n}/distance", " ".join("10" if m == n else "20" for m in ids))
+
+
+def write_driver_dir(t: Tree, bus: str, driver: str) -> str:
+    d = f"/sys/bus/{bus}/drivers/{driver}"
+    for f in ("bind", "unbind", "uevent"):
+        t.write(f"{d}/{f}", "", newline=False)
+    if bus == "pci":
+        t.write(f"{d}/new_id", "", newline=False)
+        t.write(f"{d}/remove_id", "", newline=False)
+    return d
+
+
+@dataclass
+class PciDev:
+    path: str  # /sys/devices/pci0000:97/0000:97:02.0/0000:98:00.0
+    vendor: int
+    device: int
+    subvendor: int
+    subdevice: int
+    pci_class: int
+    driver: str  # PCI driver name
+    numa_node: Optional[int]  # None: CONFIG_NUMA=n (no attribute)
+    local_cpus: Sequence[int]
+    msi_irqs: Sequence[int]  # MSI-X vectors; empty = legacy INTx (no msi_irqs dir)
+    legacy_irq: int
+    link: Tuple[str, str] = ("8.0 GT/s PCIe", "8")
+
+    @property
+    def bdf(self) -> str:
+        return posixpath.basename(self.path)
+
+
+def write_pci(t: Tree, dev: PciDev, nbits: int) -> None:
+    p = dev.path
+    t.write(f"{p}/vendor", f"0x{dev.vendor:04x}")
+    t.write(f"{p}/device", f"0x{dev.device:04x}")
+    t.write(f"{p}/subsystem_vendor", f"0x{dev.subvendor:04x}")
+    t.write(f"{p}/subsystem_device", f"0x{dev.subdevice:04x}")
+    t.write(f"{p}/class", f"0x{dev.pci_class:06x}")
+    t.write(f"{p}/irq", str(dev.legacy_irq))
+    t.write(f"{p}/enable", "1")
+    if dev.numa_node is not None:
+        t.write(f"{p}/numa_node", str(dev.numa_node))
+    t.write(f"{p}/local_cpus", cpumask(dev.local_cpus, nbits))
+    t.write(f"{p}/local_cpulist", cpulist(dev.local_cpus))
+    t.write(f"{p}/current_link_speed", dev.link[0])
+    t.write(f"{p}/current_link_width", dev.link[1])
+    t.write(f"{p}/max_link_speed", dev.link[0])
+    t.write(f"{p}/max_link_width", dev.link[1])
+    t.write(
+        f"{p}/uevent",
+        f"DRIVER={dev.driver}\nPCI_CLASS={dev.pci_class:X}\n"
+        f"PCI_ID={dev.vendor:04X}:{dev.device:04X}\n"
+        f"PCI_SUBSYS_ID={dev.subvendor:04X}:{dev.subdevice:04X}\n"
+        f"PCI_SLOT_NAME={dev.bdf}\n"
+        f"MODALIAS=pci:v{dev.vendor:08X}d{dev.device:08X}sv{dev.subvendor:08X}"
+        f"sd{dev.subdevice:08X}bc{dev.pci_class >> 16:02X}sc{(dev.pci_class >> 8) & 0xFF:02X}"
+        f"i{dev.pci_class & 0xFF:02X}",
+    )
+    for irq in dev.msi_irqs:
+        t.write(f"{p}/msi_irqs/{irq}", "msix")
+    drv = write_driver_dir(t, "pci", dev.driver)
+    t.link(f"{p}/driver", drv)
+    t.link(f"/sys/bus/pci/devices/{dev.bdf}", p)
+
+
+@dataclass
+class NetDev:
+    name: str
+    devpath: str  # the real directory: /sys/devices/.../net/NAME or /sys/devices/virtual/net/NAME
+    ifindex: int
+    iflink: int
+    type: int
+    mtu: int
+    operstate: str
+    carrier: Optional[int]
+    address: str
+    broadcast: str
+    speed: Optional[int]  # None: attribute unreadable (EINVAL), left out of the capture
+    duplex: Optional[str]
+    flags: int
+    txqueuelen: int
+    uevent_extra: Tuple[str, ...] = ()  # e.g. ("DEVTYPE=vlan",)
+    device: Optional[str] = None  # kernel path the `device` link points to
+    rx: Sequence[Tuple[frozenset, int]] = ()  # (rps_cpus, rps_flow_cnt) per rx queue
+    tx: Sequence[Optional[frozenset]] = ()  # xps_cpus per tx queue; None = attribute absent
+    lower: Sequence[str] = ()  # lower_* links to these devpaths' names
+    upper: Sequence[str] = ()
+    master: Optional[str] = None
+    phys_port_name: Optional[str] = None
+
+
+def write_netdev(t: Tree, nd: NetDev, nbits: int, all_devs: Dict[str, NetDev]) -> None:
+    p = nd.devpath
+    t.link(f"/sys/class/net/{nd.name}", p)
+    t.write(f"{p}/ifindex", str(nd.ifindex))
+    t.write(f"{p}/iflink", str(nd.iflink))
+    t.write(f"{p}/type", str(nd.type))
+    t.write(f"{p}/mtu", str(nd.mtu))
+    t.write(f"{p}/operstate", nd.operstate)
+    if nd.carrier is not None:
+        t.write(f"{p}/carrier", str(nd.carrier))
+    t.write(f"{p}/address", nd.address)
+    t.write(f"{p}/broadcast", nd.broadcast)
+    t.write(f"{p}/addr_len", "6")
+    if nd.speed is not None:
+        t.write(f"{p}/speed", str(nd.speed))
+    if nd.duplex is not None:
+        t.write(f"{p}/duplex", nd.duplex)
+    t.write(f"{p}/flags", f"0x{nd.flags:x}")
+    t.write(f"{p}/tx_queue_len", str(nd.txqueuelen))
+    t.write(f"{p}/dev_port", "0")
+    if nd.phys_port_name:
+        t.write(f"{p}/phys_port_name", nd.phys_port_name)
+    t.write(
+        f"{p}/uevent",
+        "\n".join([*nd.uevent_extra, f"INTERFACE={nd.name}", f"IFINDEX={nd.ifindex}"]),
+    )
+    if nd.device:
+        t.link(f"{p}/device", nd.device)
+    for i, (rps, flows) in enumerate(nd.rx):
+        t.write(f"{p}/queues/rx-{i}/rps_cpus", cpumask(rps, nbits))
+        t.write(f"{p}/queues/rx-{i}/rps_flow_cnt", str(flows))
+    for i, xps in enumerate(nd.tx):
+        q = f"{p}/queues/tx-{i}"
+        t.write(f"{q}/tx_maxrate", "0")
+        t.write(f"{q}/tx_timeout", "0")
+        t.write(f"{q}/byte_queue_limits/limit_max", "1879048192")
+        t.write(f"{q}/byte_queue_limits/limit_min", "0")
+        if xps is not None:
+            t.write(f"{q}/xps_cpus", cpumask(xps, nbits))
+    for lo in nd.lower:
+        t.link(f"{p}/lower_{lo}", all_devs[lo].devpath)
+    for up in nd.upper:
+        t.link(f"{p}/upper_{up}", all_devs[up].devpath)
+    if nd.master:
+        t.link(f"{p}/master", all_devs[nd.master].devpath)
+
+
+# ------------------------------------------------------------------ ethtool text (6.1)
+
+
+def ethtool_i(
+    driver: str,
+    version: str,
+    fw: str,
+    bus: str,
+    stats: bool = True,
+    test: bool = False,
+    eeprom: bool = False,
+    regs: bool = False,
+    priv: bool = False,
+) -> str:
+    yn = {True: "yes", False: "no"}
+    return (
+        f"driver: {driver}\nversion: {version}\nfirmware-version: {fw}\n"
+        f"expansion-rom-version: \nbus-info: {bus}\n"
+        f"supports-statistics: {yn[stats]}\nsupports-test: {yn[test]}\n"
+        f"supports-eeprom-access: {yn[eeprom]}\nsupports-register-dump: {yn[regs]}\n"
+        f"supports-priv-flags: {yn[priv]}\n"
+    )
+
+
+def _v(x: Optional[int]) -> str:
+    return "n/a" if not x else str(x)
+
+
+def ethtool_g(dev: str, rx_max: int, tx_max: int, rx: int, tx: int, tx_push: Optional[bool]) -> str:
+    """`ethtool -g` (netlink, ethtool 6.1). tx_push None: kernel < 6.0 does not report it."""
+    push = "n/a" if tx_push is None else ("on" if tx_push else "off")
+    return (
+        f"Ring parameters for {dev}:\n"
+        f"Pre-set maximums:\n"
+        f"RX:\t\t{rx_max}\nRX Mini:\tn/a\nRX Jumbo:\tn/a\nTX:\t\t{tx_max}\n"
+        f"Current hardware settings:\n"
+        f"RX:\t\t{rx}\nRX Mini:\tn/a\nRX Jumbo:\tn/a\nTX:\t\t{tx}\n"
+        f"RX Buf Len:\t\tn/a\nCQE Size:\t\tn/a\nTX Push:\t{push}\nTCP data split:\tn/a\n"
+    )
+
+
+def ethtool_l(
+    dev: str,
+    combined: int,
+    combined_max: int,
+    rx: int = 0,
+    rx_max: int = 0,
+    tx: int = 0,
+    tx_max: int = 0,
+    other: int = 0,
+    other_max: int = 0,
+) -> str:
+    """`ethtool -l`: a kind whose maximum is 0 is omitted by the kernel and shown as n/a."""
+
+    def cur(v: int, m: int) -> str:
+        return "n/a" if not m else str(v)
+
+    return (
+        f"Channel parameters for {dev}:\n"
+        f"Pre-set maximums:\n"
+        f"RX:\t\t{_v(rx_max)}\nTX:\t\t{_v(tx_max)}\nOther:\t\t{_v(other_max)}\n"
+        f"Combined:\t{_v(combined_max)}\n"
+        f"Current hardware settings:\n"
+        f"RX:\t\t{cur(rx, rx_max)}\nTX:\t\t{cur(tx, tx_max)}\nOther:\t\t{cur(other, other_max)}\n"
+        f"Combined:\t{cur(combined, combined_max)}\n"
+    )
+
+
+def ethtool_S(stats: Sequence[Tuple[str, int]]) -> str:
+    return "NIC statistics:\n" + "".join(f"     {k}: {v}\n" for k, v in stats)
+
+
+NOT_SUPPORTED = "netlink error: Operation not supported\n"
+
+
+def write_ethtool(t: Tree, dev: str, i: str, g: str, l: str, s: str) -> None:  # noqa: E741
+    d = "/sos_commands/networking"
+    for flag, text in (("i", i), ("g", g), ("l", l), ("S", s)):
+        t.write(f"{d}/ethtool_-{flag}_{dev}", text, newline=False)
+
+
+def lo_dev(txql: int = 1000) -> NetDev:
+    return NetDev(
+        name="lo",
+        devpath="/sys/devices/virtual/net/lo",
+        ifindex=1,
+        iflink=1,
+        type=772,
+        mtu=65536,
+        operstate="unknown",
+        carrier=1,
+        address="00:00:00:00:00:00",
+        broadcast="00:00:00:00:00:00",
+        speed=None,
+        duplex=None,
+        flags=0x9,
+        txqueuelen=txql,
+        rx=[(frozenset(), 0)],
+        tx=[None],
+    )
+
+
+def write_lo_ethtool(t: Tree) -> None:
+    write_ethtool(
+        t,
+        "lo",
+        "Cannot get driver information: Operation not supported\n",
+        NOT_SUPPORTED,
+        NOT_SUPPORTED,
+        "no stats available\n",
+    )
+
+
+def common_proc(t: Tree, hostname: str, release: str, version: str, cmdline: str) -> None:
+    t.write("/proc/sys/kernel/hostname", hostname)
+    t.write("/proc/sys/kernel/osrelease", release)
+    t.write("/proc/version", version)
+    t.write("/proc/cmdline", cmdline)
+
+
+def processes(t: Tree, procs: Dict[int, str]) -> None:
+    for pid, comm in sorted(procs.items()):
+        t.write(f"/proc/{pid}/comm", comm)
+
+
+# ------------------------------------------------------------------ compact constructors
+
+
+def msi(
+    num: int,
+    bdf: str,
+    entry: int,
+    action: str,
+    counts: Optional[Dict[int, int]] = None,
+    aff: Iterable[int] = (),
+    eff: Iterable[int] = (),
+    hint: Iterable[int] = (),
+    node: int = 0,
+    chip: str = "IR-PCI-MSI",
+) -> Irq:
+    """An MSI/MSI-X vector of PCI function `bdf` (hwirq from pci_msi_domain_calc_hwirq)."""
+    return Irq(
+        num,
+        chip,
+        pci_hwirq(bdf, entry),
+        "edge",
+        (action,),
+        counts or {},
+        frozenset(aff),
+        frozenset(eff),
+        frozenset(hint),
+        node,
+    )
+
+
+def ioapic(
+    num: int,
+    chip: str,
+    pin: int,
+    flow: str,
+    action: str,
+    counts: Optional[Dict[int, int]] = None,
+    aff: Iterable[int] = (),
+    eff: Iterable[int] = (),
+    node: int = 0,
+) -> Irq:
+    return Irq(
+        num,
+        chip,
+        pin,
+        flow,
+        (action,),
+        counts or {},
+        frozenset(aff),
+        frozenset(eff),
+        frozenset(),
+        node,
+    )
+
+
+def netdev(name: str, devpath: str, ifindex: int, address: str, **kw: object) -> NetDev:
+    """A NetDev with the attributes of an up Ethernet interface unless told otherwise."""
+    args: Dict[str, object] = dict(
+        iflink=ifindex,
+        type=1,
+        mtu=1500,
+        operstate="up",
+        carrier=1,
+        broadcast="ff:ff:ff:ff:ff:ff",
+        speed=None,
+        duplex="full",
+        flags=0x1003,
+        txqueuelen=1000,
+    )
+    args.update(kw)
+    return NetDev(name=name, devpath=devpath, ifindex=ifindex, address=address, **args)  # type: ignore[arg-type]
+
+
+def table(names: str, values: Dict[str, int]) -> List[Tuple[str, int]]:
+    """ethtool -S rows: `names` in the driver's order, values 0 unless given."""
+    order = names.split()
+    unknown = set(values) - set(order)
+    assert not unknown, unknown
+    return [(n, values.get(n, 0)) for n in order]
+
+
+def per_queue(fmt: str, fields: str, n: int, values: Dict[str, int]) -> List[Tuple[str, int]]:
+    """Per-queue rows `fmt` ("rx{q}_{f}") for every queue, then field; values 0 unless given."""
+    names = [fmt.format(q=q, f=f) for q in range(n) for f in fields.split()]
+    return [(name, values.get(name, 0)) for name in names]
+
+
+# ================================================================== (a) dell-r750-mlx5-ixgbe
+
+R750_NODE0 = [*range(0, 12), *range(24, 36)]
+R750_NODE1 = [*range(12, 24), *range(36, 48)]
+R750_ISOLATED = [*range(2, 12), *range(26, 36)]
+R750_HOUSEKEEPING = [c for c in range(48) if c not in R750_ISOLATED]
+# cpumask_local_spread(i, node 1): node 1 CPUs in id order, then node 0 CPUs in id order.
+R750_SPREAD = R750_NODE1 + R750_NODE0
+R750_CORE_IDS = [0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13]  # Xeon Silver 4310: sparse core_id
+
+
+def r750_sib(c: int) -> int:
+    return c + 24 if c < 24 else c - 24
+
+
+def r750_port0_cpu(i: int) -> int:
+    """CPU that comp vector i of ens1f0np0 is bound to (smp_affinity_list == effective)."""
+    if i >= 24:  # idle vectors (24 of 48 channels used): irqbalance keeps them on node 1
+        return R750_SPREAD[i - 24]
+    if i % 6 == 5:  # irqbalance moved these to the SMT sibling of the hinted CPU
+        return r750_sib(R750_SPREAD[i])
+    if i == 9:  # ... and stacked this one onto the CPU of comp 8
+        return R750_SPREAD[8]
+    return R750_SPREAD[i]
+
+
+def r750_port1_cpu(i: int) -> int:
+    return R750_SPREAD[i % 24]
+
+
+def gen_r750(out: Path) -> None:
+    t = Tree(out, "dell-r750-mlx5-ixgbe")
+    rng = random.Random(750)  # noqa: S311 - fixture data, not security
+    nbits = 48
+    rel = "5.15.0-105-generic"
+    common_proc(
+        t,
+        "lb1-r750",
+        rel,
+        f"Linux version {rel} (buildd@lcy02-amd64-098) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) "
+        "11.4.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #115-Ubuntu SMP Mon Apr 15 09:52:04 "
+        "UTC 2024",
+        f"BOOT_IMAGE=/vmlinuz-{rel} root=/dev/mapper/vg0-root ro "
+        "isolcpus=managed_irq,domain,2-11,26-35 nohz_full=2-11,26-35 rcu_nocbs=2-11,26-35 "
+        "irqaffinity=0-1,12-25,36-47 intel_iommu=on iommu=pt quiet",
+    )
+    processes(
+        t,
+        {1: "systemd", 2: "kthreadd", 1187: "irqbalance", 1402: "sshd", 1530: "keepalived"},
+    )
+    cpus = []
+    for c in range(48):
+        first = c % 24
+        pkg = 0 if first < 12 else 1
+        cpus.append(CpuInfo(c, pkg, R750_CORE_IDS[first % 12], 0, (first, first + 24)))
+    write_cpus(t, cpus, range(48), range(48), nbits, R750_ISOLATED, R750_ISOLATED, False)
+    write_nodes(t, {0: R750_NODE0, 1: R750_NODE1}, nbits)
+    t.write("/proc/irq/default_smp_affinity", cpumask(R750_HOUSEKEEPING, nbits))
+
+    hk = R750_HOUSEKEEPING
+    irqs: List[Irq] = [
+        ioapic(0, "IR-IO-APIC", 2, "edge", "timer", {0: 41}, range(48), [0]),
+        ioapic(4, "IR-IO-APIC", 4, "edge", "ttyS0", {}, hk, [1]),
+        ioapic(8, "IR-IO-APIC", 8, "edge", "rtc0", {}, hk, [0]),
+        ioapic(9, "IR-IO-APIC", 9, "fasteoi", "acpi", {}, hk, [0]),
+        ioapic(16, "IR-IO-APIC", 16, "fasteoi", "i801_smbus", {}, hk, [1]),
+    ]
+    # No /proc/irq/N directories are written for these (aff stays empty -> skipped below).
+    irqs += [Irq(24 + d, "DMAR-MSI", d, "edge", (f"dmar{d}",)) for d in range(8)]
+    ports = ["00:1c.0", "16:02.0", "17:02.0", "30:02.0", "97:02.0", "b0:02.0", "c9:02.0", "e2:02.0"]
+    for n, port in enumerate(ports):
+        pme = msi(32 + n, f"0000:{port}", 0, "PCIe PME")
+        pme.actions = ("PCIe PME", "aerdrv")  # one vector shared by two port services
+        irqs.append(pme)
+    irqs.append(msi(40, "0000:00:14.0", 0, "xhci_hcd", {0: 31}))
+    irqs.append(msi(41, "0000:00:17.0", 0, "ahci[0000:00:17.0]", {1: 48213}, [1], [1]))
+
+    # eno1: ixgbe (X550, OCP slot), 0000:18:00.0, node 0: 16 queue vectors + link vector
+    eno1_bdf = "0000:18:00.0"
+    eno1_irqs = []
+    for q in range(16):
+        cpu = (0, 24, 1, 25)[q % 4]
+        counts = {cpu: rng.randrange(10**7, 5 * 10**7)}
+        if q != cpu:  # interrupts taken on the hinted CPU before irqbalance moved the vector
+            counts[q] = rng.randrange(1000, 90000)
+        eno1_irqs.append(msi(46 + q, eno1_bdf, q, f"eno1-TxRx-{q}", counts, [cpu], [cpu], [q]))
+    eno1_link = msi(62, eno1_bdf, 16, "eno1", {0: 2}, hk, [0])
+    irqs += [*eno1_irqs, eno1_link]
+
+    # ens1f0np0 / ens1f1np1: mlx5_core (ConnectX-6 Dx), 0000:98:00.0/.1, node 1
+    def mlx5_port(
+        bdf: str, first: int, cpu_of: Callable[[int], int], active: int, async_cpu: int
+    ) -> List[Irq]:
+        async0 = msi(first, bdf, 0, f"mlx5_async0@pci:{bdf}", {async_cpu: rng.randrange(50, 400)})
+        async0.affinity, async0.effective, async0.node = (
+            frozenset(R750_NODE1),
+            frozenset({async_cpu}),
+            1,
+        )
+        out_irqs = [async0]
+        for i in range(48):
+            cpu, hint = cpu_of(i), R750_SPREAD[i]
+            counts: Dict[int, int] = {}
+            if i < active:
+                counts[cpu] = rng.randrange(10**8, 9 * 10**8)
+                if cpu != hint:
+                    counts[hint] = rng.randrange(10**4, 10**6)
+            name = f"mlx5_comp{i}@pci:{bdf}"
+            out_irqs.append(msi(first + 1 + i, bdf, 1 + i, name, counts, [cpu], [cpu], [hint], 1))
+        return out_irqs
+
+    p0_irqs = mlx5_port("0000:98:00.0", 95, r750_port0_cpu, 24, 12)
+    p1_irqs = mlx5_port("0000:98:00.1", 144, r750_port1_cpu, 0, 36)
+    irqs += p0_irqs + p1_irqs
+    text = proc_interrupts(range(48), irqs, 3, rng, hyp=False)
+    t.write("/proc/interrupts", text, newline=False)
+    for irq in irqs:  # /proc/irq/N for the NIC vectors and a few others
+        if irq.affinity:
+            write_proc_irq(t, irq, nbits)
+
+    root17 = "/sys/devices/pci0000:17/0000:17:02.0"
+    root97 = "/sys/devices/pci0000:97/0000:97:02.0"
+    gen3x8 = ("5.0 GT/s PCIe", "8")
+    gen4x16 = ("16.0 GT/s PCIe", "16")
+    eno1_msi = [i.num for i in [*eno1_irqs, eno1_link]]
+    eno1_pci = PciDev(
+        f"{root17}/{eno1_bdf}", 0x8086, 0x1563, 0x1028, 0x0B0E, 0x020000, "ixgbe", 0,
+        R750_NODE0, eno1_msi, 0, gen3x8,
+    )  # fmt: skip
+    p0_pci = PciDev(
+        f"{root97}/0000:98:00.0", 0x15B3, 0x101D, 0x15B3, 0x0016, 0x020000, "mlx5_core", 1,
+        R750_NODE1, [i.num for i in p0_irqs], 0, gen4x16,
+    )  # fmt: skip
+    p1_pci = PciDev(
+        f"{root97}/0000:98:00.1", 0x15B3, 0x101D, 0x15B3, 0x0016, 0x020000, "mlx5_core", 1,
+        R750_NODE1, [i.num for i in p1_irqs], 0, gen4x16,
+    )  # fmt: skip
+    for d in (eno1_pci, p0_pci, p1_pci):
+        write_pci(t, d, nbits)
+    zero: frozenset = frozenset()
+    devs = {
+        "lo": lo_dev(),
+        "eno1": netdev(
+            "eno1", f"{eno1_pci.path}/net/eno1", 2, "b4:96:91:a7:3e:10",
+            speed=10000, device=eno1_pci.path,
+            rx=[(zero, 0)] * 16, tx=[frozenset({q}) for q in range(16)],
+        ),
+        "ens1f0np0": netdev(
+            "ens1f0np0", f"{p0_pci.path}/net/ens1f0np0", 4, "b8:ce:f6:5a:1c:40",
+            mtu=9000, speed=100000, device=p0_pci.path, phys_port_name="p0",
+            rx=[(zero, 0)] * 24, tx=[frozenset({R750_SPREAD[i]}) for i in range(24)],
+        ),
+        "ens1f1np1": netdev(
+            "ens1f1np1", f"{p1_pci.path}/net/ens1f1np1", 5, "b8:ce:f6:5a:1c:41",
+            operstate="down", carrier=0, speed=-1, duplex="unknown", device=p1_pci.path,
+            phys_port_name="p1",
+            rx=[(zero, 0)] * 48, tx=[frozenset({R750_SPREAD[i]}) for i in range(48)],
+        ),
+    }  # fmt: skip
+    for nd in devs.values():
+        write_netdev(t, nd, nbits, devs)
+
+    write_lo_ethtool(t)
+    write_ethtool(
+        t,
+        "eno1",
+        ethtool_i(
+            "ixgbe", rel, "0x80000e5f, 1.3089.0", eno1_bdf, test=True, eeprom=True, regs=True,
+            priv=True,
+        ),
+        ethtool_g("eno1", 4096, 4096, 512, 512, None),
+        ethtool_l("eno1", 16, 63, other=1, other_max=1),
+        ethtool_S(ixgbe_stats(rng, 16)),
+    )  # fmt: skip
+    for dev, bdf, nch, busy in (
+        ("ens1f0np0", "0000:98:00.0", 24, True),
+        ("ens1f1np1", "0000:98:00.1", 48, False),
+    ):
+        write_ethtool(
+            t,
+            dev,
+            ethtool_i("mlx5_core", rel, "22.36.1010 (DEL0000000027)", bdf, test=True, priv=True),
+            ethtool_g(dev, 8192, 8192, 1024, 1024, None),
+            ethtool_l(dev, nch, 48),
+            ethtool_S(mlx5_stats(rng, nch, busy)),
+        )
+
+    # irqbalance 1.8 (Ubuntu 22.04): running, enabled, bans the isolated CPUs and eno1's link IRQ
+    banned = f'IRQBALANCE_BANNED_CPUS="{cpumask(R750_ISOLATED, 64)}"'
+    args = f'IRQBALANCE_ARGS="--banirq={eno1_link.num}"'
+    t.write("/etc/default/irqbalance", DEBIAN_IRQBALANCE.format(banned=banned, args=args))
+    units = "/usr/lib/systemd/system"
+    t.write(f"{units}/irqbalance.service", IRQBALANCE_UNIT)
+    t.write(f"{units}/ssh.service", "[Unit]\nDescription=OpenBSD Secure Shell server\n")
+    for unit in ("irqbalance.service", "ssh.service"):
+        t.link(f"/etc/systemd/system/multi-user.target.wants/{unit}", f"{units}/{unit}")
+
+
+IXGBE_GLOBAL = """
+rx_packets tx_packets rx_bytes tx_bytes rx_pkts_nic tx_pkts_nic rx_bytes_nic tx_bytes_nic
+lsc_int tx_busy non_eop_descs rx_errors tx_errors rx_dropped tx_dropped multicast broadcast
+rx_no_buffer_count collisions rx_over_errors rx_crc_errors rx_frame_errors hw_rsc_aggregated
+hw_rsc_flushed fdir_match fdir_miss fdir_overflow rx_fifo_errors rx_missed_errors
+tx_aborted_errors tx_carrier_errors tx_fifo_errors tx_heartbeat_errors tx_timeout_count
+tx_restart_queue rx_length_errors rx_long_length_errors rx_short_length_errors
+tx_flow_control_xon rx_flow_control_xon tx_flow_control_xoff rx_flow_control_xoff
+rx_csum_offload_errors alloc_rx_page alloc_rx_page_failed alloc_rx_buff_failed
+rx_no_dma_resources os2bmc_rx_by_bmc os2bmc_tx_by_bmc os2bmc_tx_by_host os2bmc_rx_by_host
+tx_hwtstamp_timeouts tx_hwtstamp_skipped rx_hwtstamp_cleared tx_ipsec rx_ipsec rx_ipsec_failed
+"""
+
+
+def ixgbe_stats(rng: random.Random, nq: int) -> List[Tuple[str, int]]:
+    rxp = [rng.randrange(10**8, 10**9) for _ in range(nq)]
+    rxb = [p * rng.randrange(300, 900) for p in rxp]
+    txp = [rng.randrange(10**8, 10**9) for _ in range(nq)]
+    txb = [p * rng.randrange(60, 200) for p in txp]
+    missed = 5521
+    v = dict(
+        rx_packets=sum(rxp), tx_packets=sum(txp), rx_bytes=sum(rxb), tx_bytes=sum(txb),
+        rx_pkts_nic=sum(rxp) + missed, tx_pkts_nic=sum(txp), rx_bytes_nic=sum(rxb) + missed * 64,
+        tx_bytes_nic=sum(txb), lsc_int=3, multicast=18820, broadcast=90211,
+        rx_missed_errors=missed, tx_restart_queue=17, alloc_rx_page=231, rx_no_dma_resources=312,
+    )  # fmt: skip
+    s = table(IXGBE_GLOBAL, v)
+    q: Dict[str, int] = {}
+    for i in range(nq):
+        q[f"tx_queue_{i}_packets"], q[f"tx_queue_{i}_bytes"] = txp[i], txb[i]
+        q[f"rx_queue_{i}_packets"], q[f"rx_queue_{i}_bytes"] = rxp[i], rxb[i]
+    s += per_queue("tx_queue_{q}_{f}", "packets bytes", nq, q)
+    s += per_queue("rx_queue_{q}_{f}", "packets bytes", nq, q)
+    s += per_queue("tx_pb_{q}_{f}", "pxon pxoff", 8, {})
+    s += per_queue("rx_pb_{q}_{f}", "pxon pxoff", 8, {})
+    return s
+
+
+MLX5_GLOBAL = """
+rx_packets rx_bytes tx_packets tx_bytes tx_tso_packets tx_tso_bytes tx_tso_inner_packets
+tx_tso_inner_bytes tx_added_vlan_packets tx_nop rx_lro_packets rx_lro_bytes rx_ecn_mark
+rx_removed_vlan_packets rx_csum_unnecessary rx_csum_none rx_csum_complete rx_csum_complete_tail
+rx_csum_complete_tail_slow rx_csum_unnecessary_inner rx_xdp_drop rx_xdp_redirect
+rx_xdp_tx_xmit rx_xdp_tx_mpwqe rx_xdp_tx_inlnw rx_xdp_tx_nops rx_xdp_tx_full rx_xdp_tx_err
+rx_xdp_tx_cqe tx_csum_none tx_csum_partial tx_csum_partial_inner tx_queue_stopped
+tx_queue_dropped tx_xmit_more tx_recover tx_cqes tx_queue_wake tx_cqe_err rx_wqe_err
+rx_mpwqe_filler_cqes rx_mpwqe_filler_strides rx_oversize_pkts_sw_drop rx_buff_alloc_err
+rx_cqe_compress_blks rx_cqe_compress_pkts rx_cache_reuse rx_cache_full rx_cache_empty
+rx_cache_busy rx_cache_waive rx_congst_umr rx_arfs_err rx_recover ch_events ch_poll ch_arm
+ch_aff_change ch_force_irq ch_eq_rearm rx_out_of_buffer rx_if_down_packets
+rx_steer_missed_packets rx_vport_unicast_packets rx_vport_unicast_bytes
+tx_vport_unicast_packets tx_vport_unicast_bytes rx_vport_multicast_packets
+rx_vport_multicast_bytes tx_vport_multicast_packets tx_vport_multicast_bytes
+rx_vport_broadcast_packets rx_vport_broadcast_bytes tx_vport_broadcast_packets
+tx_vport_broadcast_bytes rx_vport_rdma_unicast_packets rx_vport_rdma_unicast_bytes
+tx_vport_rdma_unicast_packets tx_vport_rdma_unicast_bytes tx_packets_phy rx_packets_phy
+rx_crc_errors_phy tx_bytes_phy rx_bytes_phy tx_multicast_phy tx_broadcast_phy
+rx_multicast_phy rx_broadcast_phy rx_in_range_len_errors_phy rx_out_of_range_len_phy
+rx_oversize_pkts_phy rx_symbol_err_phy tx_mac_control_phy rx_mac_control_phy
+rx_unsupported_op_phy rx_pause_ctrl_phy tx_pause_ctrl_phy rx_discards_phy tx_discards_phy
+tx_errors_phy rx_undersize_pkts_phy rx_fragments_phy rx_jabbers_phy rx_64_bytes_phy
+rx_65_to_127_bytes_phy rx_128_to_255_bytes_phy rx_256_to_511_bytes_phy
+rx_512_to_1023_bytes_phy rx_1024_to_1518_bytes_phy rx_1519_to_2047_bytes_phy
+rx_2048_to_4095_bytes_phy rx_4096_to_8191_bytes_phy rx_8192_to_10239_bytes_phy
+link_down_events_phy rx_pcs_symbol_err_phy rx_corrected_bits_phy rx_err_lane_0_phy
+rx_err_lane_1_phy rx_err_lane_2_phy rx_err_lane_3_phy rx_prio0_bytes rx_prio0_packets
+rx_prio0_discards tx_prio0_bytes tx_prio0_packets module_unplug module_bus_stuck
+module_high_temp module_bad_shorted
+"""
+MLX5_CH = "events poll arm aff_change force_irq eq_rearm"
+MLX5_RQ = """packets bytes csum_complete csum_unnecessary csum_none xdp_drop xdp_redirect
+lro_packets lro_bytes wqe_err buff_alloc_err cqe_compress_blks cqe_compress_pkts cache_reuse
+cache_full cache_empty cache_busy congst_umr arfs_err recover"""
+MLX5_SQ = """packets bytes tso_packets tso_bytes csum_partial csum_none stopped dropped
+xmit_more recover cqes wake cqe_err"""
+
+
+def mlx5_stats(rng: random.Random, nch: int, busy: bool) -> List[Tuple[str, int]]:
+    def r(lo: int, hi: int) -> int:
+        return rng.randrange(lo, hi) if busy else 0
+
+    rx = [r(10**8, 10**9) for _ in range(nch)]
+    rxb = [p * r(200, 1400) for p in rx]
+    tx = [r(10**8, 10**9) for _ in range(nch)]
+    txb = [p * r(60, 120) for p in tx]
+    oob, discards = (18342, 1207) if busy else (0, 0)
+    v = dict(
+        rx_packets=sum(rx), rx_bytes=sum(rxb), tx_packets=sum(tx), tx_bytes=sum(txb),
+        tx_tso_packets=r(10**5, 10**6), tx_tso_bytes=r(10**8, 10**9),
+        rx_csum_none=r(1000, 5000), rx_csum_complete=sum(rx), tx_csum_none=r(10**4, 10**5),
+        tx_csum_partial=sum(tx), tx_queue_stopped=r(0, 40), tx_xmit_more=r(10**6, 10**7),
+        tx_cqes=sum(tx), rx_cache_reuse=r(10**6, 10**7), rx_cache_empty=r(0, 3000),
+        ch_events=r(10**8, 10**9), ch_poll=r(10**8, 10**9), ch_arm=r(10**8, 10**9),
+        rx_out_of_buffer=oob, rx_vport_unicast_packets=sum(rx) + oob,
+        rx_vport_unicast_bytes=sum(rxb), tx_vport_unicast_packets=sum(tx),
+        tx_vport_unicast_bytes=sum(txb), rx_vport_multicast_packets=r(10**3, 10**4),
+        rx_vport_broadcast_packets=r(10**4, 10**5), tx_packets_phy=sum(tx),
+        rx_packets_phy=sum(rx) + oob + discards, tx_bytes_phy=sum(txb), rx_bytes_phy=sum(rxb),
+        rx_discards_phy=discards, rx_64_bytes_phy=r(10**7, 10**8),
+        rx_1024_to_1518_bytes_phy=r(10**7, 10**8), link_down_events_phy=int(busy),
+        rx_prio0_bytes=sum(rxb), rx_prio0_packets=sum(rx), rx_prio0_discards=discards,
+        tx_prio0_bytes=sum(txb), tx_prio0_packets=sum(tx),
+    )  # fmt: skip
+    s = table(MLX5_GLOBAL, v)
+    q: Dict[str, int] = {}
+    for i in range(nch):
+        ev = r(10**6, 10**8)
+        q.update({f"ch{i}_events": ev, f"ch{i}_poll": ev, f"ch{i}_arm": ev})
+        q.update({f"rx{i}_packets": rx[i], f"rx{i}_bytes": rxb[i], f"rx{i}_csum_complete": rx[i]})
+        q.update({f"rx{i}_cache_reuse": r(10**4, 10**6), f"rx{i}_cache_empty": r(0, 200)})
+        q.update({f"tx{i}_packets": tx[i], f"tx{i}_bytes": txb[i], f"tx{i}_cqes": tx[i]})
+        q.update({f"tx{i}_csum_partial": tx[i], f"tx{i}_xmit_more": r(0, 10**6)})
+    s += per_queue("ch{q}_{f}", MLX5_CH, nch, q)
+    s += per_queue("rx{q}_{f}", MLX5_RQ, nch, q)
+    s += per_queue("tx{q}_{f}", MLX5_SQ, nch, q)
+    return s
+
+
+DEBIAN_IRQBALANCE = """\
+# irqbalance is a daemon process that distributes interrupts across
+# CPUs on SMP systems.  The default is to rebalance once every 10
+# seconds.  This is the environment file that is specified to systemd via the
+# EnvironmentFile key in the service unit file (or via whatever method the init
+# system you're using has).
+#
+# IRQBALANCE_ONESHOT
+#    After starting, wait for ten seconds, then look at the interrupt
+#    load and balance it once; after balancing exit and do not change
+#    it again.
+#
+#IRQBALANCE_ONESHOT=
+
+#
+# IRQBALANCE_BANNED_CPUS
+#    64 bit bitmask which allows you to indicate which CPUs should
+#    be skipped when reblancing IRQs.  CPU numbers which have their
+#    corresponding bits set to one in this mask will not have any
+#    IRQs assigned to them on rebalance.
+#
+#IRQBALANCE_BANNED_CPUS=
+# lb1: keep device interrupts off the isolated cores (2-11,26-35)
+{banned}
+
+#
+# IRQBALANCE_ARGS
+#    Append any args here to the irqbalance daemon as documented in the man
+#    page.
+#
+#IRQBALANCE_ARGS=
+# lb1: the ixgbe link interrupt stays where the kernel put it
+{args}
+"""
+
+RHEL_IRQBALANCE = """\
+# irqbalance is a daemon process that distributes interrupts across
+# CPUs on SMP systems. The default is to rebalance once every 10
+# seconds. This is the environment file that is specified to systemd via the
+# EnvironmentFile key in the service unit file (or via whatever method the init
+# system you're using has).
+
+# IRQBALANCE_ONESHOT
+#    After starting, wait for ten seconds, then look at the interrupt
+#    load and balance it once; after balancing exit and do not change
+#    it again.
+#
+#IRQBALANCE_ONESHOT=
+
+#
+# IRQBALANCE_BANNED_CPULIST
+#    The CPUs list which allows you to indicate which CPUs should
+#    be skipped when reblancing IRQs. CPU numbers in CPUs list will
+#    not have any IRQs assigned to them on rebalance.
+#
+#      The format of CPUs list is:
+#        <cpu number>,...,<cpu number>
+#      or a range:
+#        <cpu number>-<cpu number>
+#      or a mixture:
+#        <cpu number>,...,<cpu number>-<cpu number>
+#
+#IRQBALANCE_BANNED_CPULIST=
+
+#
+# IRQBALANCE_ARGS
+#    Append any args here to the irqbalance daemon as documented in the man
+#    page.
+#
+IRQBALANCE_ARGS=
+"""
+
+IRQBALANCE_UNIT = """\
+[Unit]
+Description=irqbalance daemon
+Documentation=man:irqbalance(1)
+Documentation=https://github.com/Irqbalance/irqbalance
+ConditionVirtualization=!container
+ConditionCPUs=>1
+
+[Service]
+EnvironmentFile=-/etc/default/irqbalance
+ExecStart=/usr/sbin/irqbalance --foreground $IRQBALANCE_ARGS
+CapabilityBoundingSet=
+NoNewPrivileges=yes
+ReadOnlyPaths=/
+ReadWritePaths=/proc/irq
+RestrictAddressFamilies=AF_UNIX AF_NETLINK
+RestrictNamespaces=yes
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# ================================================================== (b) kvm-virtio-4vcpu
+
+
+def gen_kvm(out: Path) -> None:
+    t = Tree(out, "kvm-virtio-4vcpu")
+    rng = random.Random(4)  # noqa: S311 - fixture data, not security
+    nbits = 4
+    rel = "6.1.0-18-cloud-amd64"
+    common_proc(
+        t,
+        "web-vm4",
+        rel,
+        f"Linux version {rel} (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) "
+        "12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 "
+        "(2024-02-01)",
+        f"BOOT_IMAGE=/boot/vmlinuz-{rel} root=PARTUUID=6f1b3a5e-1c1e-4a4c-9a52-5d0c2f6d7e01 ro "
+        "console=tty0 console=ttyS0,115200 earlyprintk=ttyS0,115200 consoleblank=0",
+    )
+    processes(t, {1: "systemd", 2: "kthreadd", 512: "systemd-journal", 701: "sshd", 880: "nginx"})
+    cpus = [CpuInfo(c, 0, c, 0, (c,)) for c in range(4)]
+    write_cpus(t, cpus, range(4), range(4), nbits, [], None, True)
+    write_nodes(t, {0: range(4)}, nbits)
+    t.write("/proc/irq/default_smp_affinity", cpumask(range(4), nbits))
+    a4 = range(4)
+    irqs = [
+        ioapic(0, "IO-APIC", 2, "edge", "timer", {0: 31}, a4, [0], -1),
+        ioapic(1, "IO-APIC", 1, "edge", "i8042", {1: 9}, a4, [1], -1),
+        ioapic(4, "IO-APIC", 4, "edge", "ttyS0", {2: 412}, a4, [2], -1),
+        ioapic(8, "IO-APIC", 8, "edge", "rtc0", {}, a4, [0], -1),
+        ioapic(9, "IO-APIC", 9, "fasteoi", "acpi", {}, a4, [0], -1),
+        ioapic(12, "IO-APIC", 12, "edge", "i8042", {3: 15}, a4, [3], -1),
+        # virtio0: virtio-rng at 0000:00:02.0 (its queue is "input", without an index)
+        msi(24, "0000:00:02.0", 0, "virtio0-config", {}, a4, [1], (), -1, "PCI-MSI"),
+        msi(25, "0000:00:02.0", 1, "virtio0-input", {2: 17}, a4, [2], (), -1, "PCI-MSI"),
+        msi(26, "0000:00:03.0", 0, "virtio1-config", {}, a4, [3], (), -1, "PCI-MSI"),
+    ]
+    net_irqs = []
+    for q in range(4):
+        for k, kind in enumerate(("input", "output")):
+            n = 1 + 2 * q + k
+            counts = {q: rng.randrange(10**6, 10**8)}
+            action = f"virtio1-{kind}.{q}"
+            net_irqs.append(
+                msi(26 + n, "0000:00:03.0", n, action, counts, [q], [q], [q], -1, "PCI-MSI")
+            )
+    irqs += net_irqs
+    irqs.append(msi(35, "0000:00:04.0", 0, "virtio2-config", {}, a4, [0], (), -1, "PCI-MSI"))
+    for q in range(4):  # virtio-blk: managed affinity, one vector per CPU, no hint
+        counts = {q: rng.randrange(10**4, 10**6)}
+        irqs.append(
+            msi(
+                36 + q,
+                "0000:00:04.0",
+                1 + q,
+                f"virtio2-req.{q}",
+                counts,
+                [q],
+                [q],
+                (),
+                -1,
+                "PCI-MSI",
+            )
+        )
+    t.write("/proc/interrupts", proc_interrupts(range(4), irqs, 3, rng, hyp=True), newline=False)
+    for irq in irqs:
+        write_proc_irq(t, irq, nbits)
+
+    root = "/sys/devices/pci0000:00"
+    pcis = [
+        PciDev(f"{root}/0000:00:02.0", 0x1AF4, 0x1005, 0x1AF4, 0x0004, 0x00FF00, "virtio-pci",
+               -1, a4, [24, 25], 10),
+        PciDev(f"{root}/0000:00:03.0", 0x1AF4, 0x1000, 0x1AF4, 0x0001, 0x020000, "virtio-pci",
+               -1, a4, [26, *[i.num for i in net_irqs]], 11),
+        PciDev(f"{root}/0000:00:04.0", 0x1AF4, 0x1001, 0x1AF4, 0x0002, 0x010000, "virtio-pci",
+               -1, a4, list(range(35, 40)), 11),
+    ]  # fmt: skip
+    for d in pcis:
+        write_pci(t, d, nbits)
+    for n, (pci, drv, dev_id) in enumerate(
+        zip(pcis, ("virtio_rng", "virtio_net", "virtio_blk"), (4, 1, 2))
+    ):
+        vdev = f"{pci.path}/virtio{n}"
+        t.write(f"{vdev}/device", f"0x{dev_id:04x}")
+        t.write(f"{vdev}/vendor", "0x1af4")
+        t.write(f"{vdev}/status", "0x0000000f")
+        t.write(f"{vdev}/uevent", f"DRIVER={drv}\nMODALIAS=virtio:d{dev_id:08X}v00001AF4")
+        t.link(f"{vdev}/driver", write_driver_dir(t, "virtio", drv))
+    vnet = f"{root}/0000:00:03.0/virtio1"
+    devs = {
+        "lo": lo_dev(),
+        "ens3": netdev(
+            "ens3", f"{vnet}/net/ens3", 2, "fa:16:3e:4c:9b:21", speed=-1, duplex="unknown",
+            device=vnet, rx=[(frozenset(a4), 4096)] * 4, tx=[frozenset({q}) for q in range(4)],
+        ),
+    }  # fmt: skip
+    for nd in devs.values():
+        write_netdev(t, nd, nbits, devs)
+    t.write("/proc/sys/net/core/rps_sock_flow_entries", "16384")
+    write_lo_ethtool(t)
+    v: Dict[str, int] = {}
+    for q in range(4):
+        p = v[f"rx_queue_{q}_packets"] = rng.randrange(10**6, 10**8)
+        v[f"rx_queue_{q}_bytes"] = p * rng.randrange(100, 1400)
+        v[f"rx_queue_{q}_kicks"] = rng.randrange(100, 5000)
+        p = v[f"tx_queue_{q}_packets"] = rng.randrange(10**6, 10**8)
+        v[f"tx_queue_{q}_bytes"] = p * rng.randrange(100, 1400)
+        v[f"tx_queue_{q}_kicks"] = rng.randrange(10**5, 10**7)
+    v["rx_queue_2_drops"] = 37
+    rxf = "packets bytes drops xdp_packets xdp_tx xdp_redirects xdp_drops kicks"
+    txf = "packets bytes xdp_tx xdp_tx_drops kicks tx_timeouts"
+    rows = per_queue("rx_queue_{q}_{f}", rxf, 4, v)
+    rows += per_queue("tx_queue_{q}_{f}", txf, 4, v)
+    write_ethtool(
+        t,
+        "ens3",
+        ethtool_i("virtio_net", "1.0.0", "", "0000:00:03.0"),
+        ethtool_g("ens3", 256, 256, 256, 256, False),
+        ethtool_l("ens3", 4, 4),
+        ethtool_S(rows),
+    )
+    # irqbalance is not installed: no config file, no process, no unit; systemd is there.
+    units = "/usr/lib/systemd/system"
+    t.write(f"{units}/nginx.service", "[Unit]\nDescription=A high performance web server\n")
+    t.link("/etc/systemd/system/multi-user.target.wants/nginx.service", f"{units}/nginx.service")
+
+
+# ================================================================== (c) aws-ena-c5n
+
+ENA_GLOBAL = """tx_timeout suspend resume wd_expired interface_up interface_down admin_q_pause
+bw_in_allowance_exceeded bw_out_allowance_exceeded pps_allowance_exceeded
+conntrack_allowance_exceeded linklocal_allowance_exceeded"""
+ENA_QUEUE = """tx_cnt tx_bytes tx_queue_stop tx_queue_wakeup tx_dma_mapping_err tx_linearize
+tx_linearize_failed tx_napi_comp tx_tx_poll tx_doorbells tx_prepare_ctx_err tx_bad_req_id
+tx_llq_buffer_copy tx_missed_tx tx_unmask_interrupt rx_cnt rx_bytes rx_rx_copybreak_pkt
+rx_csum_good rx_refil_partial rx_csum_bad rx_page_alloc_fail rx_skb_alloc_fail
+rx_dma_mapping_err rx_bad_desc_num rx_bad_req_id rx_empty_rx_ring rx_csum_unchecked
+rx_xdp_aborted rx_xdp_drop rx_xdp_pass rx_xdp_tx rx_xdp_invalid rx_xdp_redirect"""
+ENA_ADMIN = """ena_admin_q_aborted_cmd ena_admin_q_submitted_cmd ena_admin_q_completed_cmd
+ena_admin_q_out_of_space ena_admin_q_no_completion"""
+
+
+def gen_aws(out: Path) -> None:
+    t = Tree(out, "aws-ena-c5n")
+    rng = random.Random(5)  # noqa: S311 - fixture data, not security
+    nbits = 8
+    rel = "6.1.72-96.166.amzn2023.x86_64"
+    common_proc(
+        t,
+        "ip-10-0-12-34.ec2.internal",
+        rel,
+        f"Linux version {rel} (mockbuild@ip-10-0-44-4) (gcc (GCC) 11.4.1 20230605 (Red Hat "
+        "11.4.1-2), GNU ld version 2.39-6.amzn2023.0.10) #1 SMP PREEMPT_DYNAMIC Wed Jan 24 "
+        "16:53:06 UTC 2024",
+        f"BOOT_IMAGE=(hd0,gpt1)/boot/vmlinuz-{rel} root=UUID=2c5e6a3f-9c49-4c4e-8a2e-41b1d0e7a5c3 "
+        "ro console=tty0 console=ttyS0,115200n8 nvme_core.io_timeout=4294967295 "
+        "rd.emergency=poweroff rd.shell=0 selinux=1 security=selinux quiet",
+    )
+    processes(t, {1: "systemd", 2: "kthreadd", 1033: "sshd", 1101: "chronyd", 1254: "haproxy"})
+    cpus = [CpuInfo(c, 0, c % 4, 0, (c % 4, c % 4 + 4)) for c in range(8)]
+    write_cpus(t, cpus, range(8), range(8), nbits, [], [], True)
+    write_nodes(t, {0: range(8)}, nbits)
+    t.write("/proc/irq/default_smp_affinity", cpumask(range(8), nbits))
+    a8 = range(8)
+    irqs = [
+        ioapic(0, "IO-APIC", 2, "edge", "timer", {0: 37}, a8, [0]),
+        ioapic(1, "IO-APIC", 1, "edge", "i8042", {}, a8, [0]),
+        ioapic(4, "IO-APIC", 4, "edge", "ttyS0", {0: 1833}, a8, [0]),
+        ioapic(8, "IO-APIC", 8, "edge", "rtc0", {}, a8, [0]),
+        ioapic(9, "IO-APIC", 9, "fasteoi", "acpi", {}, a8, [0]),
+        ioapic(12, "IO-APIC", 12, "edge", "i8042", {}, a8, [0]),
+        # EBS NVMe at 0000:00:04.0: admin queue + 4 managed I/O queues over sibling pairs
+        msi(24, "0000:00:04.0", 0, "nvme0q0", {0: 41}, a8, [0], chip="PCI-MSI"),
+    ]
+    for q in range(4):
+        counts = {q: rng.randrange(10**4, 10**6)}
+        pair = [q, q + 4]
+        irqs.append(
+            msi(25 + q, "0000:00:04.0", 1 + q, f"nvme0q{q + 1}", counts, pair, [q], chip="PCI-MSI")
+        )
+    # ENA at 0000:00:05.0: management vector 0, then one vector per I/O queue pair
+    bdf = "0000:00:05.0"
+    mgmnt = msi(29, bdf, 0, f"ena-mgmnt@pci:{bdf}", {0: 5240}, [0], [0], [0], chip="PCI-MSI")
+    ena_irqs = [
+        msi(30 + q, bdf, 1 + q, f"ens5-Tx-Rx-{q}", {q: rng.randrange(10**7, 10**9)},
+            [q], [q], [q], chip="PCI-MSI")
+        for q in range(8)
+    ]  # fmt: skip
+    irqs += [mgmnt, *ena_irqs]
+    t.write("/proc/interrupts", proc_interrupts(a8, irqs, 3, rng, hyp=True), newline=False)
+    for irq in irqs:
+        write_proc_irq(t, irq, nbits)
+    root = "/sys/devices/pci0000:00"
+    nvme = PciDev(f"{root}/0000:00:04.0", 0x1D0F, 0x8061, 0x1D0F, 0x8061, 0x010802, "nvme", 0,
+                  a8, list(range(24, 29)), 11)  # fmt: skip
+    ena = PciDev(f"{root}/{bdf}", 0x1D0F, 0xEC20, 0x1D0F, 0xEC20, 0x020000, "ena", 0, a8,
+                 [29, *[i.num for i in ena_irqs]], 0)  # fmt: skip
+    for d in (nvme, ena):
+        write_pci(t, d, nbits)
+    zero: frozenset = frozenset()
+    devs = {
+        "lo": lo_dev(),
+        "ens5": netdev("ens5", f"{ena.path}/net/ens5", 2, "0e:5d:2a:81:37:c9", mtu=9001,
+                       speed=25000, device=ena.path, rx=[(zero, 0)] * 8, tx=[zero] * 8),
+    }  # fmt: skip
+    for nd in devs.values():
+        write_netdev(t, nd, nbits, devs)
+    write_lo_ethtool(t)
+    v = dict(interface_up=1, bw_in_allowance_exceeded=1731, pps_allowance_exceeded=20544)
+    rows = table(ENA_GLOBAL, v)
+    q: Dict[str, int] = {}
+    for i in range(8):
+        tp, rp = rng.randrange(10**7, 10**9), rng.randrange(10**7, 10**9)
+        q.update({f"queue_{i}_tx_cnt": tp, f"queue_{i}_tx_bytes": tp * 310})
+        q.update({f"queue_{i}_rx_cnt": rp, f"queue_{i}_rx_bytes": rp * 820})
+        q.update({f"queue_{i}_rx_csum_good": rp})
+        for f in ("tx_napi_comp", "tx_tx_poll", "tx_doorbells", "tx_unmask_interrupt"):
+            q[f"queue_{i}_{f}"] = rng.randrange(10**6, 10**8)
+    rows += per_queue("queue_{q}_{f}", ENA_QUEUE, 8, q)
+    rows += table(ENA_ADMIN, dict(ena_admin_q_submitted_cmd=57, ena_admin_q_completed_cmd=57))
+    write_ethtool(
+        t,
+        "ens5",
+        ethtool_i("ena", "2.8.1g", "", bdf, priv=True),
+        ethtool_g("ens5", 16384, 1024, 1024, 1024, False),
+        ethtool_l("ens5", 8, 8),
+        ethtool_S(rows),
+    )
+    # irqbalance installed (config present) but disabled and not running.
+    t.write("/etc/sysconfig/irqbalance", RHEL_IRQBALANCE)
+    units = "/usr/lib/systemd/system"
+    for unit in ("sshd.service", "chronyd.service", "haproxy.service"):
+        t.write(f"{units}/{unit}", f"[Unit]\nDescription={unit}\n")
+        t.link(f"/etc/systemd/system/multi-user.target.wants/{unit}", f"{units}/{unit}")
+    unit_text = IRQBALANCE_UNIT.replace("/etc/default/irqbalance", "/etc/sysconfig/irqbalance")
+    t.write(f"{units}/irqbalance.service", unit_text)
+
+
+# ================================================================== (d) tiny-veth-bond
+
+E1000_STATS = """rx_packets tx_packets rx_bytes tx_bytes rx_broadcast tx_broadcast rx_multicast
+tx_multicast rx_errors tx_errors tx_dropped multicast collisions rx_length_errors
+rx_over_errors rx_crc_errors rx_frame_errors rx_no_buffer_count rx_missed_errors
+tx_aborted_errors tx_carrier_errors tx_fifo_errors tx_heartbeat_errors tx_window_errors
+tx_abort_late_coll tx_deferred_ok tx_single_coll_ok tx_multi_coll_ok tx_timeout_count
+tx_restart_queue rx_long_length_errors rx_short_length_errors rx_align_errors tx_tcp_seg_good
+tx_tcp_seg_failed rx_flow_control_xon rx_flow_control_xoff tx_flow_control_xon
+tx_flow_control_xoff rx_long_byte_count rx_csum_offload_good rx_csum_offload_errors
+alloc_rx_buff_failed tx_smbus rx_smbus dropped_smbus"""
+
+
+def gen_tiny(out: Path) -> None:
+    t = Tree(out, "tiny-veth-bond")
+    rng = random.Random(1)  # noqa: S311 - fixture data, not security
+    nbits = 2  # possible 0-1
+    rel = "6.6.32-lbci"
+    common_proc(
+        t,
+        "ci-tiny",
+        rel,
+        f"Linux version {rel} (ci@builder) (gcc (Debian 12.2.0-14) 12.2.0, GNU ld (GNU Binutils "
+        "for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Tue Jun  4 10:12:40 UTC 2024",
+        f"BOOT_IMAGE=/boot/vmlinuz-{rel} root=/dev/vda1 ro console=ttyS0 maxcpus=1 net.ifnames=0",
+    )
+    processes(t, {1: "systemd", 2: "kthreadd", 214: "systemd-journal", 402: "sshd"})
+    cpus = [CpuInfo(0, 0, 0, 0, (0,)), CpuInfo(1, 0, 1, 0, (1,))]
+    write_cpus(t, cpus, [0], [0, 1], nbits, [], None, True)
+    # CONFIG_NUMA=n: no /sys/devices/system/node, no PCI numa_node attribute.
+    t.write("/proc/irq/default_smp_affinity", cpumask([0, 1], nbits))
+    both = [0, 1]
+    irqs = [
+        ioapic(0, "IO-APIC", 2, "edge", "timer", {0: 38}, both, [0]),
+        ioapic(1, "IO-APIC", 1, "edge", "i8042", {0: 9}, both, [0]),
+        ioapic(4, "IO-APIC", 4, "edge", "ttyS0", {0: 611}, both, [0]),
+        ioapic(8, "IO-APIC", 8, "edge", "rtc0", {}, both, [0]),
+        ioapic(9, "IO-APIC", 9, "fasteoi", "acpi", {}, both, [0]),
+        ioapic(11, "IO-APIC", 11, "fasteoi", "eth0", {0: 1048211}, both, [0]),
+        ioapic(12, "IO-APIC", 12, "edge", "i8042", {0: 15}, both, [0]),
+        ioapic(14, "IO-APIC", 14, "edge", "ata_piix", {0: 19921}, both, [0]),
+        ioapic(15, "IO-APIC", 15, "edge", "ata_piix", {}, both, [0]),
+    ]
+    t.write("/proc/interrupts", proc_interrupts([0], irqs, 3, rng, hyp=True), newline=False)
+    for irq in irqs:
+        write_proc_irq(t, irq, nbits)
+    e1000 = PciDev("/sys/devices/pci0000:00/0000:00:03.0", 0x8086, 0x100E, 0x1AF4, 0x1100,
+                   0x020000, "e1000", None, [0], [], 11, ("2.5 GT/s PCIe", "1"))  # fmt: skip
+    write_pci(t, e1000, nbits)
+    mac = "52:54:00:12:34:56"
+    virt = "/sys/devices/virtual/net"
+    none: frozenset = frozenset()
+    devs = {
+        "lo": lo_dev(),
+        "eth0": netdev("eth0", f"{e1000.path}/net/eth0", 2, mac, speed=1000, flags=0x1803,
+                       device=e1000.path, rx=[(none, 0)], tx=[None], upper=["bond0"],
+                       master="bond0"),
+        "bond0": netdev("bond0", f"{virt}/bond0", 3, mac, speed=1000, flags=0x1403,
+                        uevent_extra=("DEVTYPE=bond",), rx=[(none, 0)] * 16, tx=[none] * 16,
+                        lower=["eth0"], upper=["bond0.100"]),
+        "bond0.100": netdev("bond0.100", f"{virt}/bond0.100", 4, mac, iflink=3, speed=1000,
+                            txqueuelen=0, uevent_extra=("DEVTYPE=vlan",), rx=[(none, 0)],
+                            tx=[None], lower=["bond0"]),
+        "veth0": netdev("veth0", f"{virt}/veth0", 6, "6a:3f:1e:0b:9c:d2", iflink=2, speed=10000,
+                        rx=[(none, 0)] * 4, tx=[none] * 4),
+    }  # fmt: skip
+    for nd in devs.values():
+        write_netdev(t, nd, nbits, devs)
+    bonding = f"{virt}/bond0/bonding"
+    t.write(f"{bonding}/slaves", "eth0")
+    t.write(f"{bonding}/mode", "active-backup 1")
+    t.write(f"{bonding}/active_slave", "eth0")
+    t.write(f"{bonding}/miimon", "100")
+    t.write("/sys/class/net/bonding_masters", "bond0")  # a file, not an interface
+    write_lo_ethtool(t)
+    e1000_v = dict(
+        rx_packets=1193022, tx_packets=844101, rx_bytes=1466233100, tx_bytes=77120331,
+        rx_broadcast=2210, tx_broadcast=8, rx_no_buffer_count=12, rx_missed_errors=3,
+        rx_long_byte_count=1466233100, rx_csum_offload_good=1190511,
+    )  # fmt: skip
+    write_ethtool(
+        t,
+        "eth0",
+        ethtool_i("e1000", rel, "", "0000:00:03.0", test=True, eeprom=True, regs=True),
+        ethtool_g("eth0", 4096, 4096, 256, 256, False),
+        NOT_SUPPORTED,
+        ethtool_S(table(E1000_STATS, e1000_v)),
+    )
+    no_stats = "no stats available\n"
+    bond_i = ethtool_i("bonding", rel, "2", "", stats=False)
+    write_ethtool(t, "bond0", bond_i, NOT_SUPPORTED, NOT_SUPPORTED, no_stats)
+    vlan_i = ethtool_i("802.1Q VLAN Support", "1.8", "N/A", "", stats=False)
+    write_ethtool(t, "bond0.100", vlan_i, NOT_SUPPORTED, NOT_SUPPORTED, no_stats)
+    rxf = "xdp_packets xdp_bytes drops xdp_redirect xdp_drops xdp_tx xdp_tx_errors"
+    rows = [("peer_ifindex", 2), *per_queue("rx_queue_{q}_{f}", rxf, 4, {"rx_queue_3_drops": 112})]
+    rows += per_queue("tx_queue_{q}_{f}", "xdp_xmit xdp_xmit_errors", 4, {})
+    write_ethtool(
+        t,
+        "veth0",
+        ethtool_i("veth", "1.0", "", ""),
+        NOT_SUPPORTED,
+        ethtool_l("veth0", 0, 0, rx=4, rx_max=4, tx=4, tx_max=4),
+        ethtool_S(rows),
+    )
+
+
+# ================================================================== broken trees
+
+
+def gen_broken(out: Path) -> None:
+    t = Tree(out, "broken-sysfs")
+    t.write("/proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/vda1 ro")
+    t.write("/proc/interrupts", " " * 11 + "CPU0       CPU1       \n", newline=False)
+    t.write("/sys/devices/system/cpu/online", "0-x")  # garbage where a CPU list belongs
+    t.write("/sys/devices/system/cpu/possible", "0-1")
+    for c in (0, 1):
+        t.write(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list", str(c))
+
+    t = Tree(out, "broken-nic-mtu")
+    t.write("/proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/vda1 ro")
+    t.write("/proc/interrupts", " " * 11 + "CPU0       \n", newline=False)
+    t.write("/sys/devices/system/cpu/online", "0")
+    t.write("/sys/devices/system/cpu/possible", "0")
+    t.write("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list", "0")
+    nd = netdev("eth0", "/sys/devices/virtual/net/eth0", 2, "02:00:00:00:00:01",
+                rx=[(frozenset(), 0)], tx=[None])  # fmt: skip
+    write_netdev(t, nd, 1, {"eth0": nd})
+    t.write("/sys/devices/virtual/net/eth0/mtu", "1500 bytes")  # not an integer
+
+
+GENERATORS = [gen_r750, gen_kvm, gen_aws, gen_tiny, gen_broken]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--out", type=Path, default=HERE, help="directory to write the trees into")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for gen in GENERATORS:
+        gen(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

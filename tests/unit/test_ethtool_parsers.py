@@ -1,0 +1,263 @@
+"""Parsers for recorded `ethtool -i/-g/-l/-S` output, and the sosreport-style recorded source."""
+
+from __future__ import annotations
+
+import pytest
+
+from lbtune.errors import MalformedHostFile
+from lbtune.host.ethtool import (
+    Channels,
+    DriverInfo,
+    RecordedEthtool,
+    RingSizes,
+    parse_ethtool_g,
+    parse_ethtool_i,
+    parse_ethtool_l,
+    parse_ethtool_S,
+)
+from lbtune.host.fs import HostFS
+
+# ethtool 6.1 on a 6.x virtio_net guest (recorded on this project's build machine).
+G_61_VIRTIO = (
+    "Ring parameters for eth0:\n"
+    "Pre-set maximums:\n"
+    "RX:\t\t256\n"
+    "RX Mini:\tn/a\n"
+    "RX Jumbo:\tn/a\n"
+    "TX:\t\t256\n"
+    "Current hardware settings:\n"
+    "RX:\t\t256\n"
+    "RX Mini:\tn/a\n"
+    "RX Jumbo:\tn/a\n"
+    "TX:\t\t256\n"
+    "RX Buf Len:\t\tn/a\n"
+    "CQE Size:\t\tn/a\n"
+    "TX Push:\toff\n"
+    "TCP data split:\tn/a\n"
+)
+
+# ethtool 6.7 (wider labels, push lines) on ENA.
+G_67_ENA = (
+    "Ring parameters for ens5:\n"
+    "Pre-set maximums:\n"
+    "RX:\t\t\t16384\n"
+    "RX Mini:\t\tn/a\n"
+    "RX Jumbo:\t\tn/a\n"
+    "TX:\t\t\t1024\n"
+    "TX push buff len:\t224\n"
+    "Current hardware settings:\n"
+    "RX:\t\t\t2048\n"
+    "RX Mini:\t\tn/a\n"
+    "RX Jumbo:\t\tn/a\n"
+    "TX:\t\t\t1024\n"
+    "RX Buf Len:\t\tn/a\n"
+    "CQE Size:\t\tn/a\n"
+    "TX Push:\t\ton\n"
+    "RX Push:\t\toff\n"
+    "TX push buff len:\t96\n"
+    "TCP data split:\t\tn/a\n"
+)
+
+# ethtool 3.x/4.x (ioctl era) on ixgbe: unsupported kinds printed as 0.
+G_IOCTL_IXGBE = (
+    "Ring parameters for eth2:\n"
+    "Pre-set maximums:\n"
+    "RX:\t\t4096\n"
+    "RX Mini:\t0\n"
+    "RX Jumbo:\t0\n"
+    "TX:\t\t4096\n"
+    "Current hardware settings:\n"
+    "RX:\t\t512\n"
+    "RX Mini:\t0\n"
+    "RX Jumbo:\t0\n"
+    "TX:\t\t512\n"
+    "\n"
+)
+
+L_61_IXGBE = (
+    "Channel parameters for eno1:\n"
+    "Pre-set maximums:\n"
+    "RX:\t\tn/a\n"
+    "TX:\t\tn/a\n"
+    "Other:\t\t1\n"
+    "Combined:\t63\n"
+    "Current hardware settings:\n"
+    "RX:\t\tn/a\n"
+    "TX:\t\tn/a\n"
+    "Other:\t\t1\n"
+    "Combined:\t16\n"
+)
+
+# veth created with numrxqueues/numtxqueues 4 (recorded on a 6.x kernel).
+L_61_VETH = (
+    "Channel parameters for veth0:\n"
+    "Pre-set maximums:\n"
+    "RX:\t\t4\n"
+    "TX:\t\t4\n"
+    "Other:\t\tn/a\n"
+    "Combined:\tn/a\n"
+    "Current hardware settings:\n"
+    "RX:\t\t4\n"
+    "TX:\t\t4\n"
+    "Other:\t\tn/a\n"
+    "Combined:\tn/a\n"
+)
+
+I_61_VIRTIO = (
+    "driver: virtio_net\n"
+    "version: 1.0.0\n"
+    "firmware-version: \n"
+    "expansion-rom-version: \n"
+    "bus-info: 0000:00:03.0\n"
+    "supports-statistics: yes\n"
+    "supports-test: no\n"
+    "supports-eeprom-access: no\n"
+    "supports-register-dump: no\n"
+    "supports-priv-flags: no\n"
+)
+
+I_MLX5 = (
+    "driver: mlx5_core\n"
+    "version: 5.15.0-105-generic\n"
+    "firmware-version: 22.36.1010 (DEL0000000027)\n"
+    "expansion-rom-version: \n"
+    "bus-info: 0000:98:00.0\n"
+    "supports-statistics: yes\n"
+    "supports-test: yes\n"
+    "supports-eeprom-access: no\n"
+    "supports-register-dump: no\n"
+    "supports-priv-flags: yes\n"
+)
+
+S_I40E = (
+    "NIC statistics:\n"
+    "     rx_packets: 5281935\n"
+    "     tx_packets: 4018823\n"
+    "     rx_bytes: 7311320212\n"
+    "     tx-0.tx_packets: 2011882\n"
+    "     rx-0.rx_packets: 2733110\n"
+    "     port.rx_dropped: 0\n"
+    "     port.rx_discards: 1766\n"
+    "     veb.tc_0_tx_packets: 0\n"
+)
+
+
+def test_rings_netlink_61():
+    assert parse_ethtool_g(G_61_VIRTIO) == RingSizes(rx=256, tx=256, rx_max=256, tx_max=256)
+
+
+def test_rings_with_push_lines():
+    assert parse_ethtool_g(G_67_ENA) == RingSizes(rx=2048, tx=1024, rx_max=16384, tx_max=1024)
+
+
+def test_rings_ioctl_era_zeros():
+    r = parse_ethtool_g(G_IOCTL_IXGBE)
+    assert (r.rx, r.tx, r.rx_max, r.tx_max) == (512, 512, 4096, 4096)
+    assert (r.rx_mini, r.rx_jumbo, r.rx_mini_max, r.rx_jumbo_max) == (0, 0, 0, 0)
+
+
+def test_channels():
+    assert parse_ethtool_l(L_61_IXGBE) == Channels(
+        other=1, combined=16, other_max=1, combined_max=63
+    )
+    assert parse_ethtool_l(L_61_VETH) == Channels(rx=4, tx=4, rx_max=4, tx_max=4)
+
+
+def test_driver_info():
+    assert parse_ethtool_i(I_61_VIRTIO) == DriverInfo("virtio_net", "1.0.0", "", "0000:00:03.0")
+    assert parse_ethtool_i(I_MLX5) == DriverInfo(
+        "mlx5_core", "5.15.0-105-generic", "22.36.1010 (DEL0000000027)", "0000:98:00.0"
+    )
+    vlan = parse_ethtool_i(
+        "driver: 802.1Q VLAN Support\nversion: 1.8\nfirmware-version: N/A\nbus-info: \n"
+    )
+    assert (vlan.driver, vlan.firmware, vlan.bus_info) == ("802.1Q VLAN Support", "N/A", "")
+
+
+def test_stats():
+    s = parse_ethtool_S(S_I40E)
+    assert s["port.rx_discards"] == 1766
+    assert s["tx-0.tx_packets"] == 2011882
+    assert len(s) == 8
+
+
+@pytest.mark.parametrize(
+    ("parser", "text", "problem"),
+    [
+        (parse_ethtool_g, "Ring parameters for eth0:\nRX:\t\t256\n", "Pre-set maximums"),
+        (parse_ethtool_g, "", "Pre-set maximums"),
+        (
+            parse_ethtool_g,
+            G_61_VIRTIO.replace("RX:\t\t256\nRX Mini", "RX:\t\tlots\nRX Mini", 1),
+            "not a number",
+        ),
+        (parse_ethtool_l, L_61_IXGBE.replace("Combined:\t16", "Combined:\t-1"), "not a number"),
+        (parse_ethtool_l, "netlink error: no device matches name\n", "Pre-set maximums"),
+        (parse_ethtool_i, "version: 1.0\nbus-info: 0000:00:03.0\n", "driver"),
+        (parse_ethtool_i, "", "driver"),
+        (parse_ethtool_S, "", "NIC statistics"),
+        (
+            parse_ethtool_S,
+            "Cannot get stats strings information: No such device\n",
+            "NIC statistics",
+        ),
+        (parse_ethtool_S, "NIC statistics:\n     rx_packets: 12x\n", "unexpected line"),
+        (parse_ethtool_S, "NIC statistics:\nrx_packets: 12\n", "unexpected line"),
+    ],
+)
+def test_malformed(parser, text, problem):
+    with pytest.raises(MalformedHostFile, match=problem) as e:
+        parser(text, "/cap/sos_commands/networking/ethtool_-x_eth0")
+    assert e.value.path == "/cap/sos_commands/networking/ethtool_-x_eth0"
+
+
+def _recorded(tmp_path, files: dict[str, str]) -> RecordedEthtool:
+    d = tmp_path / "sos_commands/networking"
+    d.mkdir(parents=True)
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return RecordedEthtool(HostFS(str(tmp_path)))
+
+
+def test_recorded_failures_read_as_unsupported(tmp_path):
+    eth = _recorded(
+        tmp_path,
+        {
+            "ethtool_-g_veth0": "netlink error: Operation not supported\n",
+            "ethtool_-l_bond0": "netlink error: Operation not supported\n",
+            "ethtool_-i_lo": "Cannot get driver information: Operation not supported\n",
+            "ethtool_-S_lo": "no stats available\n",
+            "ethtool_-S_bond0": "",
+            "ethtool_-g_eth0": "Cannot get device ring settings: Operation not supported\n",
+        },
+    )
+    assert eth.rings("veth0") is None
+    assert eth.channels("bond0") is None
+    assert eth.driver_info("lo") is None
+    assert eth.stats("lo") is None
+    assert eth.stats("bond0") is None
+    assert eth.rings("eth0") is None
+    assert eth.rings("missing") is None and eth.stats("missing") is None
+
+
+def test_recorded_values_and_bad_file(tmp_path):
+    eth = _recorded(
+        tmp_path,
+        {
+            "ethtool_-g_eno1": G_IOCTL_IXGBE,
+            "ethtool_-l_eno1": L_61_IXGBE,
+            "ethtool_-i_eno1": I_MLX5,
+            "ethtool_-S_eno1": S_I40E,
+            "ethtool_-S_eth9": "NIC statistics:\n     rx_packets: lots\n",
+        },
+    )
+    rings = eth.rings("eno1")
+    assert rings is not None and rings.rx == 512
+    assert eth.channels("eno1") == Channels(other=1, combined=16, other_max=1, combined_max=63)
+    info = eth.driver_info("eno1")
+    assert info is not None and info.driver == "mlx5_core"
+    stats = eth.stats("eno1")
+    assert stats is not None and stats["port.rx_discards"] == 1766
+    with pytest.raises(MalformedHostFile) as e:
+        eth.stats("eth9")
+    assert e.value.path == str(tmp_path / "sos_commands/networking/ethtool_-S_eth9")

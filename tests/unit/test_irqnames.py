@@ -1,0 +1,121 @@
+"""Driver IRQ naming families: which action names are queues of which NIC, and which are not."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Optional
+
+import pytest
+
+from lbtune.host.interrupts import parse_interrupts
+from lbtune.host.irqnames import FAMILIES, match_queue_irq
+
+X86_515 = (
+    pathlib.Path(__file__).resolve().parent.parent / "data/interrupts/x86-5.15-offline-cpu2.txt"
+).read_text()
+
+# (action, dev, bus, virtio) -> (family, direction, queue)
+POSITIVE = [
+    ("i40e-ens2f0-TxRx-3", "ens2f0", "0000:02:00.0", None, ("i40e", "combined", 3)),
+    ("ice-ens5f0-TxRx-0", "ens5f0", "0000:04:00.0", None, ("ice", "combined", 0)),
+    ("iavf-eth0-TxRx-1", "eth0", "0000:00:05.0", None, ("iavf", "combined", 1)),
+    ("eno1-TxRx-15", "eno1", "0000:18:00.0", None, ("ixgbe/igb/bnxt_en", "combined", 15)),
+    ("eno2np0-TxRx-7", "eno2np0", "0000:06:00.0", None, ("ixgbe/igb/bnxt_en", "combined", 7)),
+    ("eth2-rx-1", "eth2", "0000:08:00.0", None, ("split rx", "rx", 1)),
+    ("eth2-tx-0", "eth2", "0000:08:00.0", None, ("split tx", "tx", 0)),
+    ("enp1s0f0-fp-2", "enp1s0f0", "0000:01:00.0", None, ("bnx2x/qede", "combined", 2)),
+    ("eth0-rxtx-3", "eth0", "0000:03:00.0", None, ("nfp", "combined", 3)),
+    ("ens4-ntfy-block.5", "ens4", "0000:00:04.0", None, ("gve", "combined", 5)),
+    ("mlx5_comp7@pci:0000:98:00.0", "ens1f0np0", "0000:98:00.0", None, ("mlx5", "combined", 7)),
+    (
+        "mlx5_comp63@pci:0003:01:00.0",
+        "enP3p1s0f0np0",
+        "0003:01:00.0",
+        None,
+        ("mlx5", "combined", 63),
+    ),
+    ("ens5-Tx-Rx-4", "ens5", "0000:00:05.0", None, ("ena", "combined", 4)),
+    ("virtio1-input.3", "ens3", "0000:00:03.0", "virtio1", ("virtio rx", "rx", 3)),
+    ("virtio1-output.0", "ens3", "0000:00:03.0", "virtio1", ("virtio tx", "tx", 0)),
+    ("ens1f0-2", "ens1f0", "0000:3b:00.0", None, ("sfc", "combined", 2)),
+]
+
+NEGATIVE = [
+    # other interface whose name starts or ends alike
+    ("eth10-TxRx-0", "eth1", "0000:05:00.0", None),
+    ("eth1-TxRx-0", "eth10", "0000:06:00.0", None),
+    ("i40e-ens2f0-TxRx-3", "ens2f", "0000:02:00.0", None),
+    ("i40e-ens2f01-TxRx-3", "ens2f0", "0000:02:00.0", None),
+    # vectors of the NIC that serve no queue
+    ("eno1", "eno1", "0000:18:00.0", None),  # ixgbe/igb link ("other") vector
+    ("i40e-0000:02:00.0:misc", "ens2f0", "0000:02:00.0", None),
+    ("mlx5_async0@pci:0000:98:00.0", "ens1f0np0", "0000:98:00.0", None),
+    ("ena-mgmnt@pci:0000:00:05.0", "ens5", "0000:00:05.0", None),
+    ("virtio1-config", "ens3", "0000:00:03.0", "virtio1"),
+    # the other PCI function of the same card
+    ("mlx5_comp0@pci:0000:98:00.1", "ens1f0np0", "0000:98:00.0", None),
+    ("mlx5_comp0@pci:0000:98:00.0", "ens1f0np0", None, None),  # bus unknown: cannot claim it
+    # other virtio devices
+    ("virtio10-input.0", "ens3", "0000:00:03.0", "virtio1"),
+    ("virtio0-input", "ens3", "0000:00:03.0", "virtio1"),  # virtio-rng's queue
+    ("virtio1-input.0", "ens3", "0000:00:03.0", None),
+    ("virtio2-req.0", "ens3", "0000:00:03.0", "virtio1"),
+    # not NICs at all / malformed
+    ("nvme0q1", "ens3", "0000:00:04.0", None),
+    ("eno1-TxRx-", "eno1", "0000:18:00.0", None),
+    ("eno1-TxRx-1 ", "eno1", "0000:18:00.0", None),
+    ("eth0.100-TxRx-0", "eth0x100", "0000:00:03.0", None),  # dots in names are literal
+    ("eth0x100-TxRx-0", "eth0.100", "0000:00:03.0", None),
+]
+
+
+@pytest.mark.parametrize(("action", "dev", "bus", "virtio", "want"), POSITIVE)
+def test_queue_names(action: str, dev: str, bus: Optional[str], virtio: Optional[str], want):
+    m = match_queue_irq(action, dev, bus, virtio)
+    assert m is not None, action
+    assert (m.family, m.direction, m.queue) == want
+
+
+@pytest.mark.parametrize(("action", "dev", "bus", "virtio"), NEGATIVE)
+def test_not_queue_names(action: str, dev: str, bus: Optional[str], virtio: Optional[str]):
+    assert match_queue_irq(action, dev, bus, virtio) is None
+
+
+def test_every_family_is_exercised():
+    assert {w[0] for *_, w in POSITIVE} == {f.name for f in FAMILIES} - {
+        "igb/e1000e rx",
+        "igb/e1000e tx",
+    }
+
+
+def queue_irqs(text: str, dev: str, bus: Optional[str]) -> dict[int, tuple[str, int]]:
+    out = {}
+    for irq, line in parse_interrupts(text).items():
+        for action in line.actions:
+            m = match_queue_irq(action, dev, bus, None)
+            if m:
+                out[irq] = (m.direction, m.queue)
+    return out
+
+
+def test_queue_irqs_in_a_real_interrupts_file():
+    """Every NIC in one /proc/interrupts gets exactly its own queue vectors."""
+    assert queue_irqs(X86_515, "ens2f0", "0000:02:00.0") == {
+        41: ("combined", 0),
+        42: ("combined", 1),
+    }
+    assert queue_irqs(X86_515, "ens5f0", "0000:04:00.0") == {51: ("combined", 0)}
+    assert queue_irqs(X86_515, "eno2np0", "0000:06:00.0") == {
+        60: ("combined", 0),
+        61: ("combined", 1),
+    }
+    assert queue_irqs(X86_515, "eth2", "0000:08:00.0") == {
+        71: ("rx", 0),
+        72: ("rx", 1),
+        73: ("tx", 0),
+        74: ("tx", 1),
+    }
+    assert queue_irqs(X86_515, "ens1f0np0", "0000:98:00.0") == {81: ("combined", 0)}
+    assert queue_irqs(X86_515, "ens1f1np1", "0000:98:00.1") == {82: ("combined", 0)}
+    assert queue_irqs(X86_515, "eth1", None) == {90: ("combined", 0)}
+    assert queue_irqs(X86_515, "eth10", None) == {91: ("combined", 0)}
