@@ -17,6 +17,8 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad command line, bad input file, unknown object
     NEEDS_ROOT = 3  # missing privilege or kernel capability
     ROLLED_BACK = 4  # a change failed and everything was restored
+    ROLLBACK_INCOMPLETE = 5  # a change failed and restoring failed too: see `lbtune history`
+    BUSY = 6  # another lbtune run holds the lock
     INTERNAL = 70  # a bug in lbtune (EX_SOFTWARE); --debug shows the traceback
 
 

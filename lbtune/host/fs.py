@@ -127,8 +127,70 @@ class HostFS:
         except CpuListError as e:
             raise MalformedHostFile(self.path(kpath), str(e)) from None
 
+    # ------------------------------------------------------------------ writing
+    # Writes resolve symlinks inside the root like reads do, and refuse anything that would
+    # land outside it, so a hostile host tree or profile cannot make lbtune write elsewhere.
+
+    def _write_target(self, kpath: str) -> str:
+        real = self._inside(kpath)
+        if real == "/.lbtune-outside-root":
+            raise BadInput(f"{kpath}: resolves outside the host root; refusing to write")
+        return self.path(real)
+
+    def write_attr(self, kpath: str, text: str) -> None:
+        """Write a kernel attribute (/proc/sys, /sys) in one write(2); never creates files.
+
+        Raises OSError with the kernel's errno (EINVAL for a value it rejects).
+        """
+        target = self._write_target(kpath)
+        fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+    def read_bytes(self, kpath: str) -> Optional[bytes]:
+        try:
+            with open(self.path(self._inside(kpath)), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def write_file(self, kpath: str, content: bytes, mode: int = 0o644) -> None:
+        """Create or replace a regular file atomically and durably (temp, fsync, rename)."""
+        target = self._write_target(kpath)
+        directory = os.path.dirname(target)
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{target}.lbtune-tmp-{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        try:
+            os.write(fd, content)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        fsync_dir(directory)
+
+    def remove_file(self, kpath: str) -> None:
+        """Remove a regular file if it exists (durably)."""
+        target = self._write_target(kpath)
+        try:
+            os.unlink(target)
+        except FileNotFoundError:
+            return
+        fsync_dir(os.path.dirname(target))
+
     def glob_dirs(self, kpath: str, prefix: str) -> Iterator[str]:
         """Entries of `kpath` whose names start with `prefix`."""
         for name in self.listdir(kpath):
             if name.startswith(prefix):
                 yield name
+
+
+def fsync_dir(directory: str) -> None:
+    """Make a rename or unlink in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

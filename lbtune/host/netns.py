@@ -23,7 +23,7 @@ CLONE_NEWNET = 0x40000000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
-_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,254}$")
+_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,254}")
 
 
 def _libc() -> ctypes.CDLL:
@@ -38,7 +38,7 @@ def _check(ret: int, what: str) -> None:
 
 def netns_path(name: str) -> str:
     """Path of a named namespace; BadInput when the name is invalid or unknown."""
-    if not _NAME.match(name) or name in (".", ".."):
+    if not _NAME.fullmatch(name) or name in (".", ".."):
         raise BadInput(f"--netns {name!r}: not a valid namespace name")
     path = os.path.join(NETNS_RUN_DIR, name)
     if not os.path.exists(path):

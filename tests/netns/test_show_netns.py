@@ -53,3 +53,9 @@ def test_hostile_namespace_name_is_rejected(cli):
     r = cli("--netns", "../../etc", "show")
     assert r.exit_code == 2
     assert "not a valid namespace name" in r.stderr
+
+
+def test_namespace_name_with_newline_is_rejected(cli):
+    r = cli("--netns", "ns\n", "show")
+    assert r.exit_code == 2
+    assert "not a valid namespace name" in r.stderr

@@ -1,0 +1,100 @@
+"""Targets (what a profile wants) and plans (current -> desired, per knob, on this host)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from lbtune.errors import BadInput
+from lbtune.host.host import Host
+from lbtune.tune.knob import Knob
+
+
+class Mode(str, enum.Enum):
+    SET = "set"  # exactly this value
+    RAISE = "raise"  # at least this value (field by field for multi-field values)
+    LOWER = "lower"  # at most this value
+
+
+class Action(str, enum.Enum):
+    CHANGE = "change"
+    OK = "ok"  # already as wanted
+    MISSING = "missing"  # object or setting absent/unsupported on this host: skipped
+
+
+@dataclass(frozen=True)
+class Target:
+    """One value a profile wants for one knob, and why."""
+
+    knob: Knob
+    value: str
+    reason: str = ""
+    key: str = ""  # the profile key it came from, e.g. "sysctl.net.core.somaxconn"
+    mode: Mode = Mode.SET
+
+
+@dataclass(frozen=True)
+class Change:
+    """One plan row."""
+
+    target: Target
+    current: Optional[str]
+    desired: str  # for raise/lower: the value that will actually be written
+    action: Action
+
+    @property
+    def knob(self) -> Knob:
+        return self.target.knob
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: str
+    changes: tuple[Change, ...]
+
+    @property
+    def to_apply(self) -> tuple[Change, ...]:
+        return tuple(c for c in self.changes if c.action is Action.CHANGE)
+
+    @property
+    def needs_reboot(self) -> bool:
+        return any(c.knob.note == "reboot required" for c in self.to_apply)
+
+
+def _fields(value: str, what: str) -> list[int]:
+    try:
+        return [int(f) for f in value.split()]
+    except ValueError:
+        raise BadInput(f"{what}: only-raise/only-lower needs numbers, got {value!r}") from None
+
+
+def bounded(current: str, wanted: str, mode: Mode, what: str) -> str:
+    """The value to write so that `current` becomes at least/at most `wanted` field by field."""
+    cur, want = _fields(current, what), _fields(wanted, what)
+    if len(cur) != len(want):
+        return wanted
+    pick = max if mode is Mode.RAISE else min
+    return " ".join(str(pick(c, w)) for c, w in zip(cur, want))
+
+
+def make_plan(host: Host, profile: str, targets: Sequence[Target]) -> Plan:
+    """Compare every target with the host's current value. Validates before reading."""
+    seen: dict[str, Target] = {}
+    for t in targets:
+        if t.knob.ident in seen:
+            raise BadInput(f"{t.knob.ident}: set twice ({seen[t.knob.ident].key} and {t.key})")
+        seen[t.knob.ident] = t
+        t.knob.check(host, t.value)
+    rows = []
+    for t in targets:
+        current = t.knob.read(host)
+        if current is None:
+            rows.append(Change(t, None, t.value, Action.MISSING))
+            continue
+        desired = t.value
+        if t.mode is not Mode.SET:
+            desired = bounded(current, t.value, t.mode, t.knob.ident)
+        action = Action.OK if t.knob.same(current, desired) else Action.CHANGE
+        rows.append(Change(t, current, desired if action is Action.CHANGE else current, action))
+    return Plan(profile, tuple(rows))
