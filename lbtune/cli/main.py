@@ -81,6 +81,12 @@ def common_options(f: Any) -> Any:
 COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("lbtune.cli.show", "Show CPU/NUMA topology, NICs, queue IRQs and irqbalance."),
     "doctor": ("lbtune.cli.doctor", "Say what this host can do (root, bcc, tracefs, IPVS, lab)."),
+    "profile": ("lbtune.cli.tune:profile_group", "List, show and lint tuning profiles."),
+    "plan": ("lbtune.cli.tune:plan_command", "Show what applying a profile would change."),
+    "apply": ("lbtune.cli.tune:apply_command", "Apply a profile (journaled, all-or-nothing)."),
+    "verify": ("lbtune.cli.tune:verify_command", "Check a profile is in effect (exit 1 on drift)."),
+    "rollback": ("lbtune.cli.tune:rollback_command", "Restore what the last apply replaced."),
+    "history": ("lbtune.cli.tune:history_command", "List applies and their state."),
 }
 
 
@@ -95,9 +101,8 @@ class LazyGroup(click.Group):
             return None
         import importlib
 
-        module = COMMANDS[name][0]
-
-        cmd = importlib.import_module(module).command
+        module, _, attr = COMMANDS[name][0].partition(":")
+        cmd = getattr(importlib.import_module(module), attr or "command")
         assert isinstance(cmd, click.Command)
         return cmd
 

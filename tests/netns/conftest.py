@@ -45,3 +45,32 @@ def veth4(netns: str) -> str:
     ip("-n", netns, "link", "set", "v0", "up")
     ip("-n", netns, "link", "set", "v1", "up")
     return netns
+
+
+def in_netns(name: str, fn, *args):  # type: ignore[no-untyped-def]
+    """Run fn(*args) in a forked child inside namespace `name`; return its result (pickled)."""
+    import pickle
+    import traceback
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            from lbtune.host.netns import enter_netns
+
+            enter_netns(name)
+            payload = pickle.dumps(("ok", fn(*args)))
+        except BaseException:
+            payload = pickle.dumps(("error", traceback.format_exc()))
+        with os.fdopen(w, "wb") as f:
+            f.write(payload)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    status, value = pickle.loads(data)
+    if status != "ok":
+        raise AssertionError(f"child failed:\n{value}")
+    return value
