@@ -288,7 +288,7 @@ def profile_show(ctx: click.Context, name: str, resolved: bool, iface: Optional[
                 "value": t.value,
                 "mode": t.mode.value,
                 "reason": t.reason,
-            }  # fmt: skip
+            }
             for t in targets
         ]
         if s.json:

@@ -48,9 +48,7 @@ def state(host: Host, tmp_path: pathlib.Path) -> StateDir:
 
 def snapshot(root: pathlib.Path) -> dict[str, bytes]:
     return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
     }
 
 
@@ -59,8 +57,9 @@ def targets() -> list[Target]:
         Target(SysctlKnob("net.core.somaxconn"), "8192", "accept backlog", "sysctl.a"),
         Target(SysctlKnob("net.core.netdev_max_backlog"), "250000", "backlog", "sysctl.b"),
         Target(SysctlKnob("net.ipv4.tcp_fin_timeout"), "60", "default", "sysctl.c"),
-        Target(SysctlKnob("net.ipv4.tcp_rmem"), "4096 262144 16777216", "rmem", "sysctl.d",
-               Mode.RAISE),  # fmt: skip
+        Target(
+            SysctlKnob("net.ipv4.tcp_rmem"), "4096 262144 16777216", "rmem", "sysctl.d", Mode.RAISE
+        ),
         Target(SysctlKnob("vm.swappiness"), "10", "lb", "sysctl.e"),
     ]
 
