@@ -138,6 +138,15 @@ def apply_command(
     if host.is_live and os.geteuid() != 0:
         raise NeedsPrivilege("apply changes kernel settings: run as root")
     plan = make_plan(host, prof.name, targets)
+    if plan.needs_reboot and not persist and not boot:
+        raise BadInput(
+            "the plan changes the kernel command line, which only takes effect through the "
+            "bootloader: add --persist (or remove [cmdline] from the profile)"
+        )
+    if boot:  # at boot the bootloader already has the command line; never rewrite it
+        from lbtune.tune.plan import Plan
+
+        plan = Plan(plan.profile, tuple(c for c in plan.changes if c.knob.kind != "cmdline"))
     _guard_management_link(host, plan, yes or boot)
     hook = None
     if persist:

@@ -9,6 +9,7 @@ real sosreports all work with `--root`.
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import re
 import socket
@@ -65,6 +66,15 @@ class EthtoolSource(Protocol):
     def rings(self, dev: str) -> Optional[RingSizes]: ...
     def channels(self, dev: str) -> Optional[Channels]: ...
     def stats(self, dev: str) -> Optional[dict[str, int]]: ...
+    def set_rings(self, dev: str, rx: Optional[int] = None, tx: Optional[int] = None) -> None: ...
+    def set_channels(
+        self,
+        dev: str,
+        rx: Optional[int] = None,
+        tx: Optional[int] = None,
+        combined: Optional[int] = None,
+        other: Optional[int] = None,
+    ) -> None: ...
 
 
 # ---------------------------------------------------------------- recorded (text output)
@@ -152,6 +162,9 @@ def parse_ethtool_S(text: str, source: str = "ethtool -S") -> dict[str, int]:
     return out
 
 
+_VALUE_LINE = re.compile(r"^(\s*)([A-Za-z][A-Za-z ]*?)(:\s*)(\S+)(\s*)$", re.DOTALL)
+
+
 class RecordedEthtool:
     """ethtool output recorded under `<root>/sos_commands/networking/ethtool_-X_DEV`."""
 
@@ -187,6 +200,52 @@ class RecordedEthtool:
     def stats(self, dev: str) -> Optional[dict[str, int]]:
         text, src = self._text("S", dev)
         return None if text is None else parse_ethtool_S(text, src)
+
+    # Setters rewrite the recorded output so that a host tree behaves like a host: the next
+    # `rings()`/`channels()` reports the new value. Limits are the recorded maximums, and
+    # errors are raised as the kernel would (EOPNOTSUPP, EINVAL), as EthtoolIoctlError.
+
+    def set_rings(self, dev: str, rx: Optional[int] = None, tx: Optional[int] = None) -> None:
+        self._set("g", dev, {"RX": rx, "TX": tx})
+
+    def set_channels(
+        self,
+        dev: str,
+        rx: Optional[int] = None,
+        tx: Optional[int] = None,
+        combined: Optional[int] = None,
+        other: Optional[int] = None,
+    ) -> None:
+        self._set("l", dev, {"RX": rx, "TX": tx, "Combined": combined, "Other": other})
+
+    def _set(self, flag: str, dev: str, wanted: dict[str, Optional[int]]) -> None:
+        text, src = self._text(flag, dev)
+        if text is None:
+            raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
+        current = _parse_two_sections(text, src)
+        for label, value in wanted.items():
+            if value is None:
+                continue
+            key = _SECTION_KEYS[label]
+            top = current.get(key + "_max")
+            if value < 0 or (top is None and value != 0) or (top is not None and value > top):
+                raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument")
+        kpath = f"{RECORD_DIR}/ethtool_-{flag}_{dev}"
+        raw = (self.fs.read_bytes(kpath) or b"").decode(errors="surrogateescape")
+        out: list[str] = []
+        section: Optional[str] = None
+        for line in raw.splitlines(keepends=True):
+            stripped = line.strip().lower()
+            if stripped.startswith("pre-set maximums"):
+                section = "max"
+            elif stripped.startswith("current hardware settings"):
+                section = "cur"
+            elif section == "cur":
+                m = _VALUE_LINE.match(line)
+                if m and wanted.get(m.group(2)) is not None:
+                    line = f"{m.group(1)}{m.group(2)}{m.group(3)}{wanted[m.group(2)]}{m.group(5)}"
+            out.append(line)
+        self.fs.write_file(kpath, "".join(out).encode(errors="surrogateescape"))
 
 
 # ---------------------------------------------------------------- live (SIOCETHTOOL ioctl)
@@ -321,3 +380,35 @@ class LiveEthtool:
         ]
         values = struct.unpack(f"={n}Q", values_raw[8 : 8 + 8 * n])
         return dict(zip(names, values))
+
+    # Setters read the driver's current struct, change only the given fields and write it back
+    # (read-modify-write), as `ethtool -G/-L` does. Errors are EthtoolIoctlError (an OSError
+    # carrying the driver's errno).
+
+    def set_rings(self, dev: str, rx: Optional[int] = None, tx: Optional[int] = None) -> None:
+        raw = ethtool_ioctl(dev, _RING.pack(ETHTOOL_GRINGPARAM, *([0] * 8)))
+        f = list(_RING.unpack(raw))
+        # cmd, rx_max, mini_max, jumbo_max, tx_max, rx, mini, jumbo, tx
+        if rx is not None:
+            f[5] = rx
+        if tx is not None:
+            f[8] = tx
+        f[0] = ETHTOOL_SRINGPARAM
+        ethtool_ioctl(dev, _RING.pack(*f))
+
+    def set_channels(
+        self,
+        dev: str,
+        rx: Optional[int] = None,
+        tx: Optional[int] = None,
+        combined: Optional[int] = None,
+        other: Optional[int] = None,
+    ) -> None:
+        raw = ethtool_ioctl(dev, _CHANNELS.pack(ETHTOOL_GCHANNELS, *([0] * 8)))
+        f = list(_CHANNELS.unpack(raw))
+        # cmd, max rx/tx/other/combined, rx/tx/other/combined count
+        for i, v in ((5, rx), (6, tx), (7, other), (8, combined)):
+            if v is not None:
+                f[i] = v
+        f[0] = ETHTOOL_SCHANNELS
+        ethtool_ioctl(dev, _CHANNELS.pack(*f))

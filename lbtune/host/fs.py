@@ -171,6 +171,13 @@ class HostFS:
         os.replace(tmp, target)
         fsync_dir(directory)
 
+    def file_mode(self, kpath: str) -> Optional[int]:
+        """Permission bits of a file, None when absent."""
+        try:
+            return os.stat(self.path(self._inside(kpath))).st_mode & 0o7777
+        except OSError:
+            return None
+
     def remove_file(self, kpath: str) -> None:
         """Remove a regular file if it exists (durably)."""
         target = self._write_target(kpath)

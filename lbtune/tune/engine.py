@@ -59,7 +59,9 @@ class Transaction:
         if not any(f.path == kpath for f in self.journal.files):
             original = self.host.fs.read_bytes(kpath)
             rec = FileRecord(
-                kpath, None if original is None else base64.b64encode(original).decode(), mode
+                kpath,
+                None if original is None else base64.b64encode(original).decode(),
+                self.host.fs.file_mode(kpath),  # the original's mode, restored with it
             )
             self.journal.files.append(rec)
             self.journal.save()
@@ -70,7 +72,11 @@ class Transaction:
             original = self.host.fs.read_bytes(kpath)
             if original is None:
                 return
-            self.journal.files.append(FileRecord(kpath, base64.b64encode(original).decode()))
+            self.journal.files.append(
+                FileRecord(
+                    kpath, base64.b64encode(original).decode(), self.host.fs.file_mode(kpath)
+                )
+            )
             self.journal.save()
         self.host.fs.remove_file(kpath)
 
@@ -153,7 +159,11 @@ def _restore(host: Host, journal: Journal, knobs: Sequence[KnobRecord]) -> list[
         except OSError as e:
             failures.append(f"{f.path} ({e.strerror})")
     for rec in reversed(knobs):
-        knob = knob_from_record(rec.kind, rec.obj)
+        try:
+            knob = knob_from_record(rec.kind, rec.obj)
+        except BadInput as e:  # a damaged or foreign journal entry must not stop the rest
+            failures.append(f"{rec.kind}:{rec.obj} ({e})")
+            continue
         try:
             knob.restore(host, rec.original)
             if rec.original is not None and not knob.same(knob.read(host), rec.original):

@@ -78,8 +78,38 @@ def bounded(current: str, wanted: str, mode: Mode, what: str) -> str:
     return " ".join(str(pick(c, w)) for c, w in zip(cur, want))
 
 
+# Apply order by kind: irqbalance must stop (or stop touching the CPUs) before IRQs are placed;
+# channels change the set of queues and IRQs, so they go before anything per queue; the
+# kernel command line only matters at the next boot and goes last. Sorting is stable, so a
+# profile's own order is kept within a kind.
+KIND_ORDER = (
+    "irqbalance",
+    "irqbalance_ban",
+    "channels",
+    "ring",
+    "txqueuelen",
+    "irq_affinity",
+    "rps_cpus",
+    "rps_flow_cnt",
+    "xps_cpus",
+    "sysctl",
+    "governor",
+    "cmdline",
+)
+
+
+def _order(t: Target) -> int:
+    kind = t.knob.kind
+    return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+
+
 def make_plan(host: Host, profile: str, targets: Sequence[Target]) -> Plan:
-    """Compare every target with the host's current value. Validates before reading."""
+    """Compare every target with the host's current value. Validates before reading.
+
+    Changes come out in a safe apply order (KIND_ORDER). Per-queue knobs are planned against
+    the queues that exist now: after a channel-count change, apply again to reach new queues.
+    """
+    targets = sorted(targets, key=_order)
     seen: dict[str, Target] = {}
     for t in targets:
         if t.knob.ident in seen:
