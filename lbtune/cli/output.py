@@ -37,9 +37,14 @@ def emit_json(data: Any) -> None:
 
 def console() -> Any:
     """A rich Console on the current stdout (resolved now, so tests can capture it)."""
+    import os
+
     from rich.console import Console
 
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+    width = None
+    if not sys.stdout.isatty():  # pipes and files: wide enough for plan and show tables
+        width = int(os.environ.get("COLUMNS", "") or 120)
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
 
 
 def cpus(s: Optional[Iterable[int]], empty: str = "-") -> str:

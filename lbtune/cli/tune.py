@@ -62,11 +62,14 @@ def _print_plan(plan: Any, verbose: int) -> None:
         t.add_column(col, overflow="fold")
     shown = 0
     for c in plan.changes:
-        if c.action.value == "ok" and not verbose:
+        if c.action.value in ("ok", "skipped") and not verbose:
             continue
         shown += 1
-        arrow = {"change": "->", "ok": "==", "missing": "??"}[c.action.value]
-        note = c.knob.note or ("not on this host" if c.action.value == "missing" else "")
+        arrow = {"change": "->", "ok": "==", "missing": "??", "skipped": "--"}[c.action.value]
+        note = c.knob.note or {
+            "missing": "not on this host",
+            "skipped": "host-global: not changed from a namespace",
+        }.get(c.action.value, "")
         t.add_row(c.knob.kind, c.knob.obj, _cur(c.current), arrow, c.desired, note)
     out = console()
     if shown:
@@ -179,7 +182,11 @@ def apply_command(
 @common_options
 @click.pass_context
 def verify_command(ctx: click.Context, profile: Optional[str], iface: Optional[str]) -> int:
-    """Check that PROFILE (default: the last apply) is in effect. Exit 1 on drift."""
+    """Check that PROFILE (default: the last apply) is in effect. Exit 1 on drift.
+
+    Knobs this host does not have (an older kernel, a driver without rings) are listed as
+    missing but are not drift.
+    """
     from lbtune.tune.engine import last_applied, verify_journal, verify_targets
 
     s = settings_of(ctx)
@@ -194,7 +201,8 @@ def verify_command(ctx: click.Context, profile: Optional[str], iface: Optional[s
             raise BadInput("nothing applied yet: name a profile (`lbtune verify PROFILE`)")
         verdicts = verify_journal(host, journal)
         name = f"{journal.profile} ({journal.id})"
-    bad = [v for v in verdicts if v.status.value != "ok"]
+    bad = [v for v in verdicts if v.status.value == "drift"]
+    missing = [v for v in verdicts if v.status.value == "missing"]
     if s.json:
         emit_json({"profile": name, "in_sync": not bad, "knobs": verdicts})
     else:
@@ -204,12 +212,15 @@ def verify_command(ctx: click.Context, profile: Optional[str], iface: Optional[s
         for col in ("status", "knob", "object", "current", "target"):
             t.add_column(col, overflow="fold")
         for v in verdicts:
-            if v.status.value != "ok" or s.verbose:
+            if v in bad or v in missing or s.verbose:
                 t.add_row(v.status.value, v.kind, v.obj, _cur(v.current), v.desired)
         out = console()
-        if bad or s.verbose:
+        if bad or missing or s.verbose:
             out.print(t)
-        out.print(f"{name}: {len(verdicts) - len(bad)} ok, {len(bad)} drifted or missing")
+        n_ok = sum(1 for v in verdicts if v.status.value == "ok")
+        out.print(
+            f"{name}: {n_ok} ok, {len(bad)} drifted, {len(missing)} missing (not on this host)"
+        )
     return int(ExitCode.FINDINGS) if bad else 0
 
 

@@ -100,15 +100,13 @@ def apply_plan(
         stale = state.interrupted()
         if stale is not None:
             raise Interrupted(
-                f"apply {stale.id} ({stale.profile}) was interrupted; "
-                f"run `lbtune rollback` first"
+                f"apply {stale.id} ({stale.profile}) was interrupted; run `lbtune rollback` first"
             )
         changes = plan.to_apply
         if not changes and persist is None:
             return None
         records = [
-            KnobRecord(c.knob.kind, c.knob.obj, c.current, c.desired, c.target.key)
-            for c in changes
+            KnobRecord(c.knob.kind, c.knob.obj, c.current, c.desired, c.target.key) for c in changes
         ]
         journal = state.new_journal(plan.profile, records)  # fsynced before the first change
         txn = Transaction(host, journal)
@@ -205,6 +203,7 @@ class Status(str, enum.Enum):
     OK = "ok"
     DRIFT = "drift"
     MISSING = "missing"
+    SKIPPED = "skipped"  # host-global knob seen from a --netns run: not the namespace's
 
 
 @dataclass(frozen=True)
@@ -222,6 +221,10 @@ def verify_targets(host: Host, targets: Sequence[Target]) -> list[Verdict]:
     """Is every target in effect now? (Verify is a dry apply that writes nothing.)"""
     out = []
     for t in targets:
+        if host.netns is not None and not t.knob.netns_scoped(host):
+            out.append(Verdict(t.knob.ident, t.knob.kind, t.knob.obj, t.value, None,
+                               Status.SKIPPED, t.key))  # fmt: skip
+            continue
         cur = t.knob.read(host)
         if cur is None:
             status = Status.MISSING
@@ -236,9 +239,7 @@ def verify_targets(host: Host, targets: Sequence[Target]) -> list[Verdict]:
 
 def verify_journal(host: Host, journal: Journal) -> list[Verdict]:
     """Are the values of an applied journal still in effect?"""
-    targets = [
-        Target(knob_from_record(r.kind, r.obj), r.desired, key=r.key) for r in journal.knobs
-    ]
+    targets = [Target(knob_from_record(r.kind, r.obj), r.desired, key=r.key) for r in journal.knobs]
     return verify_targets(host, targets)
 
 

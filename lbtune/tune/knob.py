@@ -25,9 +25,16 @@ class Knob(abc.ABC):
     note: ClassVar[str] = ""
     # True when changing it can drop the management link (needs --yes on that interface).
     disruptive: ClassVar[bool] = False
+    # True when the setting belongs to a network namespace (a device or a net.* sysctl in it);
+    # host-global knobs are never changed by `--netns` runs.
+    per_netns: bool = False
 
     def __init__(self, obj: str) -> None:
         self.obj = obj
+
+    def netns_scoped(self, host: Host) -> bool:
+        """True when a `--netns` run may change this knob (it belongs to the namespace)."""
+        return self.per_netns
 
     @property
     def ident(self) -> str:

@@ -123,6 +123,8 @@ def _file_mode(host: Host, kpath: str) -> int:
 class RingKnob(Knob):
     """`ethtool -G DEV rx|tx N`; most drivers reset the link."""
 
+    per_netns = True  # the device lives in the namespace
+
     kind = "ring"
     note = "link reset"
     disruptive = True
@@ -217,6 +219,7 @@ class _AttrKnob(Knob):
 
 
 class TxqueuelenKnob(_AttrKnob):
+    per_netns = True  # the device lives in the namespace
     kind = "txqueuelen"
 
     def __init__(self, obj: str) -> None:
@@ -269,6 +272,8 @@ class IrqAffinityKnob(_AttrKnob):
 
 class _QueueKnob(_AttrKnob):
     """A per-queue attribute under /sys/class/net/DEV/queues/{rx,tx}-N/."""
+
+    per_netns = True  # the device lives in the namespace
 
     direction: ClassVar[str]
     attr: ClassVar[str]

@@ -21,6 +21,7 @@ class Action(str, enum.Enum):
     CHANGE = "change"
     OK = "ok"  # already as wanted
     MISSING = "missing"  # object or setting absent/unsupported on this host: skipped
+    SKIPPED = "skipped"  # host-global knob in a --netns run: never changed from a namespace
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,9 @@ def make_plan(host: Host, profile: str, targets: Sequence[Target]) -> Plan:
         t.knob.check(host, t.value)
     rows = []
     for t in targets:
+        if host.netns is not None and not t.knob.netns_scoped(host):
+            rows.append(Change(t, None, t.value, Action.SKIPPED))
+            continue
         current = t.knob.read(host)
         if current is None:
             rows.append(Change(t, None, t.value, Action.MISSING))

@@ -547,6 +547,60 @@ def common_proc(t: Tree, hostname: str, release: str, version: str, cmdline: str
     t.write("/proc/cmdline", cmdline)
 
 
+# Kernel defaults (5.15 / 6.1 with HZ=250) of the sysctls lbtune's profiles touch. Values that
+# the kernel sizes from memory are passed per host; `rp_filter` 2 is what systemd's
+# 50-default.conf sets on Debian/Ubuntu.
+def sysctls(
+    t: Tree,
+    ifaces: Sequence[str],
+    syn_backlog: int,
+    tw_buckets: int,
+    conntrack_max: Optional[int],
+    rp_filter: int = 2,
+) -> None:
+    values = {
+        "fs/file-max": "9223372036854775807",
+        "fs/nr_open": "1048576",
+        "kernel/timer_migration": "1",
+        "vm/swappiness": "60",
+        "net/core/dev_weight": "64",
+        "net/core/netdev_budget": "300",
+        "net/core/netdev_budget_usecs": "8000",
+        "net/core/netdev_max_backlog": "1000",
+        "net/core/rmem_max": "212992",
+        "net/core/wmem_max": "212992",
+        "net/core/rmem_default": "212992",
+        "net/core/wmem_default": "212992",
+        "net/core/somaxconn": "4096",
+        "net/core/rps_sock_flow_entries": "0",
+        "net/ipv4/ip_forward": "0",
+        "net/ipv4/ip_local_port_range": "32768\t60999",
+        "net/ipv4/ip_nonlocal_bind": "0",
+        "net/ipv4/tcp_fin_timeout": "60",
+        "net/ipv4/tcp_max_syn_backlog": str(syn_backlog),
+        "net/ipv4/tcp_max_tw_buckets": str(tw_buckets),
+        "net/ipv4/tcp_rmem": "4096\t131072\t6291456",
+        "net/ipv4/tcp_wmem": "4096\t16384\t4194304",
+        "net/ipv4/tcp_mem": "188760\t251683\t377520",
+        "net/ipv4/tcp_slow_start_after_idle": "1",
+        "net/ipv4/tcp_syncookies": "1",
+        "net/ipv4/tcp_tw_reuse": "2",
+        "net/ipv4/tcp_timestamps": "1",
+    }
+    for conf in ("all", "default", *ifaces):
+        values[f"net/ipv4/conf/{conf}/arp_announce"] = "0"
+        values[f"net/ipv4/conf/{conf}/arp_ignore"] = "0"
+        values[f"net/ipv4/conf/{conf}/rp_filter"] = str(rp_filter if conf != "lo" else 0)
+        values[f"net/ipv4/conf/{conf}/send_redirects"] = "1"
+        values[f"net/ipv6/conf/{conf}/disable_ipv6"] = "0"
+    if conntrack_max is not None:
+        values["net/netfilter/nf_conntrack_max"] = str(conntrack_max)
+        values["net/netfilter/nf_conntrack_buckets"] = str(conntrack_max // 4)
+        values["net/netfilter/nf_conntrack_count"] = "0"
+    for key, value in sorted(values.items()):
+        t.write(f"/proc/sys/{key}", value)
+
+
 def processes(t: Tree, procs: Dict[int, str]) -> None:
     for pid, comm in sorted(procs.items()):
         t.write(f"/proc/{pid}/comm", comm)
@@ -685,6 +739,7 @@ def gen_r750(out: Path) -> None:
         "isolcpus=managed_irq,domain,2-11,26-35 nohz_full=2-11,26-35 rcu_nocbs=2-11,26-35 "
         "irqaffinity=0-1,12-25,36-47 intel_iommu=on iommu=pt quiet",
     )
+    sysctls(t, ["lo", "eno1", "ens1f0np0", "ens1f1np1"], 4096, 262144, 262144)
     processes(
         t,
         {1: "systemd", 2: "kthreadd", 1187: "irqbalance", 1402: "sshd", 1530: "keepalived"},
@@ -1067,6 +1122,7 @@ def gen_kvm(out: Path) -> None:
         f"BOOT_IMAGE=/boot/vmlinuz-{rel} root=PARTUUID=6f1b3a5e-1c1e-4a4c-9a52-5d0c2f6d7e01 ro "
         "console=tty0 console=ttyS0,115200 earlyprintk=ttyS0,115200 consoleblank=0",
     )
+    sysctls(t, ["lo", "ens3"], 512, 16384, 65536)
     processes(t, {1: "systemd", 2: "kthreadd", 512: "systemd-journal", 701: "sshd", 880: "nginx"})
     cpus = [CpuInfo(c, 0, c, 0, (c,)) for c in range(4)]
     write_cpus(t, cpus, range(4), range(4), nbits, [], None, True)
@@ -1206,6 +1262,7 @@ def gen_aws(out: Path) -> None:
         "ro console=tty0 console=ttyS0,115200n8 nvme_core.io_timeout=4294967295 "
         "rd.emergency=poweroff rd.shell=0 selinux=1 security=selinux quiet",
     )
+    sysctls(t, ["lo", "ens5"], 1024, 65536, None)
     processes(t, {1: "systemd", 2: "kthreadd", 1033: "sshd", 1101: "chronyd", 1254: "haproxy"})
     cpus = [CpuInfo(c, 0, c % 4, 0, (c % 4, c % 4 + 4)) for c in range(8)]
     write_cpus(t, cpus, range(8), range(8), nbits, [], [], True)
@@ -1312,6 +1369,7 @@ def gen_tiny(out: Path) -> None:
         "for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Tue Jun  4 10:12:40 UTC 2024",
         f"BOOT_IMAGE=/boot/vmlinuz-{rel} root=/dev/vda1 ro console=ttyS0 maxcpus=1 net.ifnames=0",
     )
+    sysctls(t, ["lo", "eth0", "bond0", "bond0.100", "veth0"], 128, 4096, None, rp_filter=0)
     processes(t, {1: "systemd", 2: "kthreadd", 214: "systemd-journal", 402: "sshd"})
     cpus = [CpuInfo(0, 0, 0, 0, (0,)), CpuInfo(1, 0, 1, 0, (1,))]
     write_cpus(t, cpus, [0], [0, 1], nbits, [], None, True)

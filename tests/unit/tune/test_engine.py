@@ -81,9 +81,12 @@ def test_raise_does_not_lower(host):
     assert make_plan(host, "t", t).to_apply[0].desired == "1024"
 
 
-def test_missing_key_is_refused(host):
-    with pytest.raises(BadInput, match="no such key"):
-        make_plan(host, "t", [Target(SysctlKnob("net.core.nonexistent"), "1")])
+def test_missing_key_is_planned_as_missing_and_skipped(host, state):
+    plan = make_plan(host, "t", [Target(SysctlKnob("net.core.nonexistent"), "1")])
+    assert [c.action for c in plan.changes] == [Action.MISSING]
+    assert plan.to_apply == ()
+    verdicts = engine.verify_targets(host, [Target(SysctlKnob("net.core.nonexistent"), "1")])
+    assert verdicts[0].status is engine.Status.MISSING
 
 
 def test_apply_verify_rollback_round_trip(tree, host, state):

@@ -48,7 +48,7 @@ def root(tmp_path: pathlib.Path) -> pathlib.Path:
     dst = tmp_path / "host"
     shutil.copytree(HOSTS / "dell-r750-mlx5-ixgbe", dst, symlinks=True)
     core = dst / "proc/sys/net/core"
-    core.mkdir(parents=True)
+    core.mkdir(parents=True, exist_ok=True)
     (core / "somaxconn").write_text("4096\n")
     (core / "netdev_max_backlog").write_text("1000\n")
     (dst / "etc/default/grub").write_bytes(GRUB)

@@ -1,0 +1,359 @@
+"""`lbtune profile lint`: values in a profile that are harmful or pointless, and why.
+
+The rules encode kernel behaviour, not taste: each finding says what the value does on a real
+kernel (where a limit is capped by another, where a loop would starve user space, what was
+removed). Without an inventory the checks use the profile alone; with one (and the data
+interface) they also compare against the host: ring maximums, housekeeping CPUs left, and
+whether the profile resolves at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from lbtune.errors import BadInput
+from lbtune.host.cpulist import format_cpulist
+from lbtune.host.inventory import HostInventory
+from lbtune.tune.profile import (
+    LB_ROLES,
+    CpuLit,
+    Profile,
+    Setting,
+    cpu_values,
+    parse_cpu_expr,
+    resolve,
+)
+
+ERROR = "error"
+WARN = "warn"
+
+# Thresholds (see the reasons below for where they come from).
+SOMAXCONN_MAX = 65535
+SYN_BACKLOG_MAX = 65536
+NETDEV_MAX_BACKLOG_MAX = 100_000
+NETDEV_BUDGET_MAX = 2000
+DEV_WEIGHT_MAX = 600
+FIN_TIMEOUT_DEFAULT = 60
+SWAPPINESS_DEFAULT = 60
+CONNTRACK_MAX_PER_BUCKET = 8
+MIN_HOUSEKEEPING_CORES = 2
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    severity: str  # "error" | "warn"
+    key: str  # profile key path, e.g. "sysctl.net.core.somaxconn"
+    value: str
+    reason: str
+
+
+def _int(s: Optional[Setting]) -> Optional[int]:
+    if s is None or not isinstance(s.value, str):
+        return None
+    fields = s.value.split()
+    if len(fields) != 1:
+        return None
+    try:
+        return int(fields[0])
+    except ValueError:
+        return None
+
+
+def _text(value: object) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+class _Lint:
+    def __init__(self, p: Profile, inv: Optional[HostInventory], iface: Optional[str]) -> None:
+        self.p = p
+        self.inv = inv
+        self.iface = iface
+        self.out: list[LintFinding] = []
+
+    def add(self, severity: str, key: str, value: object, reason: str) -> None:
+        self.out.append(LintFinding(severity, key, _text(value), reason))
+
+    def sysctl_int(self, key: str) -> Optional[int]:
+        return _int(self.p.sysctl.get(key))
+
+    # ------------------------------------------------------------------ sysctl rules
+    def sysctls(self) -> None:
+        v = self.sysctl_int("net.core.somaxconn")
+        if v is not None and v > SOMAXCONN_MAX:
+            self.add(
+                WARN,
+                "sysctl.net.core.somaxconn",
+                v,
+                "far above any backlog an application asks for: the accept queue is "
+                "min(listen() backlog, somaxconn), nginx asks 511 unless 'backlog=' is set and "
+                f"HAProxy derives its backlog from maxconn; above {SOMAXCONN_MAX} it only lets a "
+                "queue grow that clients have long given up on (watch ListenOverflows instead)",
+            )
+        v = self.sysctl_int("net.ipv4.tcp_max_syn_backlog")
+        if v is not None and v > SYN_BACKLOG_MAX:
+            cookies = self.sysctl_int("net.ipv4.tcp_syncookies")
+            if cookies == 0:
+                why = (
+                    "with syncookies off a SYN flood fills a queue this large with half-open "
+                    "requests (memory, retransmitted SYN-ACKs); keep tcp_syncookies=1"
+                )
+            else:
+                why = (
+                    "pointless: a listener's SYN queue is bounded by its accept backlog "
+                    "(min(backlog, somaxconn)) and tcp_max_syn_backlog only matters while "
+                    "syncookies are off; with tcp_syncookies=1 overflow is answered with cookies"
+                )
+            self.add(WARN, "sysctl.net.ipv4.tcp_max_syn_backlog", v, why)
+        v = self.sysctl_int("net.core.netdev_max_backlog")
+        if v is not None and v > NETDEV_MAX_BACKLOG_MAX:
+            self.add(
+                WARN,
+                "sysctl.net.core.netdev_max_backlog",
+                v,
+                "a per-CPU input queue this deep only adds latency (a million queued packets is "
+                "seconds of delay at softirq speed) and memory; drops there (softnet_stat col 2) "
+                "mean the CPU is too slow, fix placement/RPS instead (16k-64k is plenty)",
+            )
+        v = self.sysctl_int("net.core.netdev_budget")
+        if v is not None and v > NETDEV_BUDGET_MAX:
+            self.add(
+                WARN,
+                "sysctl.net.core.netdev_budget",
+                v,
+                "net_rx_action stops after netdev_budget packets OR netdev_budget_usecs "
+                "(2 jiffies by default); a budget this large removes the packet limit so every "
+                "softirq round runs for the full time slice, starving user space on that CPU; "
+                "300-1200 and netdev_budget_usecs are the knobs for time_squeeze",
+            )
+        v = self.sysctl_int("net.core.dev_weight")
+        if v is not None and v > DEV_WEIGHT_MAX:
+            self.add(
+                WARN,
+                "sysctl.net.core.dev_weight",
+                v,
+                "per-poll packet quota of the backlog (RPS/non-NAPI) device, default 64: one "
+                "CPU's backlog can then monopolise a whole netdev_budget round and the other "
+                "devices and user space wait; NAPI drivers ignore it (their weight is 64)",
+            )
+        v = self.sysctl_int("net.ipv4.tcp_fin_timeout")
+        if v is not None and v > FIN_TIMEOUT_DEFAULT:
+            self.add(
+                WARN,
+                "sysctl.net.ipv4.tcp_fin_timeout",
+                v,
+                f"above the default {FIN_TIMEOUT_DEFAULT}s: orphaned FIN-WAIT-2 sockets of "
+                "vanished peers are kept longer, holding memory and ports; it does not affect "
+                "TIME-WAIT (fixed 60s)",
+            )
+        v = self.sysctl_int("vm.swappiness")
+        if v is not None and v > SWAPPINESS_DEFAULT:
+            self.add(
+                WARN,
+                "sysctl.vm.swappiness",
+                v,
+                f"above the default {SWAPPINESS_DEFAULT}: the kernel prefers swapping anonymous "
+                "memory over dropping page cache; on a load balancer that swaps out the "
+                "balancer, keepalived and health checkers, so failover and every connection "
+                "stall (LB hosts use 1-10)",
+            )
+        self._conntrack()
+        for key, s in self.p.sysctl.items():
+            parts = key.split(".")
+            if parts[:2] == ["net", "ipv6"] and parts[-1] == "disable_ipv6" and _int(s) == 1:
+                self.add(
+                    WARN,
+                    f"sysctl.{key}",
+                    s.value,
+                    "disabling IPv6 by sysctl removes ::1 from lo and breaks software that binds "
+                    "[::] or ::1 (sshd, postfix, nginx 'listen [::]', rpcbind, some health "
+                    "checks); leave it on and unconfigured, or boot with ipv6.disable=1",
+                )
+            if key == "net.ipv4.tcp_tw_recycle":
+                self.add(
+                    ERROR,
+                    f"sysctl.{key}",
+                    s.value,
+                    "removed in Linux 4.12 (the key does not exist); it dropped SYNs from "
+                    "clients behind NAT; use tcp_tw_reuse for outgoing connections",
+                )
+            forwarding = key == "net.ipv4.ip_forward" or key.endswith(".forwarding")
+            if forwarding and self.p.role in LB_ROLES and _int(s) == 0:
+                self.add(
+                    ERROR,
+                    f"sysctl.{key}",
+                    s.value,
+                    f"a {self.p.role} host must keep forwarding on; resolve refuses this profile",
+                )
+
+    def _conntrack(self) -> None:
+        key = next(
+            (
+                k
+                for k in ("net.netfilter.nf_conntrack_max", "net.nf_conntrack_max")
+                if k in self.p.sysctl
+            ),
+            None,
+        )
+        if key is None:
+            return
+        cmax = self.sysctl_int(key)
+        buckets = self.sysctl_int("net.netfilter.nf_conntrack_buckets")
+        if cmax is None:
+            return
+        if buckets is None:
+            self.add(
+                WARN,
+                f"sysctl.{key}",
+                cmax,
+                "without a matching hash size (net.netfilter.nf_conntrack_buckets or the "
+                "nf_conntrack hashsize= module parameter) the table keeps its boot-time bucket "
+                "count and a full table means long hash chains walked for every packet",
+            )
+        elif buckets and cmax > CONNTRACK_MAX_PER_BUCKET * buckets:
+            self.add(
+                WARN,
+                f"sysctl.{key}",
+                cmax,
+                f"{cmax // buckets} entries per hash bucket when full "
+                f"(nf_conntrack_buckets={buckets}); "
+                f"keep max <= {CONNTRACK_MAX_PER_BUCKET}x buckets",
+            )
+
+    # ------------------------------------------------------------------ NIC rules
+    def nics(self) -> None:
+        defaults = self.p.nic.get("", {})
+        irq_tuned = False
+        for sel, section in self.p.nic.items():
+            if sel == "" and len(self.p.nic) > 1:
+                continue
+            sec = {**defaults, **section}
+            key = f"nic.{sel}" if sel else "nic"
+            if "irq_affinity" in sec:
+                irq_tuned = True
+            rings = sec.get("rings")
+            if rings is not None and isinstance(rings.value, int):
+                self._rings(key, sel, rings.value)
+            rps = sec.get("rps")
+            flow = rps.value.get("flow_cnt") if rps is not None else None
+            if flow and "net.core.rps_sock_flow_entries" not in self.p.sysctl:
+                self.add(
+                    WARN,
+                    f"{key}.rps",
+                    rps.value if rps else "",
+                    "rps_flow_cnt has no effect without net.core.rps_sock_flow_entries (RFS "
+                    "needs both the global and the per-queue table)",
+                )
+        irqb = self.p.irqbalance
+        stopped = "state" in irqb and irqb["state"].value == "stopped"
+        if irq_tuned and not stopped and "ban" not in irqb:
+            self.add(
+                WARN,
+                "irqbalance",
+                "",
+                "irq_affinity is set but irqbalance is neither stopped nor banned from the tuned "
+                "CPUs: it will move the queue IRQs again within seconds",
+            )
+
+    def _rings(self, key: str, sel: str, value: int) -> None:
+        if value & (value - 1):
+            self.add(
+                WARN,
+                f"{key}.rings",
+                value,
+                "a fixed ring size that is not a power of two: drivers round it (mlx5 to a "
+                "power of two, ixgbe/i40e to a multiple of 8 or 32), so verify never matches; "
+                'use "max" or a power of two',
+            )
+        if self.inv is None:
+            return
+        if sel == "data":
+            names = [self.iface] if self.iface else [n.name for n in self.inv.nics if n.rings]
+        elif sel:
+            names = [sel]
+        else:
+            names = [n.name for n in self.inv.nics if n.rings]
+        for name in names:
+            try:
+                nic = self.inv.nic(name or "")
+            except KeyError:
+                continue
+            limit = nic.rings.rx_max if nic.rings else None
+            if limit is not None and value > limit:
+                self.add(
+                    ERROR,
+                    f"{key}.rings",
+                    value,
+                    f"above the driver maximum of {name} ({limit}); ethtool -G fails",
+                )
+
+    # ------------------------------------------------------------------ CPU isolation
+    def isolation(self) -> None:
+        iso_keys = [k for k in ("isolcpus", "nohz_full") if k in self.p.cmdline]
+        if not iso_keys:
+            return
+        key = f"cmdline.{iso_keys[0]}"
+        if self.inv is None:
+            literal: set[int] = set()
+            for k in iso_keys:
+                expr = parse_cpu_expr(self.p.cmdline[k].value["cpus"])
+                if isinstance(expr, CpuLit):
+                    literal |= expr.cpus
+            if 0 in literal:
+                self.add(
+                    WARN,
+                    key,
+                    format_cpulist(literal),
+                    "isolates CPU 0, which keeps timekeeping, unmovable IRQs and boot-time "
+                    "kernel threads: the rest of the system crowds onto too few housekeeping "
+                    "cores; isolate the high CPUs and keep 0 (and its sibling) for housekeeping",
+                )
+            return
+        try:
+            isolated: frozenset[int] = frozenset()
+            for k in iso_keys:
+                isolated |= cpu_values(
+                    self.p, self.inv, self.p.cmdline[k].value["cpus"], self.iface
+                )
+        except BadInput:
+            return  # reported by the resolve check
+        online = self.inv.cpus.online
+        left = online - isolated
+        cores = {min(self.inv.cpus.cpu(c).siblings | {c}) for c in left}
+        if not left:
+            self.add(ERROR, key, format_cpulist(isolated), "isolates every online CPU")
+        elif len(cores) < MIN_HOUSEKEEPING_CORES or 0 in isolated:
+            self.add(
+                WARN,
+                key,
+                format_cpulist(isolated),
+                f"leaves {len(cores)} housekeeping core(s) ({format_cpulist(left)})"
+                + (" and isolates CPU 0" if 0 in isolated else "")
+                + ": timers, RCU callbacks, daemons and unmovable IRQs crowd onto them; keep "
+                f"at least {MIN_HOUSEKEEPING_CORES} cores (CPU 0 among them)",
+            )
+
+    def resolves(self) -> None:
+        if self.inv is None or (self.p.needs_iface and not self.iface):
+            return
+        try:
+            resolve(self.p, self.inv, self.iface)
+        except BadInput as e:
+            self.add(ERROR, "profile", self.p.name, f"does not resolve on this host: {e}")
+
+    def run(self) -> list[LintFinding]:
+        self.sysctls()
+        self.nics()
+        self.isolation()
+        self.resolves()
+        return self.out
+
+
+def lint_profile(
+    profile: Profile, inv: Optional[HostInventory] = None, iface: Optional[str] = None
+) -> list[LintFinding]:
+    """Findings for harmful or pointless values in `profile` (errors first, then warnings)."""
+    findings = _Lint(profile, inv, iface).run()
+    return sorted(findings, key=lambda f: f.severity != ERROR)

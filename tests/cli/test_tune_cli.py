@@ -1,0 +1,170 @@
+"""plan/apply/verify/rollback/history/profile through the CLI, on fixture copies."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import pytest
+
+DELL = "dell-r750-mlx5-ixgbe"
+DATA_CPUS = [*range(12, 24), *range(36, 48)]  # ens1f0np0's NUMA node 1 minus housekeeping
+
+
+def copy_host(hosts: pathlib.Path, tmp_path: pathlib.Path, name: str = DELL) -> pathlib.Path:
+    dst = tmp_path / name
+    shutil.copytree(hosts / name, dst, symlinks=True)  # sysfs trees have link cycles
+    return dst
+
+
+def files(root: pathlib.Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def test_plan_lb_dr_on_48_cpu_fixture_is_the_full_correct_diff(cli, hosts):
+    root = hosts / DELL
+    r = cli("--root", str(root), "plan", "lb-dr", "--iface", "ens1f0np0", "--json")
+    assert r.exit_code == 0, r.stderr
+    rows = r.json["changes"]
+    by = {(c["kind"], c["object"]): c for c in rows}
+    # rings to the driver maximum; 24 channels = number of data cores (already 24)
+    assert by[("ring", "ens1f0np0:rx")]["current"] == "1024"
+    assert by[("ring", "ens1f0np0:rx")]["desired"] == "8192"
+    assert by[("ring", "ens1f0np0:rx")]["note"] == "link reset"
+    assert by[("channels", "ens1f0np0:combined")]["action"] == "ok"
+    # every completion vector (48 on this 48-CPU host) goes round-robin over the data cores
+    for i in range(48):
+        irq = 96 + i
+        row = by[("irq_affinity", str(irq))]
+        want = str(DATA_CPUS[i % 24])
+        raw = (root / f"proc/irq/{irq}/smp_affinity_list").read_text().strip()
+        assert row["desired"] == want, irq
+        assert row["action"] == ("ok" if raw == want else "change"), irq
+    # XPS follows the IRQ placement for the 24 tx queues; RPS off
+    for q in range(24):
+        assert by[("xps_cpus", f"ens1f0np0:tx-{q}")]["desired"] == str(DATA_CPUS[q])
+        assert by[("rps_cpus", f"ens1f0np0:rx-{q}")]["desired"] == ""
+    # sysctl rows carry current values from the fixture and a reason
+    tm = by[("sysctl", "kernel.timer_migration")]
+    assert (tm["current"], tm["desired"], tm["action"]) == ("1", "0", "change")
+    assert all(c["reason"] for c in rows)
+    assert by[("irqbalance_ban", "banned_cpus")]["desired"] == "2-23,26-47"
+    # the eno1 (ixgbe) NIC is not the data interface: untouched
+    assert not any("eno1" in c["object"] for c in rows)
+
+
+def test_plan_needs_iface_for_data_sections(cli, hosts):
+    r = cli("--root", str(hosts / DELL), "plan", "lb-dr")
+    assert r.exit_code == 2
+    assert "--iface" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_plan_unknown_profile_and_interface(cli, hosts):
+    r = cli("--root", str(hosts / DELL), "plan", "no-such-profile")
+    assert r.exit_code == 2 and "no-such-profile" in r.stderr
+    r = cli("--root", str(hosts / DELL), "plan", "lb-dr", "--iface", "eth99")
+    assert r.exit_code == 2 and "eth99" in r.stderr
+
+
+def test_root_round_trip_writes_only_inside_the_root(cli, hosts, tmp_path):
+    root = copy_host(hosts, tmp_path)
+    outside_before = {p.name for p in tmp_path.iterdir()}
+    before = files(root)
+    r = cli("--root", str(root), "apply", "lb-dr", "--iface", "ens1f0np0", "--yes", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json["journal"] and r.json["changed"] > 0
+    assert (root / "proc/sys/kernel/timer_migration").read_text().strip() == "0"
+    assert (root / "proc/irq/101/smp_affinity_list").read_text().strip() == "17"
+    assert (
+        "Current hardware settings:\nRX:\t\t8192"
+        in (root / "sos_commands/networking/ethtool_-g_ens1f0np0").read_text()
+    )
+    v = cli("--root", str(root), "verify", "lb-dr", "--iface", "ens1f0np0")
+    assert v.exit_code == 0, v.stdout + v.stderr
+    again = cli("--root", str(root), "plan", "lb-dr", "--iface", "ens1f0np0", "--json")
+    assert [c for c in again.json["changes"] if c["action"] == "change"] == []
+    h = cli("--root", str(root), "history", "--json")
+    assert [j["state"] for j in h.json["journals"]] == ["applied"]
+    rb = cli("--root", str(root), "rollback")
+    assert rb.exit_code == 0, rb.stderr
+    after = files(root)
+    journal = {k for k in after if k.startswith("var/lib/lbtune/")}
+    assert journal, "the journal lives inside the root"
+    changed = {
+        k
+        for k in set(before) | set(after)
+        if k not in journal and before.get(k, b"").rstrip(b"\n") != after.get(k, b"").rstrip(b"\n")
+    }
+    assert changed == set()
+    assert {p.name for p in tmp_path.iterdir()} == outside_before
+    d = cli("--root", str(root), "verify", "lb-dr", "--iface", "ens1f0np0")
+    assert d.exit_code == 1  # back to the original values: drift against the profile
+
+
+def test_persist_round_trip_on_root(cli, hosts, tmp_path):
+    root = copy_host(hosts, tmp_path)
+    r = cli("--root", str(root), "apply", "web", "--persist", "--json")
+    assert r.exit_code == 0, r.stderr
+    conf = root / "etc/sysctl.d/60-lbtune.conf"
+    assert "net.core.somaxconn" in conf.read_text()
+    assert cli("--root", str(root), "rollback").exit_code == 0
+    assert not conf.exists()
+
+
+def test_profile_list_show_lint(cli):
+    r = cli("profile", "list", "--json")
+    names = {p["name"] for p in r.json["profiles"]}
+    assert {"base", "web", "lb-dr", "lb-proxy", "realserver-dr", "loadgen",
+            "l2dsr-bmt-runbook"} <= names  # fmt: skip
+    s = cli("profile", "show", "web")
+    assert s.exit_code == 0 and "somaxconn" in s.stdout
+    lint = cli("profile", "lint", "l2dsr-bmt-runbook", "--json")
+    assert lint.exit_code == 1
+    keys = {f["key"] for f in lint.json["findings"]}
+    assert any("somaxconn" in k for k in keys)
+    assert any("swappiness" in k for k in keys)
+    assert any("netdev_budget" in k for k in keys)
+    assert cli("profile", "lint", "lb-dr").exit_code == 0
+
+
+def test_non_root_live_apply_needs_root(cli, monkeypatch):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    r = cli("apply", "web")
+    assert r.exit_code == 3
+    assert "root" in r.stderr
+
+
+def test_hostile_profile_file_is_refused_without_writes(cli, hosts, tmp_path):
+    root = copy_host(hosts, tmp_path)
+    before = files(root)
+    prof = tmp_path / "evil.toml"
+    prof.write_text(
+        '[profile]\nname = "evil"\ndescription = "x"\n'
+        '[sysctl]\n"../../../etc/passwd" = { value = 1, reason = "x" }\n'
+    )
+    r = cli("--root", str(root), "apply", str(prof), "--yes")
+    assert r.exit_code == 2
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+    assert files(root) == before
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "garbage [[[",
+        "[profile]\nname = 1\n",
+        '[sysctl]\n"net.core.somaxconn" = 5\n',  # no reason
+        '[sysctl]\n"net.core.somaxconn" = { value = 5, reason = "x", mode = "up" }\n',
+        "[frobnicate]\nx = 1\n",
+    ],
+)
+def test_malformed_profile_is_one_line_exit_2(cli, tmp_path, bad):
+    prof = tmp_path / "bad.toml"
+    prof.write_text(bad)
+    r = cli("profile", "show", str(prof))
+    assert r.exit_code == 2, r.stdout
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
