@@ -25,6 +25,7 @@ demo: setup
 
 bench: setup
 	$(VENV)/bin/python bench/run.py
+	$(VENV)/bin/python bench/tune.py
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist
