@@ -67,15 +67,36 @@ def main() -> None:
     env = dict(os.environ, LBTUNE_STATE_DIR=str(tmp / "state"))
     run(["ip", "netns", "add", NS])
     try:
-        run(["ip", "-n", NS, "link", "add", "v0", "numrxqueues", "4", "numtxqueues", "4",
-             "type", "veth", "peer", "name", "v1"])  # fmt: skip
+        run(
+            [
+                "ip",
+                "-n",
+                NS,
+                "link",
+                "add",
+                "v0",
+                "numrxqueues",
+                "4",
+                "numtxqueues",
+                "4",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "v1",
+            ]
+        )
         conf = tmp / "runbook.conf"
         conf.write_text("".join(f"{k} = {v}\n" for k, v in WEB_NET.items()))
         saved = tmp / "originals.conf"
         originals = []
         for k in WEB_NET:
-            out = subprocess.run(["ip", "netns", "exec", NS, "sysctl", "-n", k],
-                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+            out = subprocess.run(
+                ["ip", "netns", "exec", NS, "sysctl", "-n", k],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
             originals.append(f"{k} = {out}\n")
         saved.write_text("".join(originals))
         loop = "for q in /sys/class/net/v0/queues/rx-*; do echo 3 > $q/rps_cpus; done"
@@ -88,11 +109,11 @@ def main() -> None:
                     lbtune("--root", str(copy), "rollback"),
                 ],
                 env,
-            ),  # fmt: skip
+            ),
             "lbtune netns apply web + rollback": (
                 [lbtune("--netns", NS, "apply", "web", "--yes"), lbtune("--netns", NS, "rollback")],
                 env,
-            ),  # fmt: skip
+            ),
             "runbook netns sysctl -p + loop, undo": (
                 [
                     ["ip", "netns", "exec", NS, "sysctl", "-q", "-p", str(conf)],
@@ -101,7 +122,7 @@ def main() -> None:
                     ["ip", "netns", "exec", NS, "bash", "-c", undo],
                 ],
                 None,
-            ),  # fmt: skip
+            ),
         }
         times: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(args.rounds):
@@ -121,14 +142,15 @@ def main() -> None:
             "median_ms": round(m, 1),
             "baseline": base.get(k, ""),
             "ratio": round(m / med[base[k]], 2) if k in base else 1.0,
-        }  # fmt: skip
+        }
         for k, m in med.items()
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rounds": args.rounds, "results": results}, indent=2) + "\n")
     lines = ["| case | median ms | ratio | baseline |", "|---|---:|---:|---|"]
-    lines += [f"| {r['case']} | {r['median_ms']} | {r['ratio']} | {r['baseline']} |"
-              for r in results]  # fmt: skip
+    lines += [
+        f"| {r['case']} | {r['median_ms']} | {r['ratio']} | {r['baseline']} |" for r in results
+    ]
     md = "\n".join(lines) + "\n"
     args.out.with_suffix(".md").write_text(md)
     print(md)
