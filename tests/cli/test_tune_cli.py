@@ -168,3 +168,19 @@ def test_malformed_profile_is_one_line_exit_2(cli, tmp_path, bad):
     r = cli("profile", "show", str(prof))
     assert r.exit_code == 2, r.stdout
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_ring_change_on_the_default_route_interface_needs_yes(cli, hosts, tmp_path):
+    root = copy_host(hosts, tmp_path)
+    (root / "proc/net").mkdir(parents=True, exist_ok=True)
+    (root / "proc/net/route").write_text(
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+        "ens1f0np0\t00000000\t0102A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+    )
+    before = files(root)
+    r = cli("--root", str(root), "apply", "lb-dr", "--iface", "ens1f0np0")
+    assert r.exit_code == 2
+    assert "management link ens1f0np0" in r.stderr and "--yes" in r.stderr
+    assert files(root) == before  # refused before anything changed
+    ok = cli("--root", str(root), "apply", "lb-dr", "--iface", "ens1f0np0", "--yes")
+    assert ok.exit_code == 0, ok.stderr
