@@ -35,17 +35,22 @@ def _run_here(args: list[str]) -> CliResult:
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
-def _run_forked(args: list[str]) -> CliResult:
-    """Run in a forked child: --netns moves the process into other namespaces for good."""
+def fork_call(fn: Any, *args: Any) -> Any:
+    """Run fn(*args) in a forked child and return its (pickled) result; re-raise its failure.
+
+    For anything that changes the process for good (joining a network namespace).
+    """
+    import pickle
+    import traceback
+
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # child
+    if pid == 0:  # child: never fall back into the test runner
         os.close(r)
         try:
-            res = _run_here(args)
-            payload = json.dumps([res.exit_code, res.stdout, res.stderr]).encode()
-        except BaseException as e:  # report, never fall back into the test runner
-            payload = json.dumps([99, "", f"child crashed: {e!r}"]).encode()
+            payload = pickle.dumps(("ok", fn(*args)))
+        except BaseException:
+            payload = pickle.dumps(("error", traceback.format_exc()))
         with os.fdopen(w, "wb") as f:
             f.write(payload)
         os._exit(0)
@@ -53,8 +58,15 @@ def _run_forked(args: list[str]) -> CliResult:
     with os.fdopen(r, "rb") as f:
         data = f.read()
     os.waitpid(pid, 0)
-    code, out, err = json.loads(data)
-    return CliResult(code, out, err)
+    status, value = pickle.loads(data)  # noqa: S301 (our own forked child wrote it)
+    if status != "ok":
+        raise AssertionError(f"child failed:\n{value}")
+    return value
+
+
+def _run_forked(args: list[str]) -> CliResult:
+    """Run in a forked child: --netns moves the process into other namespaces for good."""
+    return fork_call(_run_here, args)
 
 
 def run_cli(*args: str, isolate: Optional[bool] = None) -> CliResult:

@@ -48,29 +48,13 @@ def veth4(netns: str) -> str:
 
 
 def in_netns(name: str, fn, *args):  # type: ignore[no-untyped-def]
-    """Run fn(*args) in a forked child inside namespace `name`; return its result (pickled)."""
-    import pickle
-    import traceback
+    """Run fn(*args) in a forked child inside namespace `name`; return its result."""
+    from tests.conftest import fork_call
 
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            from lbtune.host.netns import enter_netns
+    def enter_and_call():  # type: ignore[no-untyped-def]
+        from lbtune.host.netns import enter_netns
 
-            enter_netns(name)
-            payload = pickle.dumps(("ok", fn(*args)))
-        except BaseException:
-            payload = pickle.dumps(("error", traceback.format_exc()))
-        with os.fdopen(w, "wb") as f:
-            f.write(payload)
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    status, value = pickle.loads(data)  # noqa: S301 (our own forked child wrote it)
-    if status != "ok":
-        raise AssertionError(f"child failed:\n{value}")
-    return value
+        enter_netns(name)
+        return fn(*args)
+
+    return fork_call(enter_and_call)
