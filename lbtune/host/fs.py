@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import Iterator, Optional
+from typing import Optional
 
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.cpulist import CpuListError, parse_cpulist, parse_cpumask
@@ -186,12 +186,6 @@ class HostFS:
         except FileNotFoundError:
             return
         fsync_dir(os.path.dirname(target))
-
-    def glob_dirs(self, kpath: str, prefix: str) -> Iterator[str]:
-        """Entries of `kpath` whose names start with `prefix`."""
-        for name in self.listdir(kpath):
-            if name.startswith(prefix):
-                yield name
 
 
 def fsync_dir(directory: str) -> None:

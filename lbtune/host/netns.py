@@ -46,13 +46,6 @@ def netns_path(name: str) -> str:
     return path
 
 
-def list_netns() -> list[str]:
-    try:
-        return sorted(os.listdir(NETNS_RUN_DIR))
-    except FileNotFoundError:
-        return []
-
-
 def enter_netns(name: str, mount_tracefs: bool = False) -> None:
     """Move this process into network namespace `name` with a matching /sys."""
     path = netns_path(name)

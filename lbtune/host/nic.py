@@ -69,10 +69,6 @@ class Nic:
     irqs: tuple[QueueIrq, ...]
     lower: tuple[str, ...]  # bond slaves / lower devices
 
-    @property
-    def has_queue_irqs(self) -> bool:
-        return bool(self.irqs)
-
 
 def _pci_parent(fs: HostFS, devpath: str) -> tuple[Optional[str], Optional[str], Optional[str]]:
     """(pci device kernel path, PCI address, virtio name) for a net device's `device` link."""

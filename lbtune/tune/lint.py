@@ -35,6 +35,39 @@ NETDEV_MAX_BACKLOG_MAX = 100_000
 NETDEV_BUDGET_MAX = 2000
 DEV_WEIGHT_MAX = 600
 FIN_TIMEOUT_DEFAULT = 60
+
+# (sysctl, largest sensible value, why a larger one is harmful or pointless)
+UPPER_BOUNDS: tuple[tuple[str, int, str], ...] = (
+    (
+        "net.core.netdev_max_backlog",
+        NETDEV_MAX_BACKLOG_MAX,
+        "a per-CPU input queue this deep only adds latency (a million queued packets is "
+        "seconds of delay at softirq speed) and memory; drops there (softnet_stat col 2) "
+        "mean the CPU is too slow, fix placement/RPS instead (16k-64k is plenty)",
+    ),
+    (
+        "net.core.netdev_budget",
+        NETDEV_BUDGET_MAX,
+        "net_rx_action stops after netdev_budget packets OR netdev_budget_usecs "
+        "(2 jiffies by default); a budget this large removes the packet limit so every "
+        "softirq round runs for the full time slice, starving user space on that CPU; "
+        "300-1200 and netdev_budget_usecs are the knobs for time_squeeze",
+    ),
+    (
+        "net.core.dev_weight",
+        DEV_WEIGHT_MAX,
+        "per-poll packet quota of the backlog (RPS/non-NAPI) device, default 64: one "
+        "CPU's backlog can then monopolise a whole netdev_budget round and the other "
+        "devices and user space wait; NAPI drivers ignore it (their weight is 64)",
+    ),
+    (
+        "net.ipv4.tcp_fin_timeout",
+        FIN_TIMEOUT_DEFAULT,
+        f"above the default {FIN_TIMEOUT_DEFAULT}s: orphaned FIN-WAIT-2 sockets of "
+        "vanished peers are kept longer, holding memory and ports; it does not affect "
+        "TIME-WAIT (fixed 60s)",
+    ),
+)
 SWAPPINESS_DEFAULT = 60
 CONNTRACK_MAX_PER_BUCKET = 8
 MIN_HOUSEKEEPING_CORES = 2
@@ -107,47 +140,10 @@ class _Lint:
                     "syncookies are off; with tcp_syncookies=1 overflow is answered with cookies"
                 )
             self.add(WARN, "sysctl.net.ipv4.tcp_max_syn_backlog", v, why)
-        v = self.sysctl_int("net.core.netdev_max_backlog")
-        if v is not None and v > NETDEV_MAX_BACKLOG_MAX:
-            self.add(
-                WARN,
-                "sysctl.net.core.netdev_max_backlog",
-                v,
-                "a per-CPU input queue this deep only adds latency (a million queued packets is "
-                "seconds of delay at softirq speed) and memory; drops there (softnet_stat col 2) "
-                "mean the CPU is too slow, fix placement/RPS instead (16k-64k is plenty)",
-            )
-        v = self.sysctl_int("net.core.netdev_budget")
-        if v is not None and v > NETDEV_BUDGET_MAX:
-            self.add(
-                WARN,
-                "sysctl.net.core.netdev_budget",
-                v,
-                "net_rx_action stops after netdev_budget packets OR netdev_budget_usecs "
-                "(2 jiffies by default); a budget this large removes the packet limit so every "
-                "softirq round runs for the full time slice, starving user space on that CPU; "
-                "300-1200 and netdev_budget_usecs are the knobs for time_squeeze",
-            )
-        v = self.sysctl_int("net.core.dev_weight")
-        if v is not None and v > DEV_WEIGHT_MAX:
-            self.add(
-                WARN,
-                "sysctl.net.core.dev_weight",
-                v,
-                "per-poll packet quota of the backlog (RPS/non-NAPI) device, default 64: one "
-                "CPU's backlog can then monopolise a whole netdev_budget round and the other "
-                "devices and user space wait; NAPI drivers ignore it (their weight is 64)",
-            )
-        v = self.sysctl_int("net.ipv4.tcp_fin_timeout")
-        if v is not None and v > FIN_TIMEOUT_DEFAULT:
-            self.add(
-                WARN,
-                "sysctl.net.ipv4.tcp_fin_timeout",
-                v,
-                f"above the default {FIN_TIMEOUT_DEFAULT}s: orphaned FIN-WAIT-2 sockets of "
-                "vanished peers are kept longer, holding memory and ports; it does not affect "
-                "TIME-WAIT (fixed 60s)",
-            )
+        for key, limit, reason in UPPER_BOUNDS:
+            v = self.sysctl_int(key)
+            if v is not None and v > limit:
+                self.add(WARN, f"sysctl.{key}", v, reason)
         v = self.sysctl_int("vm.swappiness")
         if v is not None and v > SWAPPINESS_DEFAULT:
             self.add(
