@@ -87,6 +87,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("lbtune.cli.tune:verify_command", "Check a profile is in effect (exit 1 on drift)."),
     "rollback": ("lbtune.cli.tune:rollback_command", "Restore what the last apply replaced."),
     "history": ("lbtune.cli.tune:history_command", "List applies and their state."),
+    "diagnose": ("lbtune.cli.diagnose:diagnose_command", "Find where packets die and the fix."),
+    "capture": ("lbtune.cli.capture:capture_command", "Save what lbtune reads, for --root."),
+    "checklist": ("lbtune.cli.checklist:checklist_command", "Is this host ready for a load test?"),
 }
 
 

@@ -1,0 +1,1 @@
+"""Findings, reports and the pre-benchmark checklist, computed from observe/ samples."""

@@ -1,0 +1,1 @@
+"""Counters and probes: typed samples of what the kernel counts (see model.py)."""
