@@ -6,7 +6,16 @@ from typing import Any, Optional
 
 from lbtune.host.ethtool import EthtoolSource, LiveEthtool, RecordedEthtool
 from lbtune.host.fs import HostFS
+from lbtune.host.qdisc import TC_QDISC_RECORD, QdiscStats, dump_qdiscs, parse_tc_qdisc
 from lbtune.host.runner import CommandRunner
+from lbtune.host.sockdiag import (
+    SS_RECORD,
+    ListenSocket,
+    UdpSocket,
+    dump_listen_sockets,
+    dump_udp_sockets,
+    parse_ss,
+)
 
 
 class Host:
@@ -50,6 +59,35 @@ class Host:
 
             self._ipr = IPRoute()
         return self._ipr
+
+    # Sockets and qdiscs: netlink on the live host, recorded command output in a host tree.
+    # None means "this source is unavailable" (the tree has no such record), which is not the
+    # same as an empty list (a host with no such sockets).
+
+    def _recorded_ss(self) -> Optional[tuple[list[ListenSocket], list[UdpSocket]]]:
+        text = self.fs.read(SS_RECORD)
+        return None if text is None else parse_ss(text, self.fs.path(SS_RECORD))
+
+    def listen_sockets(self) -> Optional[list[ListenSocket]]:
+        """Listening TCP sockets (sock_diag live, `ss -peaonmi` recorded); None if unrecorded."""
+        if self.is_live:
+            return dump_listen_sockets()
+        recorded = self._recorded_ss()
+        return None if recorded is None else recorded[0]
+
+    def udp_sockets(self) -> Optional[list[UdpSocket]]:
+        """UDP sockets (sock_diag live, `ss -peaonmi` recorded); None if unrecorded."""
+        if self.is_live:
+            return dump_udp_sockets()
+        recorded = self._recorded_ss()
+        return None if recorded is None else recorded[1]
+
+    def qdiscs(self) -> Optional[list[QdiscStats]]:
+        """Qdisc statistics (netlink live, `tc -s qdisc show` recorded); None if unrecorded."""
+        if self.is_live:
+            return dump_qdiscs()
+        text = self.fs.read(TC_QDISC_RECORD)
+        return None if text is None else parse_tc_qdisc(text, self.fs.path(TC_QDISC_RECORD))
 
     def close(self) -> None:
         if self._ipr is not None:

@@ -1,12 +1,25 @@
-"""Listening TCP sockets with their accept queues, from sock_diag (live) or `ss` output (recorded).
+"""Listening TCP and bound UDP sockets with their queues and drops: sock_diag (live) or `ss` text.
 
-(Stub: the dataclass is final; the readers are being written.)
+Live, `dump_listen_sockets` and `dump_udp_sockets` ask the kernel over NETLINK_SOCK_DIAG with
+plain sockets (see `lbtune.host.netlink` for why not pyroute2). Recorded, `parse_ss` reads
+`ss -peaonmi` output as sosreport stores it (`sos_commands/networking/ss_-peaonmi`) and the
+`ss -tlnm` / `ss -ulnm` subsets; `format_ss` writes that format so captures read back the same.
+Struct layouts are from include/uapi/linux/inet_diag.h and include/uapi/linux/sock_diag.h.
 """
 
 from __future__ import annotations
 
+import re
+import socket
+import struct
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence, Union
+
+from lbtune.errors import MalformedHostFile
+from lbtune.host import netlink
+
+# Where sosreport (and `lbtune capture`) keeps `ss -peaonmi` output, below the host root.
+SS_RECORD = "/sos_commands/networking/ss_-peaonmi"
 
 
 @dataclass(frozen=True)
@@ -33,3 +46,244 @@ class UdpSocket:
     rcvbuf: Optional[int] = None  # SK_MEMINFO_RCVBUF (ss skmem rb), None if not reported
     drops: Optional[int] = None  # sk_drops (SK_MEMINFO_DROPS; ss skmem d)
     inode: int = 0
+
+
+# ------------------------------------------------------------------------------ live
+
+# include/uapi/linux/sock_diag.h
+SOCK_DIAG_BY_FAMILY = 20
+SK_MEMINFO_RCVBUF = 1
+SK_MEMINFO_DROPS = 8
+# include/uapi/linux/inet_diag.h: attribute types; a request asks for attribute N with bit N-1.
+INET_DIAG_SKMEMINFO = 7
+TCP_LISTEN = 10  # include/net/tcp_states.h
+ALL_STATES = 0xFFFFFFFF
+
+# struct inet_diag_req_v2 { __u8 sdiag_family; __u8 sdiag_protocol; __u8 idiag_ext;
+#   __u8 pad; __u32 idiag_states; struct inet_diag_sockid id; }  (sockid: 48 bytes, all zero
+#   = no filter)
+_REQ_V2 = struct.Struct("=BBBxI48x")
+# struct inet_diag_msg { __u8 idiag_family, idiag_state, idiag_timer, idiag_retrans;
+#   struct inet_diag_sockid { __be16 sport, dport; __be32 src[4], dst[4]; __u32 if;
+#   __u32 cookie[2]; } id; __u32 idiag_expires, idiag_rqueue, idiag_wqueue, idiag_uid,
+#   idiag_inode; }  -- 72 bytes, attributes follow.
+_MSG_HEAD = struct.Struct("=BBBB")
+_MSG_PORTS = struct.Struct(">HH")  # at offset 4, network byte order
+_MSG_TAIL = struct.Struct("=IIIII")  # at offset 52
+_MSG_SIZE = 72
+_FAMILIES = ((socket.AF_INET, 4), (socket.AF_INET6, 6))
+
+
+@dataclass(frozen=True)
+class _DiagEntry:
+    family: int  # 4 or 6
+    addr: str
+    port: int
+    rqueue: int
+    wqueue: int
+    inode: int
+    meminfo: tuple[int, ...]  # SK_MEMINFO_* values, empty when the kernel sent none
+
+
+def _diag_dump(protocol: int, states: int) -> list[_DiagEntry]:
+    """Every socket of `protocol` in `states` (bit mask), IPv4 then IPv6, with skmeminfo."""
+    entries: list[_DiagEntry] = []
+    ext = 1 << (INET_DIAG_SKMEMINFO - 1)
+    for af, version in _FAMILIES:
+        request = _REQ_V2.pack(af, protocol, ext, states)
+        for _mtype, body in netlink.dump(netlink.NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, request):
+            if len(body) < _MSG_SIZE:
+                continue
+            sport, _dport = _MSG_PORTS.unpack_from(body, 4)
+            raw_src = body[8:12] if af == socket.AF_INET else body[8:24]
+            _exp, rqueue, wqueue, _uid, inode = _MSG_TAIL.unpack_from(body, 52)
+            mem = netlink.parse_attrs(body, _MSG_SIZE).get(INET_DIAG_SKMEMINFO, b"")
+            meminfo = struct.unpack(f"={len(mem) // 4}I", mem[: len(mem) // 4 * 4])
+            addr = socket.inet_ntop(af, raw_src)
+            entries.append(_DiagEntry(version, addr, sport, rqueue, wqueue, inode, meminfo))
+    return entries
+
+
+def _meminfo(values: tuple[int, ...], index: int) -> Optional[int]:
+    return values[index] if len(values) > index else None
+
+
+def dump_listen_sockets() -> list[ListenSocket]:
+    """Listening TCP sockets of this network namespace (sock_diag).
+
+    `queue` is the accept-queue length and `backlog` its limit (the kernel accepts up to
+    backlog + 1 connections before dropping SYNs); `drops` counts SYNs and handshakes the
+    listener dropped (ListenDrops for this socket). Raises OSError when the kernel refuses.
+    """
+    return [
+        ListenSocket(
+            family=e.family,
+            addr=e.addr,
+            port=e.port,
+            queue=e.rqueue,
+            backlog=e.wqueue,
+            drops=_meminfo(e.meminfo, SK_MEMINFO_DROPS),
+            inode=e.inode,
+        )
+        for e in _diag_dump(socket.IPPROTO_TCP, 1 << TCP_LISTEN)
+    ]
+
+
+def dump_udp_sockets() -> list[UdpSocket]:
+    """UDP sockets of this network namespace in any state (sock_diag).
+
+    `queue` is the receive queue in bytes (memory charged, as `ss` Recv-Q), `rcvbuf` its limit
+    and `drops` the datagrams dropped on this socket (mostly receive-buffer full).
+    """
+    return [
+        UdpSocket(
+            family=e.family,
+            addr=e.addr,
+            port=e.port,
+            queue=e.rqueue,
+            rcvbuf=_meminfo(e.meminfo, SK_MEMINFO_RCVBUF),
+            drops=_meminfo(e.meminfo, SK_MEMINFO_DROPS),
+            inode=e.inode,
+        )
+        for e in _diag_dump(socket.IPPROTO_UDP, ALL_STATES)
+    ]
+
+
+# -------------------------------------------------------------------------- recorded
+
+# ss state names (misc/ss.c sstate_name); a line starting with one has no Netid column.
+_SS_STATES = frozenset(
+    ("UNKNOWN", "ESTAB", "SYN-SENT", "SYN-RECV", "FIN-WAIT-1", "FIN-WAIT-2", "TIME-WAIT",
+     "UNCONN", "CLOSE-WAIT", "LAST-ACK", "LISTEN", "CLOSING")
+)  # fmt: skip
+# Without a Netid column (`ss -tlnm`, `ss -ulnm`) the state tells the protocol we care about.
+_NETID_BY_STATE = {"LISTEN": "tcp", "UNCONN": "udp"}
+# The last match wins: the process column (users:(("name",...))) comes before these and a
+# process name may contain anything.
+_INO = re.compile(r"(?:^|\s)ino:(\d+)")
+_SKMEM = re.compile(r"skmem:\(([^)]*)\)")
+_SKMEM_FIELD = re.compile(r"([a-z]+)(\d+)")
+_IPV4_ANY = "0.0.0.0"  # noqa: S104 (an address shown, nothing is bound)
+# iproute2 before ~4.15 printed IPv6 unbracketed (":::22") and IPv4 "any" as "*"; newer ss
+# prints "0.0.0.0" and keeps "*" for a dual-stack IPv6 socket. An unbracketed ":::" tells.
+_OLD_STYLE = re.compile(r"(?:^|\s):::(?:\d+|\*)(?:\s|$)", re.MULTILINE)
+
+
+def _records(text: str) -> list[tuple[int, str, str]]:
+    """(line number, first line, whole record) per socket: tab-indented lines continue one."""
+    records: list[tuple[int, list[str]]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if line[0] in " \t":
+            if records:
+                records[-1][1].append(line)
+            continue
+        records.append((n, [line]))
+    return [(n, lines[0], " ".join(lines)) for n, lines in records]
+
+
+def _parse_endpoint(text: str, old_style: bool) -> tuple[int, str, int]:
+    """`0.0.0.0:80`, `[::]:80`, `*:80`, `10.0.0.1%eth0:53`, `[fe80::1]%eth0:53` -> (4|6, addr, port)
+
+    Raises ValueError when it is not an inet endpoint.
+    """
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        raise ValueError(text)
+    port = 0 if port_text == "*" else int(port_text)
+    if not 0 <= port <= 0xFFFF:
+        raise ValueError(text)
+    host = host.split("%", 1)[0]  # interface scope: the socket is bound to a device
+    if host == "*":
+        return (4, _IPV4_ANY, port) if old_style else (6, "::", port)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    af, version = (socket.AF_INET6, 6) if ":" in host else (socket.AF_INET, 4)
+    return version, socket.inet_ntop(af, socket.inet_pton(af, host)), port
+
+
+def parse_ss(text: str, source: str) -> tuple[list[ListenSocket], list[UdpSocket]]:
+    """Listening TCP and all UDP sockets from `ss -peaonmi` (or `ss -tlnm`/`-ulnm`) output.
+
+    Other netids (u_str, nl, p_raw ...) and TCP states other than LISTEN are skipped, as are
+    lines without a Netid column that are not inet sockets. A tcp/udp line whose queues or
+    local address cannot be read raises MalformedHostFile naming `source` and the line.
+    """
+    listen: list[ListenSocket] = []
+    udp: list[UdpSocket] = []
+    old_style = _OLD_STYLE.search(text) is not None
+    for lineno, first, record in _records(text):
+        tokens = first.split()
+        if tokens[0] in ("Netid", "State"):
+            continue  # header
+        explicit = tokens[0] not in _SS_STATES
+        if explicit:
+            netid, fields = tokens[0], tokens[1:]
+        else:
+            netid, fields = _NETID_BY_STATE.get(tokens[0], ""), tokens
+        where = f"line {lineno}"
+        if netid not in ("tcp", "udp"):
+            continue
+        if not fields:
+            raise MalformedHostFile(source, f"{where}: {netid} line without a state")
+        if netid == "tcp" and fields[0] != "LISTEN":
+            continue
+        try:
+            if len(fields) < 5:
+                raise ValueError("too few columns")
+            rq, sq = int(fields[1]), int(fields[2])
+            family, addr, port = _parse_endpoint(fields[3], old_style)
+        except (ValueError, OSError) as e:
+            if not explicit:
+                continue  # e.g. a unix socket in a listing without a Netid column
+            raise MalformedHostFile(source, f"{where}: not an {netid} socket line ({e})") from None
+        inos = _INO.findall(record)
+        inode = int(inos[-1]) if inos else 0
+        skmems = _SKMEM.findall(record)
+        mem = dict(_SKMEM_FIELD.findall(skmems[-1])) if skmems else {}
+        drops = int(mem["d"]) if "d" in mem else None
+        if netid == "tcp":
+            listen.append(ListenSocket(family, addr, port, rq, sq, drops, inode))
+        else:
+            rcvbuf = int(mem["rb"]) if "rb" in mem else None
+            udp.append(UdpSocket(family, addr, port, rq, rcvbuf, drops, inode))
+    return listen, udp
+
+
+def _endpoint(family: int, addr: str, port: Union[int, str]) -> str:
+    shown = "*" if port == 0 else str(port)
+    return f"[{addr}]:{shown}" if family == 6 else f"{addr}:{shown}"
+
+
+def _skmem(rcvbuf: Optional[int], drops: Optional[int]) -> str:
+    # Only the fields lbtune knows; parse_ss (and a reader) take skmem fields by name.
+    parts = ([f"rb{rcvbuf}"] if rcvbuf is not None else []) + (
+        [f"d{drops}"] if drops is not None else []
+    )
+    return f"\n\t skmem:({','.join(parts)})" if parts else ""
+
+
+def format_ss(listen: Sequence[ListenSocket], udp: Sequence[UdpSocket]) -> str:
+    """`ss -peaonmi`-style text for these sockets (tcp LISTEN and udp lines), read by parse_ss.
+
+    Only what the dataclasses hold is written: no process column, skmem with `rb` and `d`.
+    """
+    rows: list[tuple[str, str, int, int, str, str, str]] = []
+    for s in listen:
+        tail = f"ino:{s.inode} <->" + _skmem(None, s.drops)
+        peer = _endpoint(s.family, "::" if s.family == 6 else _IPV4_ANY, "*")
+        rows.append(("tcp", "LISTEN", s.queue, s.backlog, _endpoint(s.family, s.addr, s.port),
+                     peer, tail))  # fmt: skip
+    for u in udp:
+        tail = f"ino:{u.inode} <->" + _skmem(u.rcvbuf, u.drops)
+        peer = _endpoint(u.family, "::" if u.family == 6 else _IPV4_ANY, "*")
+        rows.append(("udp", "UNCONN", u.queue, 0, _endpoint(u.family, u.addr, u.port), peer, tail))
+    width = max([len(r[4]) for r in rows] + [len("Local Address:Port")])
+    lines = [
+        f"Netid State  Recv-Q Send-Q {'Local Address:Port':>{width}} {'Peer Address:Port':<17}"
+        " Process"
+    ]
+    for netid, state, rq, sq, local, peer, tail in rows:
+        lines.append(f"{netid:<5} {state:<6} {rq:<6} {sq:<6} {local:>{width}} {peer:<17} {tail}")
+    return "\n".join(lines) + "\n"

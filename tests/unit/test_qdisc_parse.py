@@ -1,0 +1,162 @@
+"""`tc -s qdisc show` parsing (sosreport's tc_-s_qdisc_show), its writer, and tc id formatting."""
+
+from __future__ import annotations
+
+import pytest
+
+from lbtune.errors import MalformedHostFile
+from lbtune.host.qdisc import (
+    QdiscStats,
+    format_handle,
+    format_parent,
+    format_tc_qdisc,
+    parse_tc_qdisc,
+)
+
+# iproute2 6.1 style output: mq with fq_codel children (xstats lines), a tbf with a backlog
+# printed in Kb, an ingress qdisc, a rate-estimator line, and an error line a capture kept.
+TC_S = (
+    "qdisc noqueue 0: dev lo root refcnt 2 \n"
+    " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+    " backlog 0b 0p requeues 0\n"
+    "qdisc mq 0: dev eth0 root \n"
+    " Sent 9876543210 bytes 12345678 pkt (dropped 42, overlimits 0 requeues 17) \n"
+    " backlog 3Mb 2100p requeues 17\n"
+    "qdisc fq_codel 0: dev eth0 parent :2 limit 10240p flows 1024 quantum 1514 target"
+    " 5ms interval 100ms memory_limit 32Mb ecn drop_batch 64 \n"
+    " Sent 4938271605 bytes 6172839 pkt (dropped 21, overlimits 0 requeues 9) \n"
+    " backlog 1514b 1p requeues 9\n"
+    "  maxpacket 1514 drop_overlimit 0 new_flow_count 12 ecn_mark 0\n"
+    "  new_flows_len 0 old_flows_len 1\n"
+    "qdisc fq_codel 0: dev eth0 parent :1 limit 10240p flows 1024 quantum 1514 target"
+    " 5ms interval 100ms memory_limit 32Mb ecn drop_batch 64 \n"
+    " Sent 4938271605 bytes 6172839 pkt (dropped 21, overlimits 0 requeues 8) \n"
+    " backlog 0b 0p requeues 8\n"
+    "  maxpacket 0 drop_overlimit 0 new_flow_count 0 ecn_mark 0\n"
+    "  new_flows_len 0 old_flows_len 0\n"
+    "qdisc tbf 8001: dev v0 root refcnt 5 rate 1Mbit burst 1600b lat 5ms \n"
+    " Sent 123456 bytes 1234 pkt (dropped 56, overlimits 78 requeues 0) \n"
+    " rate 8bit 0pps backlog 12Kb 8p requeues 0\n"
+    "qdisc ingress ffff: dev v0 parent ffff:fff1 ---------------- \n"
+    " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+    " backlog 0b 0p requeues 0\n"
+    "RTNETLINK answers: Invalid argument\n"
+    "qdisc pfifo 8002: dev v1 parent 8001:1 limit 1000p\n"
+    " Sent 10 bytes 1 pkt (dropped 0, overlimits 0 requeues 0) \n"
+    " backlog 0b 0p requeues 0\n"
+)
+
+
+def q(dev, kind, handle, parent, packets, nbytes, drops, over, req, bb, bp):  # type: ignore[no-untyped-def]
+    return QdiscStats(dev, kind, handle, parent, packets, nbytes, drops, over, req, bb, bp)
+
+
+def test_parse_realistic_output():
+    assert parse_tc_qdisc(TC_S, "tc_-s_qdisc_show") == [
+        q("lo", "noqueue", "0:", "root", 0, 0, 0, 0, 0, 0, 0),
+        q("eth0", "mq", "0:", "root", 12345678, 9876543210, 42, 0, 17, 3 * 1024 * 1024, 2100),
+        q("eth0", "fq_codel", "0:", ":2", 6172839, 4938271605, 21, 0, 9, 1514, 1),
+        q("eth0", "fq_codel", "0:", ":1", 6172839, 4938271605, 21, 0, 8, 0, 0),
+        q("v0", "tbf", "8001:", "root", 1234, 123456, 56, 78, 0, 12 * 1024, 8),
+        q("v0", "ingress", "ffff:", "ffff:fff1", 0, 0, 0, 0, 0, 0, 0),
+        q("v1", "pfifo", "8002:", "8001:1", 1, 10, 0, 0, 0, 0, 0),
+    ]
+
+
+def test_without_statistics_is_malformed():
+    text = "qdisc noqueue 0: dev lo root refcnt 2 \nqdisc tbf 8001: dev v0 root refcnt 2\n"
+    with pytest.raises(MalformedHostFile, match=r"line 1: .*no statistics"):
+        parse_tc_qdisc(text, "tc_-s_qdisc_show")
+
+
+def test_broken_header_is_malformed():
+    with pytest.raises(MalformedHostFile, match=r"line 1"):
+        parse_tc_qdisc("qdisc tbf 8001: root\n Sent 0 bytes 0 pkt (dropped 0, overlimits 0 "
+                       "requeues 0)\n", "t")  # fmt: skip
+
+
+def test_empty_output():
+    assert parse_tc_qdisc("", "t") == []
+    assert parse_tc_qdisc('Cannot find device "eth9"\n', "t") == []
+
+
+def test_round_trip_exact():
+    stats = [
+        *parse_tc_qdisc(TC_S, "t"),
+        q("eth1", "pfifo_fast", "0:", "", 2**40, 2**50, 2**32 - 1, 3, 4, 123457, 99),
+    ]
+    text = format_tc_qdisc(stats)
+    assert parse_tc_qdisc(text, "formatted") == stats
+    assert format_tc_qdisc([]) == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "handle", "parent"),
+    [
+        (0xFFFFFFFF, "ffff:", "root"),
+        (0x80010000, "8001:", "8001:"),
+        (0x80010001, "8001:", "8001:1"),
+        (0x00000001, "0:", ":1"),
+        (0x0000000A, "0:", ":a"),
+        (0xFFFFFFF1, "ffff:", "ffff:fff1"),
+        (0, "0:", ""),
+    ],
+)
+def test_tc_id_formatting(value, handle, parent):
+    assert format_handle(value) == handle
+    assert format_parent(value) == parent
+
+
+def _attr(atype: int, payload: bytes) -> bytes:
+    import struct
+
+    raw = struct.pack("=HH", 4 + len(payload), atype) + payload
+    return raw + b"\0" * (-len(raw) % 4)
+
+
+def test_netlink_stats_stats2_and_legacy_fallback():
+    import struct
+
+    from lbtune.host import qdisc
+
+    basic = struct.pack("=QI4x", 5000, 7)
+    queue = struct.pack("=IIIII", 2, 3028, 9, 1, 11)
+    stats2 = _attr(qdisc.TCA_STATS2, _attr(qdisc.TCA_STATS_BASIC, basic)
+                   + _attr(qdisc.TCA_STATS_QUEUE, queue))  # fmt: skip
+    from lbtune.host.netlink import parse_attrs
+
+    attrs = parse_attrs(_attr(qdisc.TCA_KIND, b"tbf\0") + stats2)
+    assert attrs[qdisc.TCA_KIND] == b"tbf\0"
+    assert qdisc._stats(attrs) == (7, 5000, 9, 11, 1, 3028, 2)
+    # 64-bit packet counter wins over the 32-bit one
+    pkt64 = _attr(qdisc.TCA_STATS_PKT64, struct.pack("=Q", 2**33))
+    attrs = parse_attrs(_attr(qdisc.TCA_STATS2, _attr(qdisc.TCA_STATS_BASIC, basic)
+                              + _attr(qdisc.TCA_STATS_QUEUE, queue) + pkt64))  # fmt: skip
+    assert qdisc._stats(attrs)[0] == 2**33
+    # kernels without TCA_STATS2 (or qdiscs that only fill struct tc_stats)
+    legacy = struct.pack("=QIIIIIII4x", 6000, 8, 4, 5, 100, 10, 1, 1514)
+    assert qdisc._stats(parse_attrs(_attr(qdisc.TCA_STATS, legacy))) == (8, 6000, 4, 5, 0, 1514, 1)
+    assert qdisc._stats({}) == (0, 0, 0, 0, 0, 0, 0)
+
+
+def test_parse_attrs_masks_flags_and_stops_at_truncation():
+    from lbtune.host.netlink import parse_attrs
+
+    nested_flag = 0x8000
+    buf = _attr(3 | nested_flag, b"abcde") + _attr(1, b"") + b"\x08\x00\x02\x00ab"
+    assert parse_attrs(buf) == {3: b"abcde", 1: b""}
+    assert parse_attrs(b"xx" + _attr(2, b"1234"), 2) == {2: b"1234"}
+
+
+def test_recorded_host_reads_tc_file_or_says_unavailable(tmp_path):
+    from lbtune.host.host import Host
+
+    assert Host.open(str(tmp_path)).qdiscs() is None
+    rec = tmp_path / "sos_commands" / "networking"
+    rec.mkdir(parents=True)
+    (rec / "tc_-s_qdisc_show").write_text(TC_S)
+    got = Host.open(str(tmp_path)).qdiscs()
+    assert got == parse_tc_qdisc(TC_S, "t")
+    (rec / "tc_-s_qdisc_show").write_text("qdisc tbf 8001: dev v0 root\n")
+    with pytest.raises(MalformedHostFile, match=r"tc_-s_qdisc_show: line 1"):
+        Host.open(str(tmp_path)).qdiscs()
