@@ -142,7 +142,16 @@ class Sample:
 
 
 __all__ = [
-    "ConntrackStats", "IpvsStats", "ListenSocket", "NicCounters", "QdiscStats",
-    "QueueCounters", "Sample", "SnmpCounters", "SockStat", "Softirqs", "SoftnetCpu",
+    "ConntrackStats",
+    "IpvsStats",
+    "ListenSocket",
+    "NicCounters",
+    "QdiscStats",
+    "QueueCounters",
+    "Sample",
+    "SnmpCounters",
+    "SockStat",
+    "Softirqs",
+    "SoftnetCpu",
     "UdpSocket",
 ]

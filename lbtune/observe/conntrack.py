@@ -1,0 +1,77 @@
+"""Connection-tracking table fill and per-CPU event counters (/proc/net/stat/nf_conntrack).
+
+The stat file has a header row and one hex row per *possible* CPU (ct_cpu_seq_show in
+net/netfilter/nf_conntrack_standalone.c). Its columns changed during 5.x (`searched` became
+`clashres`, `delete_list` became `chainlength`, and several now always print 0), so columns are
+looked up by the names in the header, never by position. `entries` is the
+table-wide count repeated on every row, not a per-CPU value.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from lbtune.errors import MalformedHostFile
+from lbtune.host.fs import HostFS
+from lbtune.observe.model import ConntrackStats
+
+STAT = "/proc/net/stat/nf_conntrack"
+COUNT = "/proc/sys/net/netfilter/nf_conntrack_count"
+MAX = "/proc/sys/net/netfilter/nf_conntrack_max"
+MAX_LEGACY = "/proc/sys/net/nf_conntrack_max"  # init namespace only, older distributions
+# Columns that are not per-CPU event counts: not summed over rows.
+GAUGES = frozenset({"entries"})
+
+
+def parse_nf_conntrack_stat(text: str, source: str) -> tuple[dict[str, int], ...]:
+    """Rows of /proc/net/stat/nf_conntrack as {header column name: value}, in file order."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise MalformedHostFile(source, "empty file")
+    header = lines[0].split()
+    if not header or any(not h.replace("_", "").isalpha() for h in header):
+        raise MalformedHostFile(source, f"bad header row {lines[0][:60]!r}")
+    rows: list[dict[str, int]] = []
+    for n, line in enumerate(lines[1:], 2):
+        values = line.split()
+        if len(values) != len(header):
+            raise MalformedHostFile(
+                source, f"line {n}: {len(values)} values for {len(header)} columns"
+            )
+        try:
+            rows.append({name: int(v, 16) for name, v in zip(header, values)})
+        except ValueError:
+            raise MalformedHostFile(source, f"line {n}: not hexadecimal") from None
+    return tuple(rows)
+
+
+def _totals(rows: tuple[dict[str, int], ...]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for row in rows:
+        for name, value in row.items():
+            if name in GAUGES:
+                totals[name] = max(totals.get(name, 0), value)
+            else:
+                totals[name] = totals.get(name, 0) + value
+    return totals
+
+
+def read_conntrack(fs: HostFS) -> Optional[ConntrackStats]:
+    """Conntrack count, limit and per-CPU counters; None when conntrack is not loaded.
+
+    `totals` sums each event column over the CPUs; `entries` is taken once (it is the
+    table-wide count on every row). The count comes from nf_conntrack_count, else from
+    `entries`.
+    """
+    count = fs.read_int(COUNT)
+    text = fs.read(STAT)
+    if count is None and text is None:
+        return None
+    rows = parse_nf_conntrack_stat(text, fs.path(STAT)) if text is not None else ()
+    totals = _totals(rows)
+    if count is None:
+        count = totals.get("entries", 0)
+    limit = fs.read_int(MAX)
+    if limit is None:
+        limit = fs.read_int(MAX_LEGACY)
+    return ConntrackStats(count=count, max=limit, totals=totals, per_cpu=rows)

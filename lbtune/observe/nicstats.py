@@ -1,0 +1,152 @@
+"""Per-NIC counters: /sys/class/net/DEV/statistics plus `ethtool -S` mapped per queue.
+
+The driver map (`lbtune.observe.nicmaps`) turns driver-specific names into `QueueCounters`
+(direction, queue, packets, bytes, drops, extras) and picks out the device-level drop
+counters. Names are classified once and remembered: a sampling tick on a 48-queue mlx5 port
+sees ~2000 names and must not run every pattern over every one each second.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+from lbtune.errors import BadInput
+from lbtune.host.ethtool import EthtoolSource
+from lbtune.host.fs import HostFS
+from lbtune.observe.model import NicCounters, QueueCounters
+from lbtune.observe.nicmaps import DriverMap, driver_map
+
+CLASS_NET = "/sys/class/net"
+_MAIN_FIELDS = frozenset({"packets", "bytes", "drops"})
+
+# (driver, counter name) -> (direction, queue, field) or None (not a per-queue counter)
+_Class = Optional[tuple[str, int, str]]
+_CACHE: dict[tuple[str, str], _Class] = {}
+_CACHE_LIMIT = 200_000
+
+
+def _classify(dm: DriverMap, name: str) -> _Class:
+    key = (dm.driver, name)
+    try:
+        return _CACHE[key]
+    except KeyError:
+        pass
+    result: _Class = None
+    for naming in dm.queues:
+        m = naming.pattern.fullmatch(name)
+        if m is None:
+            continue
+        groups = m.groupdict()
+        direction = naming.direction or groups.get("dir")
+        if direction is None:
+            continue
+        counter = groups["name"]
+        result = (direction, int(groups["q"]), naming.fields.get(counter, counter))
+        break
+    if len(_CACHE) >= _CACHE_LIMIT:
+        _CACHE.clear()
+    _CACHE[key] = result
+    return result
+
+
+def map_queue_counters(
+    driver: Optional[str], stats: Mapping[str, int]
+) -> tuple[QueueCounters, ...]:
+    """Per-queue counters of a driver's `ethtool -S` output, in (direction, queue) order.
+
+    An unknown driver, or a driver without per-queue counters, gives an empty tuple.
+    """
+    dm = driver_map(driver)
+    if dm is None or not dm.queues:
+        return ()
+    queues: dict[tuple[str, int], dict[str, int]] = {}
+    for name, value in stats.items():
+        c = _classify(dm, name)
+        if c is None:
+            continue
+        fields = queues.setdefault((c[0], c[1]), {})
+        fields[c[2]] = fields.get(c[2], 0) + value
+    out = []
+    for (direction, queue), fields in sorted(queues.items()):
+        out.append(
+            QueueCounters(
+                direction=direction,
+                queue=queue,
+                packets=fields.get("packets"),
+                bytes=fields.get("bytes"),
+                drops=fields.get("drops"),
+                extra={k: v for k, v in fields.items() if k not in _MAIN_FIELDS},
+            )
+        )
+    return tuple(out)
+
+
+def nic_drop_counters(driver: Optional[str], stats: Mapping[str, int]) -> dict[str, int]:
+    """The driver's device-level drop counters present in `stats` (raw values, by name)."""
+    dm = driver_map(driver)
+    if dm is None:
+        return {}
+    return {d.name: stats[d.name] for d in dm.drops if d.name in stats}
+
+
+def _driver(fs: HostFS, ethtool: EthtoolSource, dev: str) -> Optional[str]:
+    name = fs.readlink_name(f"{CLASS_NET}/{dev}/device/driver")
+    if name:
+        return name
+    info = ethtool.driver_info(dev)  # virtual devices (veth, bond, vlan) have no device link
+    return info.driver if info is not None and info.driver else None
+
+
+def _sys_stats(fs: HostFS, dev: str) -> dict[str, int]:
+    base = f"{CLASS_NET}/{dev}/statistics"
+    out: dict[str, int] = {}
+    for name in fs.listdir(base):
+        value = fs.read_int(f"{base}/{name}")
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def read_nic_counters(fs: HostFS, ethtool: EthtoolSource, dev: str) -> NicCounters:
+    """Counters of one interface; BadInput when it does not exist.
+
+    The driver is the name of the `device/driver` link, else what `ethtool -i` says; ethtool
+    statistics may be unavailable (lo, bond, vlan), then `ethtool` is empty and so are
+    `queues` and `nic_drops`.
+    """
+    if not dev or "/" in dev or dev in (".", "..") or not fs.isdir(f"{CLASS_NET}/{dev}"):
+        raise BadInput(f"no such interface: {dev}")
+    driver = _driver(fs, ethtool, dev)
+    raw = ethtool.stats(dev) or {}
+    return NicCounters(
+        dev=dev,
+        driver=driver,
+        stats=_sys_stats(fs, dev),
+        queues=map_queue_counters(driver, raw),
+        nic_drops=nic_drop_counters(driver, raw),
+        ethtool=raw,
+    )
+
+
+def list_interfaces(fs: HostFS) -> list[str]:
+    """Interfaces in /sys/class/net (directories only: `bonding_masters` is a file), sorted."""
+    return [n for n in fs.listdir(CLASS_NET) if fs.isdir(f"{CLASS_NET}/{n}")]
+
+
+def read_all_nics(
+    fs: HostFS, ethtool: EthtoolSource, only: Optional[Sequence[str]] = None
+) -> dict[str, NicCounters]:
+    """Counters of every interface except `lo`, or of the ones in `only` (any, lo included).
+
+    A name in `only` that is not an interface raises BadInput("no such interface: X").
+    """
+    present = list_interfaces(fs)
+    if only:
+        known = set(present)
+        for name in only:
+            if name not in known:
+                raise BadInput(f"no such interface: {name}")
+        names = list(dict.fromkeys(only))
+    else:
+        names = [n for n in present if n != "lo"]
+    return {name: read_nic_counters(fs, ethtool, name) for name in names}

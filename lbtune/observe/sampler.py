@@ -1,0 +1,104 @@
+"""The sampler: one call reads every counter source of a host into a `Sample`.
+
+The same sampler feeds `lbtune diagnose` (two samples a window apart, or one capture read as
+"since boot") and the live monitor (a sample per refresh). A source that cannot be read (no
+conntrack, no permission, a namespace without sysfs, an old capture) does not stop the
+others: it is recorded in `Sample.missing` with the reason, and rules that need it stay quiet.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional, Sequence, TypeVar
+
+from lbtune.errors import BadInput, MalformedHostFile
+from lbtune.host.host import Host
+from lbtune.host.interrupts import IrqLine, read_interrupts
+from lbtune.observe.conntrack import read_conntrack
+from lbtune.observe.ipvs_stats import read_ipvs_stats
+from lbtune.observe.model import Sample, SnmpCounters, SoftnetCpu
+from lbtune.observe.nicstats import read_all_nics
+from lbtune.observe.procnet import read_snmp, read_sockstat
+from lbtune.observe.softirqs import read_softirqs
+from lbtune.observe.softnet import read_softnet
+
+T = TypeVar("T")
+
+
+class Sampler:
+    """Reads one `Sample` per `take()` from `host`; `ifaces` limits the NICs read."""
+
+    def __init__(self, host: Host, ifaces: Optional[Sequence[str]] = None) -> None:
+        self.host = host
+        self.ifaces = list(ifaces) if ifaces else None
+        if self.ifaces:
+            # Fail on a typo before the window starts, not after it.
+            read_all_nics(host.fs, host.ethtool, self.ifaces)
+
+    def _uptime(self) -> Optional[float]:
+        text = self.host.fs.read("/proc/uptime")
+        if not text:
+            return None
+        try:
+            return float(text.split()[0])
+        except (ValueError, IndexError):
+            raise MalformedHostFile(self.host.fs.path("/proc/uptime"), "bad format") from None
+
+    def take(self) -> Sample:
+        fs = self.host.fs
+        missing: dict[str, str] = {}
+
+        def get(name: str, fn: Callable[[], T], default: T) -> T:
+            try:
+                return fn()
+            except MalformedHostFile as e:
+                missing[name] = str(e)
+            except OSError as e:
+                missing[name] = f"{e.strerror or e}"
+            return default
+
+        def optional(name: str, fn: Callable[[], Optional[T]], why: str) -> Optional[T]:
+            value = get(name, fn, None)
+            if value is None and name not in missing:
+                missing[name] = why
+            return value
+
+        uptime = get("uptime", self._uptime, None)
+        live = self.host.is_live
+        snmp = get("snmp", lambda: read_snmp(fs), SnmpCounters({}))
+        no_softnet: tuple[SoftnetCpu, ...] = ()
+        softnet = get("softnet", lambda: read_softnet(fs), no_softnet)
+        softirqs = optional("softirqs", lambda: read_softirqs(fs), "no /proc/softirqs")
+        interrupts: dict[int, IrqLine] = get("interrupts", lambda: read_interrupts(fs), {})
+        try:
+            nics = read_all_nics(fs, self.host.ethtool, self.ifaces)
+        except BadInput:
+            raise  # an --iface that vanished mid-run is the user's to know
+        except (MalformedHostFile, OSError) as e:
+            missing["nics"] = str(e)
+            nics = {}
+        listen = optional("listen", self.host.listen_sockets, "no sock_diag and no ss recording")
+        udp = optional("udp", self.host.udp_sockets, "no sock_diag and no ss recording")
+        qdiscs = optional("qdisc", self.host.qdiscs, "no rtnetlink and no tc recording")
+        sockstat = optional("sockstat", lambda: read_sockstat(fs), "no /proc/net/sockstat")
+        conntrack = optional("conntrack", lambda: read_conntrack(fs), "conntrack not loaded")
+        ipvs = get("ipvs", lambda: read_ipvs_stats(fs), None)
+        now_mono = time.monotonic()
+        return Sample(
+            # A recorded tree has no clock of its own: its uptime orders two captures.
+            monotonic=now_mono if live else (uptime or 0.0),
+            wallclock=time.time() if live else 0.0,
+            uptime=uptime,
+            snmp=snmp,
+            softnet=softnet,
+            softirqs=softirqs,
+            interrupts=interrupts,
+            nics=nics,
+            listen=tuple(listen or ()),
+            udp=tuple(udp or ()),
+            sockstat=sockstat,
+            conntrack=conntrack,
+            qdiscs=tuple(qdiscs or ()),
+            ipvs=ipvs,
+            missing=missing,
+        )

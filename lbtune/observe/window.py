@@ -1,0 +1,249 @@
+"""Deltas and rates between two samples, or "since boot" for a single one.
+
+A live diagnosis compares a sample taken at the start of the window with one at the end. A
+capture read offline has only one sample: its counters are treated as deltas since boot and
+its uptime as the window, so rates are averages over the host's life (the report says so).
+Counters that went backwards (a driver reset, a re-created device, a 32-bit wrap) count from
+zero again rather than giving negative deltas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Mapping, Optional, TypeVar
+
+from lbtune.observe.model import (
+    ListenSocket,
+    NicCounters,
+    QdiscStats,
+    QueueCounters,
+    Sample,
+    SoftnetCpu,
+    UdpSocket,
+)
+
+K = TypeVar("K", bound=Hashable)
+
+
+def counter_delta(before: Optional[int], after: Optional[int]) -> int:
+    """after - before for a monotonic counter; a reset counts from zero."""
+    if after is None:
+        return 0
+    if before is None:
+        return after
+    return after - before if after >= before else after
+
+
+@dataclass(frozen=True)
+class SoftnetDelta:
+    cpu: int
+    processed: int
+    dropped: int
+    time_squeeze: int
+    received_rps: int
+    flow_limit: int
+
+
+@dataclass(frozen=True)
+class QueueDelta:
+    direction: str
+    queue: int
+    packets: Optional[int]
+    drops: Optional[int]
+
+
+@dataclass(frozen=True)
+class NicDelta:
+    dev: str
+    driver: Optional[str]
+    stats: Mapping[str, int]
+    queues: tuple[QueueDelta, ...]
+    nic_drops: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class ListenDelta:
+    sock: ListenSocket  # as seen at the end of the window
+    drops: Optional[int]  # sk_drops over the window
+
+
+@dataclass(frozen=True)
+class UdpDelta:
+    sock: UdpSocket
+    drops: Optional[int]
+
+
+@dataclass(frozen=True)
+class QdiscDelta:
+    qdisc: QdiscStats  # as seen at the end of the window
+    packets: int
+    drops: int
+    overlimits: int
+
+
+def _by(items: Iterable[tuple[K, int]]) -> dict[K, int]:
+    return dict(items)
+
+
+@dataclass(frozen=True)
+class Window:
+    """What changed between `before` and `after`; `before=None` means since boot."""
+
+    before: Optional[Sample]
+    after: Sample
+
+    @property
+    def cumulative(self) -> bool:
+        return self.before is None
+
+    @property
+    def seconds(self) -> Optional[float]:
+        if self.before is None:
+            return self.after.uptime
+        return max(0.0, self.after.monotonic - self.before.monotonic)
+
+    def rate(self, value: int) -> Optional[float]:
+        s = self.seconds
+        if not s:
+            return None
+        return value / s
+
+    def missing(self) -> dict[str, str]:
+        out = dict(self.before.missing) if self.before else {}
+        out.update(self.after.missing)
+        return out
+
+    # ------------------------------------------------------------------ counters
+    def snmp(self, key: str) -> int:
+        before = self.before.snmp.values.get(key) if self.before else None
+        return counter_delta(before, self.after.snmp.values.get(key))
+
+    def has_snmp(self, key: str) -> bool:
+        return key in self.after.snmp.values
+
+    def softnet(self) -> list[SoftnetDelta]:
+        old = {c.cpu: c for c in self.before.softnet} if self.before else {}
+        out = []
+        for c in self.after.softnet:
+            b: Optional[SoftnetCpu] = old.get(c.cpu)
+            out.append(
+                SoftnetDelta(
+                    cpu=c.cpu,
+                    processed=counter_delta(b.processed if b else None, c.processed),
+                    dropped=counter_delta(b.dropped if b else None, c.dropped),
+                    time_squeeze=counter_delta(b.time_squeeze if b else None, c.time_squeeze),
+                    received_rps=counter_delta(b.received_rps if b else None, c.received_rps),
+                    flow_limit=counter_delta(b.flow_limit if b else None, c.flow_limit),
+                )
+            )
+        return out
+
+    def softirq(self, name: str) -> dict[int, int]:
+        """Per-CPU count of one softirq type (`NET_RX`) over the window."""
+        after = self.after.softirqs.counts.get(name, {}) if self.after.softirqs else {}
+        before: Mapping[int, int] = {}
+        if self.before and self.before.softirqs:
+            before = self.before.softirqs.counts.get(name, {})
+        return {cpu: counter_delta(before.get(cpu), v) for cpu, v in after.items()}
+
+    def irq(self, irq: int) -> dict[int, int]:
+        """Per-CPU interrupts of one IRQ over the window."""
+        line = self.after.interrupts.get(irq)
+        if line is None:
+            return {}
+        old = self.before.interrupts.get(irq) if self.before else None
+        return {
+            cpu: counter_delta(old.counts.get(cpu) if old else None, v)
+            for cpu, v in line.counts.items()
+        }
+
+    def nic(self, dev: str) -> Optional[NicDelta]:
+        after = self.after.nics.get(dev)
+        if after is None:
+            return None
+        before: Optional[NicCounters] = self.before.nics.get(dev) if self.before else None
+        old_q: dict[tuple[str, int], QueueCounters] = (
+            {(q.direction, q.queue): q for q in before.queues} if before else {}
+        )
+        queues = []
+        for q in after.queues:
+            b = old_q.get((q.direction, q.queue))
+            queues.append(
+                QueueDelta(
+                    direction=q.direction,
+                    queue=q.queue,
+                    packets=None
+                    if q.packets is None
+                    else counter_delta(b.packets if b else None, q.packets),
+                    drops=None
+                    if q.drops is None
+                    else counter_delta(b.drops if b else None, q.drops),
+                )
+            )
+        return NicDelta(
+            dev=dev,
+            driver=after.driver,
+            stats={
+                k: counter_delta(before.stats.get(k) if before else None, v)
+                for k, v in after.stats.items()
+            },
+            queues=tuple(queues),
+            nic_drops={
+                k: counter_delta(before.nic_drops.get(k) if before else None, v)
+                for k, v in after.nic_drops.items()
+            },
+        )
+
+    def nics(self) -> list[NicDelta]:
+        return [d for d in (self.nic(name) for name in sorted(self.after.nics)) if d]
+
+    def listeners(self) -> list[ListenDelta]:
+        old = (
+            {(s.family, s.addr, s.port, s.inode): s for s in self.before.listen}
+            if self.before
+            else {}
+        )
+        out = []
+        for s in self.after.listen:
+            b = old.get((s.family, s.addr, s.port, s.inode))
+            if self.before is not None and b is None:
+                drops = s.drops  # a listener opened during the window: all of its drops
+            else:
+                drops = None if s.drops is None else counter_delta(b.drops if b else None, s.drops)
+            out.append(ListenDelta(s, drops))
+        return out
+
+    def udp(self) -> list[UdpDelta]:
+        old = (
+            {(s.family, s.addr, s.port, s.inode): s for s in self.before.udp} if self.before else {}
+        )
+        out = []
+        for s in self.after.udp:
+            b = old.get((s.family, s.addr, s.port, s.inode))
+            drops = None if s.drops is None else counter_delta(b.drops if b else None, s.drops)
+            out.append(UdpDelta(s, drops))
+        return out
+
+    def qdiscs(self) -> list[QdiscDelta]:
+        old = {(q.dev, q.handle, q.parent): q for q in self.before.qdiscs} if self.before else {}
+        out = []
+        for q in self.after.qdiscs:
+            b = old.get((q.dev, q.handle, q.parent))
+            out.append(
+                QdiscDelta(
+                    q,
+                    packets=counter_delta(b.packets if b else None, q.packets),
+                    drops=counter_delta(b.drops if b else None, q.drops),
+                    overlimits=counter_delta(b.overlimits if b else None, q.overlimits),
+                )
+            )
+        return out
+
+    def conntrack(self, column: str) -> int:
+        after = self.after.conntrack
+        if after is None:
+            return 0
+        before = self.before.conntrack if self.before else None
+        return counter_delta(
+            before.totals.get(column) if before else None, after.totals.get(column)
+        )
