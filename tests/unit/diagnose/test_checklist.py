@@ -1,0 +1,361 @@
+"""The pre-benchmark checklist per role on fixture host trees (and altered copies of them)."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+from typing import Optional
+
+import pytest
+
+from lbtune.diagnose.checklist import (
+    Checklist,
+    CheckResult,
+    ClockState,
+    LiveProbes,
+    Status,
+    parse_ip_o_addr,
+    run_checklist,
+)
+from lbtune.errors import BadInput
+from lbtune.host.host import Host
+
+HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
+DELL = "dell-r750-mlx5-ixgbe"
+KVM = "kvm-virtio-4vcpu"
+TINY = "tiny-veth-bond"
+
+
+def run(
+    root: str | pathlib.Path,
+    role: str,
+    vip: Optional[str] = None,
+    load: Optional[str] = None,
+    iface: Optional[str] = None,
+    probes: Optional[LiveProbes] = None,
+) -> Checklist:
+    path = root if isinstance(root, pathlib.Path) else HOSTS / root
+    return run_checklist(Host.open(str(path)), role, vip=vip, load=load, iface=iface, probes=probes)
+
+
+def check(cl: Checklist, name: str) -> CheckResult:
+    hits = [c for c in cl.checks if c.name == name]
+    assert len(hits) == 1, [c.name for c in cl.checks]
+    return hits[0]
+
+
+def tree(tmp_path: pathlib.Path, name: str, files: dict[str, str]) -> pathlib.Path:
+    """A copy of fixture tree `name` with `files` (kernel path -> content) written over it."""
+    root = tmp_path / name
+    shutil.copytree(HOSTS / name, root, symlinks=True)
+    for kpath, text in files.items():
+        p = root / kpath.lstrip("/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.is_symlink():
+            p.unlink()
+        p.write_text(text)
+    return root
+
+
+def sockstat(tw: int, orphan: int = 0) -> str:
+    return (
+        "sockets: used 210\n"
+        f"TCP: inuse 12 orphan {orphan} tw {tw} alloc 20 mem 4\n"
+        "UDP: inuse 3 mem 2\nUDPLITE: inuse 0\nRAW: inuse 0\nFRAG: inuse 0 memory 0\n"
+    )
+
+
+# ------------------------------------------------------------------ dell-r750 as lb-dr and web
+
+
+def test_dell_as_lb_dr() -> None:
+    cl = run(DELL, "lb-dr")
+    assert cl.profile == "lb-dr" and cl.iface == "ens1f0np0"  # the fastest link up
+    p = check(cl, "profile-in-sync")
+    assert p.status is Status.FAIL
+    assert "net.core.netdev_max_backlog = 1000 (want 32768)" in p.reason
+    assert p.fix == "lbtune apply lb-dr --iface ens1f0np0"
+    ib = check(cl, "irqbalance")
+    # irqbalance bans only the isolated CPUs; the profile pins the mlx5 queues on node 1
+    assert ib.status is Status.FAIL
+    assert "pid 1187" in ib.reason and "12-23,36-47" in ib.reason
+    assert "irqbalance.ban" in ib.fix
+    rings = check(cl, "nic-rings")
+    assert rings.status is Status.WARN and "ens1f0np0 rx 1024/8192 tx 1024/8192" in rings.reason
+    assert "ethtool -G ens1f0np0 rx 8192 tx 8192" in rings.fix
+    assert check(cl, "isolcpus").status is Status.PASS  # data CPUs are all housekeeping
+    assert check(cl, "listen-backlog").status is Status.SKIP  # a director accepts nothing
+    assert check(cl, "ephemeral-ports").status is Status.SKIP
+    assert cl.failed
+
+
+def test_dell_as_web_reads_listeners_and_conntrack() -> None:
+    cl = run(DELL, "web")
+    b = check(cl, "listen-backlog")
+    assert b.status is Status.FAIL
+    # nginx asked for 128 (somaxconn is 4096): the application's setting is the limit
+    assert "port 80 (0.0.0.0) backlog 128 (the application's" in b.reason
+    assert "< 1024" in b.reason and "somaxconn 4096" in b.reason
+    assert "listen 80 backlog=4096" in b.fix
+    ct = check(cl, "conntrack")
+    assert ct.status is Status.FAIL
+    assert "261000 of nf_conntrack_max 262144" in ct.reason and "(100%)" in ct.reason
+
+
+def test_dell_iface_can_be_chosen() -> None:
+    cl = run(DELL, "web", iface="eno1")
+    assert cl.iface == "eno1"
+    assert "eno1 rx 512/4096" in check(cl, "nic-rings").reason
+    with pytest.raises(BadInput, match="no such interface"):
+        run(DELL, "web", iface="eth9")
+
+
+# ------------------------------------------------------------------ kvm-virtio as web
+
+
+def test_kvm_as_web() -> None:
+    cl = run(KVM, "web")
+    assert cl.iface == "ens3"
+    assert check(cl, "nic-rings").status is Status.PASS  # 256/256: virtio's max
+    assert check(cl, "irqbalance").status is Status.PASS
+    assert check(cl, "conntrack").status is Status.PASS
+    assert check(cl, "cpu-governor").status is Status.SKIP
+    assert "no cpufreq" in check(cl, "cpu-governor").reason
+    assert check(cl, "clock-sync").status is Status.SKIP  # not the live host
+    p = check(cl, "profile-in-sync")
+    assert p.status is Status.FAIL and "net.core.somaxconn = 4096 (want 8192)" in p.reason
+    # nginx's default backlog (511) is below the 1024 a load test needs
+    b = check(cl, "listen-backlog")
+    assert b.status is Status.FAIL and "port 80 (0.0.0.0) backlog 511" in b.reason
+    d = check(cl, "sockets-drained")
+    assert d.status is Status.WARN and d.reason.startswith("41 TIME_WAIT of tcp_max_tw_buckets")
+
+
+# ------------------------------------------------------------------ kvm-virtio as DR real server
+
+IP_ADDR = (
+    "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n"
+    "{vip}"
+    "2: ens3    inet 10.20.0.15/24 brd 10.20.0.255 scope global ens3\\       valid_lft forever "
+    "preferred_lft forever\n"
+    "2: ens3    inet6 fe80::f816:3eff:fe4a:1b2c/64 scope link \\       valid_lft forever "
+    "preferred_lft forever\n"
+)
+VIP_ON_LO = (
+    "1: lo    inet 192.0.2.10/32 scope global lo\\       valid_lft forever preferred_lft forever\n"
+)
+RECORD = "/sos_commands/networking/ip_-o_addr"
+
+
+def test_kvm_as_realserver_needs_vip() -> None:
+    with pytest.raises(BadInput, match="needs --vip"):
+        run(KVM, "realserver")
+
+
+def test_kvm_as_realserver_unprepared(tmp_path: pathlib.Path) -> None:
+    root = tree(tmp_path, KVM, {RECORD: IP_ADDR.format(vip="")})
+    cl = run(root, "realserver", vip="192.0.2.10")
+    assert cl.profile == "realserver-dr"
+    vip = check(cl, "dr-vip")
+    assert vip.status is Status.FAIL and "not on lo" in vip.reason
+    assert vip.fix == "ip addr add 192.0.2.10/32 dev lo"
+    ign = check(cl, "dr-arp-ignore")
+    assert ign.status is Status.FAIL and "ens3 0 (all 0, ens3 0)" in ign.reason
+    assert "net.ipv4.conf.all.arp_ignore = 1" in ign.fix
+    ann = check(cl, "dr-arp-announce")
+    assert ann.status is Status.FAIL and "below 2" in ann.reason
+    # ens3 has rp_filter 2 (loose) in the fixture
+    assert check(cl, "dr-rp-filter").status is Status.PASS
+    assert "lbtune apply realserver-dr --iface ens3" in check(cl, "profile-in-sync").fix
+
+
+def test_kvm_as_realserver_ready_for_dr(tmp_path: pathlib.Path) -> None:
+    root = tree(
+        tmp_path,
+        KVM,
+        {
+            RECORD: IP_ADDR.format(vip=VIP_ON_LO),
+            "/proc/sys/net/ipv4/conf/all/arp_ignore": "1\n",
+            "/proc/sys/net/ipv4/conf/ens3/arp_announce": "2\n",
+        },
+    )
+    cl = run(root, "realserver", vip="192.0.2.10")
+    assert check(cl, "dr-vip").status is Status.PASS
+    # effective value = max(all, interface): all=1 covers ens3=0, ens3=2 covers all=0
+    assert check(cl, "dr-arp-ignore").status is Status.PASS
+    assert "ens3 1 (all 1, ens3 0)" in check(cl, "dr-arp-ignore").reason
+    assert check(cl, "dr-arp-announce").status is Status.PASS
+
+
+@pytest.mark.parametrize(
+    ("line", "expect"),
+    [
+        ("1: lo    inet 192.0.2.10/24 scope global lo\\ x\n", "on lo as /24"),
+        ("2: ens3    inet 192.0.2.10/32 scope global ens3\\ x\n", "is on ens3"),
+    ],
+)
+def test_vip_in_the_wrong_place(tmp_path: pathlib.Path, line: str, expect: str) -> None:
+    root = tree(tmp_path, KVM, {RECORD: IP_ADDR.format(vip=line)})
+    v = check(run(root, "realserver", vip="192.0.2.10"), "dr-vip")
+    assert v.status is Status.FAIL and expect in v.reason
+
+
+def test_strict_rp_filter_fails(tmp_path: pathlib.Path) -> None:
+    root = tree(tmp_path, KVM, {"/proc/sys/net/ipv4/conf/ens3/rp_filter": "1\n"})
+    r = check(run(root, "realserver", vip="192.0.2.10"), "dr-rp-filter")
+    # effective = max(all, interface): all=2 makes the strict ens3=1 loose
+    assert r.status is Status.PASS and "ens3 2 (all 2, ens3 1)" in r.reason
+    root2 = tree(
+        tmp_path / "b",
+        KVM,
+        {
+            "/proc/sys/net/ipv4/conf/ens3/rp_filter": "1\n",
+            "/proc/sys/net/ipv4/conf/all/rp_filter": "0\n",
+        },
+    )
+    r = check(run(root2, "realserver", vip="192.0.2.10"), "dr-rp-filter")
+    assert r.status is Status.FAIL and "ens3 1 (all 0, ens3 1)" in r.reason
+    assert "rp_filter = 2" in r.fix
+
+
+def test_dr_vip_record_missing_is_skipped() -> None:
+    v = check(run(KVM, "realserver", vip="192.0.2.10"), "dr-vip")
+    assert v.status is Status.SKIP and "ip_-o_addr" in v.reason
+
+
+def test_parse_ip_o_addr() -> None:
+    addrs = parse_ip_o_addr(IP_ADDR.format(vip=VIP_ON_LO) + "5: veth0@if2    inet 10.9.0.1/30 x\n")
+    assert [(a.ifname, a.family, a.addr, a.prefix) for a in addrs] == [
+        ("lo", 4, "127.0.0.1", 8),
+        ("lo", 4, "192.0.2.10", 32),
+        ("ens3", 4, "10.20.0.15", 24),
+        ("ens3", 6, "fe80::f816:3eff:fe4a:1b2c", 64),
+        ("veth0", 4, "10.9.0.1", 30),
+    ]
+
+
+# ------------------------------------------------------------------ tiny-veth-bond as client
+
+
+def test_tiny_as_client() -> None:
+    cl = run(TINY, "client")
+    assert cl.profile == "loadgen"
+    assert cl.iface is None  # bond0.100 and veth0 are both up: no single data interface
+    p = check(cl, "profile-in-sync")
+    assert p.status is Status.FAIL and p.fix == "lbtune apply loadgen"
+    ports = check(cl, "ephemeral-ports")
+    assert ports.status is Status.PASS and "28232" in ports.reason and "32768-60999" in ports.reason
+    rings = check(cl, "nic-rings")  # the e1000 under the bond
+    assert rings.status is Status.WARN and "eth0 rx 256/4096" in rings.reason
+    assert check(cl, "listen-backlog").status is Status.SKIP
+    assert check(cl, "conntrack").status is Status.SKIP  # no conntrack files in the tree
+
+
+def test_tiny_as_client_with_too_many_connections() -> None:
+    cl = run(TINY, "client", load="wrk -t2 -c30000 -d30s http://10.0.0.1/")
+    ports = check(cl, "ephemeral-ports")
+    assert ports.status is Status.FAIL
+    assert "30000 planned connections" in ports.reason and "28232" in ports.reason
+    # the port comparison is the host check's; the lint does not repeat it
+    assert not [c for c in cl.checks if c.name == "load:connections-above-ports"]
+    assert check(cl, "load-command").status is Status.PASS
+
+
+def test_tiny_as_client_with_ab_lint() -> None:
+    cl = run(TINY, "client", load="ab -n 1000 http://10.0.0.1/")
+    assert check(cl, "load:ab-no-concurrency").status is Status.FAIL
+    assert check(cl, "load:ab-no-keepalive").status is Status.WARN
+    assert "one client's latency" in check(cl, "load:ab-no-concurrency").reason
+
+
+def test_tiny_lb_dr_needs_an_interface() -> None:
+    cl = run(TINY, "lb-dr")
+    p = check(cl, "profile-in-sync")
+    assert p.status is Status.SKIP and "--iface" in p.fix
+    assert check(cl, "irqbalance").status is Status.SKIP
+    cl = run(TINY, "lb-dr", iface="veth0")
+    assert check(cl, "profile-in-sync").status is Status.FAIL  # veth0 has no rings: no resolve
+    assert "does not resolve" in check(cl, "profile-in-sync").reason
+
+
+# ------------------------------------------------------------------ sockets, governor, probes
+
+
+def test_sockets_drained(tmp_path: pathlib.Path) -> None:
+    root = tree(
+        tmp_path,
+        KVM,
+        {"/proc/net/sockstat": sockstat(0), "/proc/sys/net/ipv4/tcp_max_tw_buckets": "8192\n"},
+    )
+    assert check(run(root, "web"), "sockets-drained").status is Status.PASS
+    (root / "proc/net/sockstat").write_text(sockstat(12, 1))
+    d = check(run(root, "web"), "sockets-drained")
+    assert d.status is Status.WARN and "12 TIME_WAIT" in d.reason and "1 orphaned" in d.reason
+    assert "8192" in d.reason
+    (root / "proc/net/sockstat").write_text(sockstat(5000))
+    assert check(run(root, "web"), "sockets-drained").status is Status.FAIL
+
+
+def test_governor(tmp_path: pathlib.Path) -> None:
+    files = {
+        f"/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor": g + "\n"
+        for c, g in enumerate(["performance", "powersave", "performance", "schedutil"])
+    }
+    g = check(run(tree(tmp_path, KVM, files), "client"), "cpu-governor")
+    assert g.status is Status.WARN and "on 2 of 4 CPUs (1,3)" in g.reason
+    assert "powersave/schedutil" in g.reason and 'governor.all = "performance"' in g.fix
+    files = {k: "performance\n" for k in files}
+    g = check(run(tree(tmp_path / "b", KVM, files), "client"), "cpu-governor")
+    assert g.status is Status.PASS and "4 CPUs" in g.reason
+
+
+def test_live_probes_clock_and_nofile() -> None:
+    bad = LiveProbes((1024, 4096), ClockState(False, "not synchronised (STA_UNSYNC)"))
+    cl = run(KVM, "client", probes=bad)
+    c = check(cl, "clock-sync")
+    assert c.status is Status.WARN and "STA_UNSYNC" in c.reason
+    n = check(cl, "nofile")
+    assert n.status is Status.WARN and "soft 1024 hard 4096" in n.reason
+    assert "ulimit -n 4096" in n.fix
+    good = LiveProbes((65536, 1048576), ClockState(True, "synchronised"))
+    cl = run(KVM, "client", probes=good)
+    assert check(cl, "clock-sync").status is Status.PASS
+    assert check(cl, "nofile").status is Status.PASS
+    # a server's own limit is not this shell's: informational only
+    assert check(run(KVM, "web", probes=bad), "nofile").status is Status.PASS
+
+
+def test_conntrack_sized_by_the_planned_load(tmp_path: pathlib.Path) -> None:
+    # kvm: 0 of 65536 entries; 100/s new connections x 120 s TIME_WAIT in conntrack = 12000
+    cl = run(KVM, "client", load="hey -z 60s -c 10 -q 10 -disable-keepalive http://x/")
+    ct = check(cl, "conntrack")
+    assert ct.status is Status.PASS and "adds about 12010" in ct.reason
+    cl = run(KVM, "client", load="hey -z 60s -c 100 -q 10 -disable-keepalive http://x/")
+    assert check(cl, "conntrack").status is Status.FAIL  # 1000/s x 120 s > 65536
+
+
+def test_summary_and_failed() -> None:
+    cl = run(KVM, "web")
+    s = cl.summary()
+    assert set(s) == {"pass", "warn", "fail", "skip"}
+    assert sum(s.values()) == len(cl.checks)
+    assert cl.failed == (s["fail"] > 0)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"role": "director"}, "unknown role"),
+        ({"role": "realserver", "vip": "10.0.0.300"}, "not an IP address"),
+        ({"role": "realserver", "vip": "127.0.0.1"}, "not a service address"),
+        ({"role": "web", "vip": "192.0.2.1"}, "--vip is for"),
+        ({"role": "client", "load": "wrk -H 'x"}, "cannot split"),
+        ({"role": "client", "load": "curl http://x/"}, "no load generator"),
+    ],
+)
+def test_bad_input(kwargs: dict[str, str], message: str) -> None:
+    with pytest.raises(BadInput, match=message):
+        run_checklist(Host.open(str(HOSTS / KVM)), **kwargs)
