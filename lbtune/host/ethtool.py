@@ -15,7 +15,7 @@ import re
 import socket
 import struct
 from dataclasses import dataclass, fields
-from typing import Optional, Protocol
+from typing import Mapping, Optional, Protocol
 
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
@@ -412,3 +412,54 @@ class LiveEthtool:
                 f[i] = v
         f[0] = ETHTOOL_SCHANNELS
         ethtool_ioctl(dev, _CHANNELS.pack(*f))
+
+
+# ---------------------------------------------------------------- formatting (recordings)
+#
+# The inverse of the parse_ethtool_* functions: text in ethtool 6.1's layout, so that an lbtune
+# capture records what LiveEthtool read the way sosreport records `ethtool` runs. Only what the
+# values hold is printed (no `supports-*` lines, no `RX Buf Len`): nothing is made up.
+
+
+def _na(value: Optional[int]) -> str:
+    return "n/a" if value is None else str(value)
+
+
+def format_ethtool_i(info: DriverInfo) -> str:
+    """`ethtool -i` text for `info` (driver, version, firmware-version, bus-info)."""
+    return (
+        f"driver: {info.driver}\nversion: {info.version}\n"
+        f"firmware-version: {info.firmware}\nbus-info: {info.bus_info}\n"
+    )
+
+
+def _two_sections(
+    title: str, rows: list[tuple[str, str]], maxima: list[str], cur: list[str]
+) -> str:
+    out = [title] if title else []
+    for heading, values in (("Pre-set maximums:", maxima), ("Current hardware settings:", cur)):
+        out.append(heading)
+        # ethtool pads the label with tabs to two tab stops: "RX:\t\t", "RX Mini:\t".
+        out += [f"{label}:{tabs}{v}" for (label, tabs), v in zip(rows, values)]
+    return "\n".join(out) + "\n"
+
+
+def format_ethtool_g(r: RingSizes, dev: Optional[str] = None) -> str:
+    """`ethtool -g` text for `r` (None values print as `n/a`); `dev` names it in the title."""
+    rows = [("RX", "\t\t"), ("RX Mini", "\t"), ("RX Jumbo", "\t"), ("TX", "\t\t")]
+    maxima = [_na(r.rx_max), _na(r.rx_mini_max), _na(r.rx_jumbo_max), _na(r.tx_max)]
+    cur = [_na(r.rx), _na(r.rx_mini), _na(r.rx_jumbo), _na(r.tx)]
+    return _two_sections(f"Ring parameters for {dev}:" if dev else "", rows, maxima, cur)
+
+
+def format_ethtool_l(c: Channels, dev: Optional[str] = None) -> str:
+    """`ethtool -l` text for `c` (None values print as `n/a`); `dev` names it in the title."""
+    rows = [("RX", "\t\t"), ("TX", "\t\t"), ("Other", "\t\t"), ("Combined", "\t")]
+    maxima = [_na(c.rx_max), _na(c.tx_max), _na(c.other_max), _na(c.combined_max)]
+    cur = [_na(c.rx), _na(c.tx), _na(c.other), _na(c.combined)]
+    return _two_sections(f"Channel parameters for {dev}:" if dev else "", rows, maxima, cur)
+
+
+def format_ethtool_S(stats: Mapping[str, int]) -> str:
+    """`ethtool -S` text for `stats`, in the given order."""
+    return "NIC statistics:\n" + "".join(f"     {k}: {v}\n" for k, v in stats.items())
