@@ -26,6 +26,7 @@ demo: setup
 bench: setup
 	$(VENV)/bin/python bench/run.py
 	$(VENV)/bin/python bench/tune.py
+	$(VENV)/bin/python bench/diagnose.py
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist
