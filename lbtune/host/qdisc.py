@@ -38,6 +38,9 @@ class QdiscStats:
     requeues: int
     backlog_bytes: int
     backlog_packets: int
+    # Configured shaping rate in bits/s of a rate-limiting qdisc (tbf); None for other kinds
+    # (htb's rates belong to its classes) and when unknown.
+    rate_bps: Optional[int] = None
 
 
 # ------------------------------------------------------------------------------ live
@@ -46,6 +49,7 @@ class QdiscStats:
 RTM_NEWQDISC = 36
 RTM_GETQDISC = 38
 TCA_KIND = 1
+TCA_OPTIONS = 2
 TCA_STATS = 3
 TCA_STATS2 = 7
 # include/uapi/linux/gen_stats.h
@@ -54,6 +58,10 @@ TCA_STATS_QUEUE = 3
 TCA_STATS_PKT64 = 8
 # include/uapi/linux/pkt_sched.h
 TC_H_ROOT = 0xFFFFFFFF
+TCA_TBF_PARMS = 1
+TCA_TBF_RATE64 = 4
+# Kinds whose qdisc (not class) options carry one shaping rate, read into rate_bps.
+RATE_KINDS = frozenset(("tbf",))
 
 # struct tcmsg { unsigned char tcm_family, tcm__pad1; unsigned short tcm__pad2;
 #                int tcm_ifindex; __u32 tcm_handle, tcm_parent, tcm_info; }
@@ -64,6 +72,10 @@ _BASIC = struct.Struct("=QI")
 _QUEUE = struct.Struct("=IIIII")
 # struct tc_stats { __u64 bytes; __u32 packets, drops, overlimits, bps, pps, qlen, backlog; }
 _TC_STATS = struct.Struct("=QIIIIIII")
+# struct tc_tbf_qopt { struct tc_ratespec rate, peakrate; __u32 limit, buffer, mtu; } with
+# struct tc_ratespec { __u8 cell_log, linklayer; __u16 overhead; __s16 cell_align;
+#                      __u16 mpu; __u32 rate; }  -- rate in bytes/s, at offset 8
+_TBF_QOPT = struct.Struct("=BBHhHI12xIII")
 
 
 def format_handle(handle: int) -> str:
@@ -113,10 +125,31 @@ def _stats(attrs: dict[int, bytes]) -> tuple[int, int, int, int, int, int, int]:
     return 0, 0, 0, 0, 0, 0, 0
 
 
+def _rate_bps(kind: str, attrs: dict[int, bytes]) -> Optional[int]:
+    """The shaping rate (bits/s) in a rate-limiting qdisc's TCA_OPTIONS; None otherwise.
+
+    tbf: the rate of TCA_TBF_PARMS (bytes/s, 32 bits), overridden by TCA_TBF_RATE64 which
+    the kernel adds when the rate does not fit 32 bits (34.4 Gbit/s and above).
+    """
+    if kind not in RATE_KINDS or TCA_OPTIONS not in attrs:
+        return None
+    options = netlink.parse_attrs(attrs[TCA_OPTIONS])
+    rate64 = options.get(TCA_TBF_RATE64, b"")
+    if len(rate64) >= 8:
+        (bytes_per_s,) = struct.unpack_from("=Q", rate64)
+        return int(bytes_per_s) * 8
+    parms = options.get(TCA_TBF_PARMS, b"")
+    if len(parms) < _TBF_QOPT.size:
+        return None
+    bytes_per_s = _TBF_QOPT.unpack_from(parms)[5]
+    return int(bytes_per_s) * 8
+
+
 def dump_qdiscs() -> list[QdiscStats]:
     """Every qdisc of every device in this network namespace, as `tc -s qdisc show` lists them.
 
-    Raises OSError when the kernel refuses the dump.
+    `rate_bps` is read from the options of the kinds in RATE_KINDS. Raises OSError when the
+    kernel refuses the dump.
     """
     names: dict[int, str] = {}
     out: list[QdiscStats] = []
@@ -146,6 +179,7 @@ def dump_qdiscs() -> list[QdiscStats]:
                 requeues=requeues,
                 backlog_bytes=backlog,
                 backlog_packets=qlen,
+                rate_bps=_rate_bps(kind, attrs),
             )
         )
     return out
@@ -159,6 +193,28 @@ _SENT = re.compile(
 _BACKLOG = re.compile(r"backlog (\d+(?:\.\d+)?)([KMG]?)b (\d+)p")
 # tc prints backlog bytes rounded to Kb/Mb (iproute2 tc_util.c print_size): 12Kb = 12 * 1024.
 _UNITS = {"": 1, "K": 1024, "M": 1024 * 1024, "G": 1024 * 1024 * 1024}
+_RATE = re.compile(r"(\d+(?:\.\d+)?)([a-z]*)", re.IGNORECASE)
+# Rate units in bits/s, matched without case as tc's get_rate does (iproute2 tc_util.c):
+# "bit" units are bits, "Bps"/"bps" units BYTES per second; a plain number is bits. tc prints
+# rates as "1Mbit", "1500Kbit", "8bit" ("1Mibit" with -iec).
+_RATE_UNITS = {
+    "": 1, "bit": 1, "kbit": 1000, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12,
+    "kibit": 2**10, "mibit": 2**20, "gibit": 2**30, "tibit": 2**40,
+    "bps": 8, "kbps": 8 * 1000, "mbps": 8 * 10**6, "gbps": 8 * 10**9, "tbps": 8 * 10**12,
+    "kibps": 8 * 2**10, "mibps": 8 * 2**20, "gibps": 8 * 2**30, "tibps": 8 * 2**40,
+}  # fmt: skip
+
+
+def parse_rate(text: str) -> int:
+    """A tc rate (`1Mbit`, `1500Kbit`, `125KBps`, `1mbit`, `64000`) in bits/s.
+
+    Raises ValueError for anything else.
+    """
+    m = _RATE.fullmatch(text)
+    scale = _RATE_UNITS.get(m[2].lower()) if m is not None else None
+    if m is None or scale is None:
+        raise ValueError(f"not a tc rate: {text!r}")
+    return round(float(m[1]) * scale)
 
 
 @dataclass
@@ -170,10 +226,11 @@ class _Pending:
     parent: str
     sent: Optional[tuple[int, int, int, int, int]] = None
     backlog: Optional[tuple[int, int]] = None
+    rate_bps: Optional[int] = None
 
 
 def _header(tokens: list[str], lineno: int, source: str) -> _Pending:
-    """`qdisc KIND HANDLE dev DEV (root | parent ID) ...`"""
+    """`qdisc KIND HANDLE dev DEV (root | parent ID) ... [rate RATE ...]`"""
     if len(tokens) < 5 or "dev" not in tokens[3:-1]:
         raise MalformedHostFile(source, f"line {lineno}: not a `qdisc KIND HANDLE dev DEV` line")
     at = tokens.index("dev", 3)
@@ -184,7 +241,14 @@ def _header(tokens: list[str], lineno: int, source: str) -> _Pending:
         parent = "root"
     elif after[:1] == ["parent"] and len(after) == 2:
         parent = after[1]
-    return _Pending(lineno, dev, tokens[1], tokens[2], parent)
+    pending = _Pending(lineno, dev, tokens[1], tokens[2], parent)
+    if pending.kind in RATE_KINDS and "rate" in tokens[at + 2 : -1]:
+        text = tokens[tokens.index("rate", at + 2) + 1]
+        try:
+            pending.rate_bps = parse_rate(text)
+        except ValueError as e:
+            raise MalformedHostFile(source, f"line {lineno}: {e}") from None
+    return pending
 
 
 def _finish(p: _Pending, source: str) -> QdiscStats:
@@ -206,6 +270,7 @@ def _finish(p: _Pending, source: str) -> QdiscStats:
         requeues=requeues,
         backlog_bytes=backlog_bytes,
         backlog_packets=backlog_packets,
+        rate_bps=p.rate_bps,
     )
 
 
@@ -213,8 +278,11 @@ def parse_tc_qdisc(text: str, source: str) -> list[QdiscStats]:
     """Qdiscs with statistics from `tc -s qdisc show` output.
 
     Every qdisc needs its ` Sent ... bytes ... pkt (dropped ...)` line (MalformedHostFile
-    otherwise); backlog in Kb/Mb is the rounded value tc printed. Indented lines belong to
-    the qdisc above; other unindented lines (error messages a capture kept) are ignored.
+    otherwise); backlog in Kb/Mb is the rounded value tc printed. `rate_bps` comes from the
+    `rate` of the header line for the kinds in RATE_KINDS (tc rounds it as it prints it:
+    `1234Mbit`), not from the rate estimator's ` rate 8bit 0pps` statistics line. Indented
+    lines belong to the qdisc above; other unindented lines (error messages a capture kept)
+    are ignored.
     """
     out: list[QdiscStats] = []
     current: Optional[_Pending] = None
@@ -241,12 +309,14 @@ def parse_tc_qdisc(text: str, source: str) -> list[QdiscStats]:
 
 
 def format_tc_qdisc(stats: Sequence[QdiscStats]) -> str:
-    """`tc -s qdisc show`-style text for these qdiscs (exact backlog bytes), read by
-    parse_tc_qdisc."""
+    """`tc -s qdisc show`-style text for these qdiscs (exact backlog bytes, exact rate as
+    `rate NNNbit`), read by parse_tc_qdisc."""
     lines: list[str] = []
     for q in stats:
         where = "root" if q.parent == "root" else (f"parent {q.parent}" if q.parent else "")
-        head = " ".join(part for part in ("qdisc", q.kind, q.handle, "dev", q.dev, where) if part)
+        rate = f"rate {q.rate_bps}bit" if q.rate_bps is not None else ""
+        parts = ("qdisc", q.kind, q.handle, "dev", q.dev, where, rate)
+        head = " ".join(part for part in parts if part)
         lines.append(head + " ")
         lines.append(
             f" Sent {q.bytes} bytes {q.packets} pkt (dropped {q.drops}, overlimits {q.overlimits}"

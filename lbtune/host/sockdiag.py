@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 import socket
 import struct
-from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from dataclasses import dataclass, replace
+from typing import Iterable, Optional, Sequence, Union
 
 from lbtune.errors import MalformedHostFile
 from lbtune.host import netlink
@@ -33,6 +33,9 @@ class ListenSocket:
     backlog: int  # sk_max_ack_backlog = min(app backlog, somaxconn) (idiag_wqueue; ss Send-Q)
     drops: Optional[int] = None  # sk_drops (SK_MEMINFO_DROPS; ss skmem d), None if not reported
     inode: int = 0
+    # Half-open connection requests (TCP_NEW_SYN_RECV request sockets, ss SYN-RECV) waiting
+    # for this listener now: its SYN queue. None when the source does not list them.
+    syn_recv: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ SK_MEMINFO_DROPS = 8
 # include/uapi/linux/inet_diag.h: attribute types; a request asks for attribute N with bit N-1.
 INET_DIAG_SKMEMINFO = 7
 TCP_LISTEN = 10  # include/net/tcp_states.h
+TCP_NEW_SYN_RECV = 12  # a request socket: one half-open connection in a listener's SYN queue
 ALL_STATES = 0xFFFFFFFF
 
 # struct inet_diag_req_v2 { __u8 sdiag_family; __u8 sdiag_protocol; __u8 idiag_ext;
@@ -85,10 +89,11 @@ class _DiagEntry:
     meminfo: tuple[int, ...]  # SK_MEMINFO_* values, empty when the kernel sent none
 
 
-def _diag_dump(protocol: int, states: int) -> list[_DiagEntry]:
-    """Every socket of `protocol` in `states` (bit mask), IPv4 then IPv6, with skmeminfo."""
+def _diag_dump(protocol: int, states: int, with_mem: bool = True) -> list[_DiagEntry]:
+    """Every socket of `protocol` in `states` (bit mask), IPv4 then IPv6, with skmeminfo
+    unless `with_mem` is False (request and TIME_WAIT sockets have none anyway)."""
     entries: list[_DiagEntry] = []
-    ext = 1 << (INET_DIAG_SKMEMINFO - 1)
+    ext = 1 << (INET_DIAG_SKMEMINFO - 1) if with_mem else 0
     for af, version in _FAMILIES:
         request = _REQ_V2.pack(af, protocol, ext, states)
         for _mtype, body in netlink.dump(netlink.NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, request):
@@ -108,13 +113,50 @@ def _meminfo(values: tuple[int, ...], index: int) -> Optional[int]:
     return values[index] if len(values) > index else None
 
 
+_Endpoint = tuple[int, str, int]  # (4|6, address, port)
+
+
+def _count_requests(listeners: Sequence[_Endpoint], requests: Iterable[_Endpoint]) -> list[int]:
+    """Half-open requests per listener (same order as `listeners`).
+
+    A request socket carries its listener's port as local port and, as local address, the
+    address the SYN was sent to; sock_diag names no listener. So a request belongs to a
+    listener on its port and family (an IPv4 SYN to a dual-stack `[::]` listener becomes an
+    IPv6 request with a v4-mapped address), preferring the listener bound to exactly its local
+    address, else the first listed (the wildcard one; listeners sharing one address and port
+    with SO_REUSEPORT cannot be told apart, so the first gets them all). A request whose port
+    has no listener of its family goes to the first listener on the port; one whose port has
+    no listener at all (closed since) is not counted.
+    """
+    by_port: dict[int, list[int]] = {}
+    for i, (_family, _addr, port) in enumerate(listeners):
+        by_port.setdefault(port, []).append(i)
+    counts = [0] * len(listeners)
+    for family, addr, port in requests:
+        candidates = by_port.get(port, [])
+        same_family = [i for i in candidates if listeners[i][0] == family] or candidates
+        exact = [i for i in same_family if listeners[i][1] == addr] or same_family
+        if exact:
+            counts[exact[0]] += 1
+    return counts
+
+
 def dump_listen_sockets() -> list[ListenSocket]:
     """Listening TCP sockets of this network namespace (sock_diag).
 
     `queue` is the accept-queue length and `backlog` its limit (the kernel accepts up to
     backlog + 1 connections before dropping SYNs); `drops` counts SYNs and handshakes the
-    listener dropped (ListenDrops for this socket). Raises OSError when the kernel refuses.
+    listener dropped (ListenDrops for this socket); `syn_recv` the half-open requests waiting
+    for it now (its SYN queue, also full at backlog + 1; see `_count_requests` for how a
+    request finds its listener), read by a second dump of TCP_NEW_SYN_RECV sockets.
+    Raises OSError when the kernel refuses.
     """
+    listeners = _diag_dump(socket.IPPROTO_TCP, 1 << TCP_LISTEN)
+    requests = _diag_dump(socket.IPPROTO_TCP, 1 << TCP_NEW_SYN_RECV, with_mem=False)
+    counts = _count_requests(
+        [(e.family, e.addr, e.port) for e in listeners],
+        [(r.family, r.addr, r.port) for r in requests],
+    )
     return [
         ListenSocket(
             family=e.family,
@@ -124,9 +166,23 @@ def dump_listen_sockets() -> list[ListenSocket]:
             backlog=e.wqueue,
             drops=_meminfo(e.meminfo, SK_MEMINFO_DROPS),
             inode=e.inode,
+            syn_recv=n,
         )
-        for e in _diag_dump(socket.IPPROTO_TCP, 1 << TCP_LISTEN)
+        for e, n in zip(listeners, counts)
     ]
+
+
+def count_tcp_local_ports(low: int, high: int) -> int:
+    """TCP sockets (any state but LISTEN and half-open requests) whose local port is in
+    [low, high]: the ephemeral ports this namespace holds now, TIME_WAIT included.
+
+    Used only when /proc/net/sockstat says the range may be nearly full; the dump walks
+    every TCP socket.
+    """
+    states = ALL_STATES & ~(1 << TCP_LISTEN) & ~(1 << TCP_NEW_SYN_RECV)
+    return sum(
+        1 for e in _diag_dump(socket.IPPROTO_TCP, states, with_mem=False) if low <= e.port <= high
+    )
 
 
 def dump_udp_sockets() -> list[UdpSocket]:
@@ -156,8 +212,9 @@ _SS_STATES = frozenset(
     ("UNKNOWN", "ESTAB", "SYN-SENT", "SYN-RECV", "FIN-WAIT-1", "FIN-WAIT-2", "TIME-WAIT",
      "UNCONN", "CLOSE-WAIT", "LAST-ACK", "LISTEN", "CLOSING")
 )  # fmt: skip
-# Without a Netid column (`ss -tlnm`, `ss -ulnm`) the state tells the protocol we care about.
-_NETID_BY_STATE = {"LISTEN": "tcp", "UNCONN": "udp"}
+# Without a Netid column (`ss -tlnm`, `ss -ulnm`, `ss -tan`) the state tells the protocol we
+# care about (SYN-RECV is TCP's; a unix or UDP socket never shows it).
+_NETID_BY_STATE = {"LISTEN": "tcp", "UNCONN": "udp", "SYN-RECV": "tcp"}
 # The last match wins: the process column (users:(("name",...))) comes before these and a
 # process name may contain anything.
 _INO = re.compile(r"(?:^|\s)ino:(\d+)")
@@ -206,16 +263,27 @@ def _parse_endpoint(text: str, old_style: bool) -> tuple[int, str, int]:
 def parse_ss(text: str, source: str) -> tuple[list[ListenSocket], list[UdpSocket]]:
     """Listening TCP and all UDP sockets from `ss -peaonmi` (or `ss -tlnm`/`-ulnm`) output.
 
-    Other netids (u_str, nl, p_raw ...) and TCP states other than LISTEN are skipped, as are
-    lines without a Netid column that are not inet sockets. A tcp/udp line whose queues or
-    local address cannot be read raises MalformedHostFile naming `source` and the line.
+    Other netids (u_str, nl, p_raw ...) and TCP states other than LISTEN and SYN-RECV are
+    skipped, as are lines without a Netid column that are not inet sockets. A tcp/udp line
+    whose queues or local address cannot be read raises MalformedHostFile naming `source` and
+    the line.
+
+    `syn_recv` counts the SYN-RECV lines (half-open requests) of each listener, attributed
+    as live (see `_count_requests`). It is known, 0 when a listener has none, when the listing
+    shows every state: when it has a Netid column (`ss -peaonmi`, as sosreport and `lbtune
+    capture` record it) or any SYN-RECV line. A single-protocol listing without either
+    (`ss -tlnm`: `-l` hides SYN-RECV) gives None. (`ss -tulnm` has a Netid column yet hides
+    SYN-RECV: it reads as 0.)
     """
     listen: list[ListenSocket] = []
     udp: list[UdpSocket] = []
+    requests: list[_Endpoint] = []
+    netid_column = False
     old_style = _OLD_STYLE.search(text) is not None
     for lineno, first, record in _records(text):
         tokens = first.split()
         if tokens[0] in ("Netid", "State"):
+            netid_column = netid_column or tokens[0] == "Netid"
             continue  # header
         explicit = tokens[0] not in _SS_STATES
         if explicit:
@@ -225,9 +293,10 @@ def parse_ss(text: str, source: str) -> tuple[list[ListenSocket], list[UdpSocket
         where = f"line {lineno}"
         if netid not in ("tcp", "udp"):
             continue
+        netid_column = netid_column or explicit
         if not fields:
             raise MalformedHostFile(source, f"{where}: {netid} line without a state")
-        if netid == "tcp" and fields[0] != "LISTEN":
+        if netid == "tcp" and fields[0] not in ("LISTEN", "SYN-RECV"):
             continue
         try:
             if len(fields) < 5:
@@ -238,6 +307,9 @@ def parse_ss(text: str, source: str) -> tuple[list[ListenSocket], list[UdpSocket
             if not explicit:
                 continue  # e.g. a unix socket in a listing without a Netid column
             raise MalformedHostFile(source, f"{where}: not an {netid} socket line ({e})") from None
+        if netid == "tcp" and fields[0] == "SYN-RECV":
+            requests.append((family, addr, port))
+            continue
         inos = _INO.findall(record)
         inode = int(inos[-1]) if inos else 0
         skmems = _SKMEM.findall(record)
@@ -248,6 +320,9 @@ def parse_ss(text: str, source: str) -> tuple[list[ListenSocket], list[UdpSocket
         else:
             rcvbuf = int(mem["rb"]) if "rb" in mem else None
             udp.append(UdpSocket(family, addr, port, rq, rcvbuf, drops, inode))
+    if netid_column or requests:
+        counts = _count_requests([(s.family, s.addr, s.port) for s in listen], requests)
+        listen = [replace(s, syn_recv=n) for s, n in zip(listen, counts)]
     return listen, udp
 
 
@@ -268,22 +343,28 @@ def format_ss(listen: Sequence[ListenSocket], udp: Sequence[UdpSocket]) -> str:
     """`ss -peaonmi`-style text for these sockets (tcp LISTEN and udp lines), read by parse_ss.
 
     Only what the dataclasses hold is written: no process column, skmem with `rb` and `d`.
+    A listener's `syn_recv` becomes that many `tcp SYN-RECV 0 0 ADDR:PORT *:*` lines after
+    it, with the listener's own address so parse_ss gives them back to it. When listeners
+    exist and none knows `syn_recv` (read from `ss -tlnm`), the Netid column is left out,
+    as in `ss -tlnm` + `ss -ulnm`, so parse_ss reads None back rather than 0.
     """
     rows: list[tuple[str, str, int, int, str, str, str]] = []
     for s in listen:
         tail = f"ino:{s.inode} <->" + _skmem(None, s.drops)
         peer = _endpoint(s.family, "::" if s.family == 6 else _IPV4_ANY, "*")
-        rows.append(("tcp", "LISTEN", s.queue, s.backlog, _endpoint(s.family, s.addr, s.port),
-                     peer, tail))  # fmt: skip
+        local = _endpoint(s.family, s.addr, s.port)
+        rows.append(("tcp", "LISTEN", s.queue, s.backlog, local, peer, tail))
+        rows.extend(("tcp", "SYN-RECV", 0, 0, local, "*:*", "") for _ in range(s.syn_recv or 0))
     for u in udp:
         tail = f"ino:{u.inode} <->" + _skmem(u.rcvbuf, u.drops)
         peer = _endpoint(u.family, "::" if u.family == 6 else _IPV4_ANY, "*")
         rows.append(("udp", "UNCONN", u.queue, 0, _endpoint(u.family, u.addr, u.port), peer, tail))
+    netid = not listen or any(s.syn_recv is not None for s in listen)
     width = max([len(r[4]) for r in rows] + [len("Local Address:Port")])
-    lines = [
-        f"Netid State  Recv-Q Send-Q {'Local Address:Port':>{width}} {'Peer Address:Port':<17}"
-        " Process"
-    ]
-    for netid, state, rq, sq, local, peer, tail in rows:
-        lines.append(f"{netid:<5} {state:<6} {rq:<6} {sq:<6} {local:>{width}} {peer:<17} {tail}")
+    state_width = max([len(r[1]) for r in rows] + [len("State")])
+    head = f"{'State':<{state_width}} Recv-Q Send-Q {'Local Address:Port':>{width}}"
+    lines = [("Netid " if netid else "") + f"{head} {'Peer Address:Port':<17} Process"]
+    for netid_name, state, rq, sq, local, peer, tail in rows:
+        line = f"{state:<{state_width}} {rq:<6} {sq:<6} {local:>{width}} {peer:<17} {tail}"
+        lines.append((f"{netid_name:<5} " if netid else "") + line.rstrip())
     return "\n".join(lines) + "\n"

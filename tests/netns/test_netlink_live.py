@@ -1,8 +1,8 @@
 """Raw-netlink readers against the real kernel: sock_diag listen/UDP queues and qdisc stats.
 
 Each test makes the condition for real in a throwaway namespace (an accept queue overflow, a
-UDP receive-buffer overflow, a tbf qdisc dropping a UDP flood) and checks our numbers against
-the kernel's own counters and against `ss` / `tc` output read with our parsers.
+full SYN queue, a UDP receive-buffer overflow, a tbf qdisc dropping a UDP flood) and checks our
+numbers against the kernel's own counters and against `ss` / `tc` output read with our parsers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 
 from lbtune.host import netlink
-from lbtune.host.qdisc import QdiscStats, dump_qdiscs, parse_tc_qdisc
+from lbtune.host.qdisc import QdiscStats, dump_qdiscs, format_tc_qdisc, parse_tc_qdisc
 from lbtune.host.sockdiag import (
     _REQ_V2,
     SOCK_DIAG_BY_FAMILY,
@@ -27,9 +27,11 @@ from lbtune.host.sockdiag import (
     UdpSocket,
     dump_listen_sockets,
     dump_udp_sockets,
+    format_ss,
     parse_ss,
 )
 from tests.netns.conftest import in_netns, ip
+from tests.netns.faults import SynQueueFull, tcp_syn
 
 
 def _snmp(path: str, section: str) -> dict[str, int]:
@@ -64,8 +66,9 @@ def _listen_overflow() -> tuple[list[ListenSocket], list[ListenSocket], int, str
     time.sleep(0.2)  # well before the first SYN retransmission (1 s)
     ours = dump_listen_sockets()
     listen_drops = _snmp("/proc/net/netstat", "TcpExt")["ListenDrops"]
-    ss = subprocess.run(["ss", "-tlnme"], capture_output=True, text=True, check=True).stdout
-    theirs, _ = parse_ss(ss, "ss -tlnme")
+    # all states and a Netid column, like sosreport's ss -peaonmi: syn_recv is known (0)
+    ss = subprocess.run(["ss", "-tuanme"], capture_output=True, text=True, check=True).stdout
+    theirs, _ = parse_ss(ss, "ss -tuanme")
     del clients, srv, srv6
     return ours, theirs, listen_drops, str(port)
 
@@ -83,10 +86,74 @@ def test_listen_queue_overflow(netns):
     assert s.backlog == 3
     assert s.drops == listen_drops == 2
     assert s.inode > 0
+    assert s.syn_recv == 0  # handshakes completed or SYNs dropped: nothing half-open
     v6 = [x for x in ours if x.family == 6]
-    assert [(x.addr, x.queue, x.backlog, x.drops) for x in v6] == [("::1", 0, 7, 0)]
+    assert [(x.addr, x.queue, x.backlog, x.drops, x.syn_recv) for x in v6] == [("::1", 0, 7, 0, 0)]
     # ss read the same kernel state a moment later: same sockets, same numbers.
     assert sorted(theirs, key=lambda x: x.port) == sorted(ours, key=lambda x: x.port)
+
+
+# ------------------------------------------------------------------------ SYN queue full
+
+
+def _syn_queue_full(backlog: int, dual_syns: int) -> tuple[list[ListenSocket], str, str]:
+    """SynQueueFull (syncookies off, spoofed SYNs never answered) on one listener, plus a
+    dual-stack [::] listener that gets `dual_syns` IPv4 SYNs and an idle listener."""
+    fault = SynQueueFull(cookies=False, backlog=backlog, syns=10 * backlog)
+    fault.setup()
+    try:
+        dual = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        dual.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        dual.bind(("::", 18090))
+        dual.listen(64)
+        idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        idle.bind(("127.0.0.1", 18091))
+        idle.listen(16)
+        fault.trigger()
+        raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+        for i in range(dual_syns):
+            syn = tcp_syn(f"10.99.5.{i + 1}", 30000 + i, fault.addr, 18090, 7919 * (i + 1))
+            raw.sendto(syn, (fault.addr, 0))
+        raw.close()
+        time.sleep(0.05)
+        ours = dump_listen_sockets()
+        # the kernel's own list of half-open connections, and a full listing as sosreport has it
+        truth = subprocess.run(["ss", "-tnH", "state", "syn-recv"], capture_output=True,
+                               text=True, check=True).stdout  # fmt: skip
+        peaonmi = subprocess.run(["ss", "-peaonmi"], capture_output=True, text=True,
+                                 check=True).stdout  # fmt: skip
+        dual.close()
+        idle.close()
+        return ours, truth, peaonmi
+    finally:
+        fault.close()
+
+
+def test_syn_queue_full_counts_half_open_requests(netns):
+    backlog, dual_syns = 4, 3
+    ip("netns", "exec", netns, "sysctl", "-qw", "net.ipv4.tcp_syncookies=0")
+    ours, truth, peaonmi = in_netns(netns, _syn_queue_full, backlog, dual_syns)
+
+    # The true number: the kernel's own SYN-RECV list, per local port.
+    per_port: dict[int, int] = {}
+    for line in truth.splitlines():
+        port = int(line.split()[2].rpartition(":")[2])
+        per_port[port] = per_port.get(port, 0) + 1
+    # The SYN queue holds backlog + 1 requests; the other SYNs were dropped (no cookies).
+    assert per_port == {18081: backlog + 1, 18090: dual_syns}
+
+    got = {(s.addr, s.port): (s.backlog, s.syn_recv) for s in ours}
+    assert got == {
+        ("10.9.0.1", 18081): (backlog, backlog + 1),
+        # IPv4 SYNs to a dual-stack listener are IPv6 requests (v4-mapped): same family
+        ("::", 18090): (64, dual_syns),
+        ("127.0.0.1", 18091): (16, 0),
+    }
+    # ss's listing of the same sockets reads back to the same numbers.
+    theirs, _ = parse_ss(peaonmi, "ss -peaonmi")
+    assert {(s.addr, s.port): (s.backlog, s.syn_recv) for s in theirs} == got
+    # and so does what `lbtune capture` would write
+    assert parse_ss(format_ss(ours, []), "formatted")[0] == ours
 
 
 # ------------------------------------------------------------------ UDP buffer overflow
@@ -181,6 +248,8 @@ def test_tbf_drops_match_tc(peer_ns):
     assert [(q.kind, q.parent) for q in ours_v0] == [("tbf", "root")]
     tbf = ours_v0[0]
     assert re.fullmatch(r"8[0-9a-f]{3}:", tbf.handle)  # auto-allocated, counts up per qdisc
+    assert tbf.rate_bps == 1_000_000  # "rate 1mbit": 125000 bytes/s in TCA_TBF_PARMS
+    assert all(q.rate_bps is None for q in ours if q.kind != "tbf")
     assert tbf.drops > 0
     assert tbf.backlog_packets == 0 and tbf.backlog_bytes == 0
     # Every datagram was sent or dropped by tbf (a stray packet of the stack may add one).
@@ -193,6 +262,9 @@ def test_tbf_drops_match_tc(peer_ns):
     assert their.keys() == {(q.dev, q.handle, q.parent) for q in ours}
     t = their[("v0", tbf.handle, "root")]
     assert t.kind == "tbf"
+    assert "rate 1Mbit" in tc_out
+    assert t.rate_bps == tbf.rate_bps
+    assert parse_tc_qdisc(format_tc_qdisc(ours), "formatted") == ours
     assert tbf.drops <= t.drops <= tbf.drops + 3
     assert tbf.packets <= t.packets <= tbf.packets + 3
     assert (t.overlimits, t.requeues) >= (tbf.overlimits, tbf.requeues)
@@ -228,7 +300,9 @@ def _host_reads() -> tuple[object, object, object]:
 
 def test_live_host_reads_its_namespace(netns):
     listen, udp, qdiscs = in_netns(_lo_up(netns), _host_reads)
-    assert listen == [ListenSocket(4, "127.0.0.1", 8080, 0, 5, drops=0, inode=listen[0].inode)]
+    assert listen == [
+        ListenSocket(4, "127.0.0.1", 8080, 0, 5, drops=0, inode=listen[0].inode, syn_recv=0)
+    ]
     assert [(x.family, x.addr, x.port) for x in udp] == [(6, "::1", 5353)]
     assert [(q.dev, q.kind) for q in qdiscs] == [("lo", "noqueue")]
 

@@ -10,6 +10,7 @@ from lbtune.host.qdisc import (
     format_handle,
     format_parent,
     format_tc_qdisc,
+    parse_rate,
     parse_tc_qdisc,
 )
 
@@ -47,8 +48,8 @@ TC_S = (
 )
 
 
-def q(dev, kind, handle, parent, packets, nbytes, drops, over, req, bb, bp):  # type: ignore[no-untyped-def]
-    return QdiscStats(dev, kind, handle, parent, packets, nbytes, drops, over, req, bb, bp)
+def q(dev, kind, handle, parent, packets, nbytes, drops, over, req, bb, bp, rate=None):  # type: ignore[no-untyped-def]
+    return QdiscStats(dev, kind, handle, parent, packets, nbytes, drops, over, req, bb, bp, rate)
 
 
 def test_parse_realistic_output():
@@ -57,7 +58,7 @@ def test_parse_realistic_output():
         q("eth0", "mq", "0:", "root", 12345678, 9876543210, 42, 0, 17, 3 * 1024 * 1024, 2100),
         q("eth0", "fq_codel", "0:", ":2", 6172839, 4938271605, 21, 0, 9, 1514, 1),
         q("eth0", "fq_codel", "0:", ":1", 6172839, 4938271605, 21, 0, 8, 0, 0),
-        q("v0", "tbf", "8001:", "root", 1234, 123456, 56, 78, 0, 12 * 1024, 8),
+        q("v0", "tbf", "8001:", "root", 1234, 123456, 56, 78, 0, 12 * 1024, 8, rate=1_000_000),
         q("v0", "ingress", "ffff:", "ffff:fff1", 0, 0, 0, 0, 0, 0, 0),
         q("v1", "pfifo", "8002:", "8001:1", 1, 10, 0, 0, 0, 0, 0),
     ]
@@ -84,9 +85,14 @@ def test_round_trip_exact():
     stats = [
         *parse_tc_qdisc(TC_S, "t"),
         q("eth1", "pfifo_fast", "0:", "", 2**40, 2**50, 2**32 - 1, 3, 4, 123457, 99),
+        q(
+            "eth1", "tbf", "8003:", "root", 1, 2, 3, 4, 5, 6, 7, rate=1_234_567_896
+        ),  # not "1234Mbit"
+        q("eth1", "tbf", "8004:", "root", 1, 2, 3, 4, 5, 6, 7, rate=8 * 2**40),  # > 2^32 bytes/s
     ]
     text = format_tc_qdisc(stats)
     assert parse_tc_qdisc(text, "formatted") == stats
+    assert "qdisc tbf 8001: dev v0 root rate 1000000bit " in text
     assert format_tc_qdisc([]) == ""
 
 
@@ -160,3 +166,108 @@ def test_recorded_host_reads_tc_file_or_says_unavailable(tmp_path):
     (rec / "tc_-s_qdisc_show").write_text("qdisc tbf 8001: dev v0 root\n")
     with pytest.raises(MalformedHostFile, match=r"tc_-s_qdisc_show: line 1"):
         Host.open(str(tmp_path)).qdiscs()
+
+
+@pytest.mark.parametrize(
+    ("text", "bps"),
+    [
+        ("1Mbit", 1_000_000),  # what tc prints (iproute2 print_rate: SI, integer, "bit")
+        ("1500Kbit", 1_500_000),
+        ("8bit", 8),
+        ("1234Mbit", 1_234_000_000),
+        ("40Gbit", 40_000_000_000),
+        ("2Tbit", 2_000_000_000_000),
+        ("1Mibit", 2**20),  # tc -iec
+        ("1Kibit", 1024),
+        ("3Gibit", 3 * 2**30),
+        ("1Tibit", 2**40),
+        ("1mbit", 1_000_000),  # what a user types: case does not matter
+        ("1MBIT", 1_000_000),
+        ("1.5mbit", 1_500_000),
+        ("64000", 64_000),  # a plain number is bits/s
+        ("125bps", 1000),  # ...but "bps" is BYTES per second
+        ("125Bps", 1000),
+        ("125kbps", 1_000_000),
+        ("125KBps", 1_000_000),
+        ("1KiBps", 8192),
+        ("1mbps", 8_000_000),
+        ("1MiBps", 8 * 2**20),
+        ("1gbps", 8_000_000_000),
+        ("1GiBps", 8 * 2**30),
+        ("1tbps", 8 * 10**12),
+        ("1TiBps", 8 * 2**40),
+    ],
+)
+def test_parse_rate_units(text, bps):
+    assert parse_rate(text) == bps
+
+
+@pytest.mark.parametrize("text", ["", "Mbit", "1Mbits", "1 Mbit", "1Xbit", "-1bit", "1e6bit"])
+def test_parse_rate_rejects(text):
+    with pytest.raises(ValueError, match="not a tc rate"):
+        parse_rate(text)
+
+
+def test_rate_from_header_only_for_tbf():
+    text = (
+        # peakrate and the estimator's "rate 8bit" are not the configured rate
+        "qdisc tbf 8001: dev v0 root refcnt 2 rate 500Kbit burst 1600b peakrate 2Mbit minburst"
+        " 1600b lat 5ms \n"
+        " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+        " rate 8bit 0pps backlog 0b 0p requeues 0\n"
+        "qdisc tbf 8002: dev v1 parent 1:1 rate 34359Mbit burst 1Mb lat 1ms \n"
+        " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+        # netem's rate is not read (yet): live reads tbf only, recorded must agree
+        "qdisc netem 8003: dev v2 root refcnt 2 limit 1000 rate 1Mbit\n"
+        " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+        "qdisc htb 1: dev v3 root refcnt 2 r2q 10 default 0x10 direct_packets_stat 0\n"
+        " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+        " rate 1Mbit 100pps backlog 0b 0p requeues 0\n"
+    )
+    got = parse_tc_qdisc(text, "t")
+    assert [(x.kind, x.rate_bps) for x in got] == [
+        ("tbf", 500_000),
+        ("tbf", 34_359_000_000),
+        ("netem", None),
+        ("htb", None),
+    ]
+
+
+def test_bad_tbf_rate_is_malformed():
+    text = (
+        "qdisc noqueue 0: dev lo root refcnt 2 \n"
+        " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+        "qdisc tbf 8001: dev v0 root refcnt 2 rate fast burst 1600b lat 5ms\n"
+        " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+    )
+    with pytest.raises(MalformedHostFile, match=r"tc_-s_qdisc_show: line 3: not a tc rate"):
+        parse_tc_qdisc(text, "tc_-s_qdisc_show")
+
+
+def test_netlink_tbf_rate_parms_and_rate64():
+    import struct
+
+    from lbtune.host import qdisc
+    from lbtune.host.netlink import parse_attrs
+
+    def ratespec(bytes_per_s: int) -> bytes:  # cell_log, linklayer, overhead, align, mpu, rate
+        return struct.pack("=BBHhHI", 3, 1, 0, -1, 0, bytes_per_s)
+
+    # tc qdisc add ... tbf rate 1mbit burst 1600 latency 5ms; peakrate 2mbit to tell them apart
+    qopt = ratespec(125_000) + ratespec(250_000) + struct.pack("=III", 3225, 1600, 1514)
+    assert len(qopt) == 36  # sizeof(struct tc_tbf_qopt)
+    options = _attr(qdisc.TCA_TBF_PARMS, qopt) + _attr(6, struct.pack("=I", 1600))  # BURST
+    attrs = parse_attrs(
+        _attr(qdisc.TCA_KIND, b"tbf\0") + _attr(qdisc.TCA_OPTIONS | 0x8000, options)
+    )
+    assert qdisc._rate_bps("tbf", attrs) == 1_000_000
+    # other kinds: None, whatever their options hold
+    assert qdisc._rate_bps("netem", attrs) is None
+    assert qdisc._rate_bps("tbf", {}) is None
+    truncated = parse_attrs(_attr(qdisc.TCA_OPTIONS, _attr(qdisc.TCA_TBF_PARMS, qopt[:20])))
+    assert qdisc._rate_bps("tbf", truncated) is None
+    # 40 Gbit/s does not fit the 32-bit field: the kernel saturates it and adds RATE64
+    big = 5_000_000_000
+    qopt = ratespec(0xFFFFFFFF) + ratespec(0) + struct.pack("=III", 0, 1600, 0)
+    options = _attr(qdisc.TCA_TBF_PARMS, qopt) + _attr(qdisc.TCA_TBF_RATE64, struct.pack("=Q", big))
+    assert qdisc._rate_bps("tbf", parse_attrs(_attr(qdisc.TCA_OPTIONS, options))) == 8 * big

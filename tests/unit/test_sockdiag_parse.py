@@ -56,12 +56,13 @@ PEAONMI = (
 
 def test_peaonmi_listen_sockets():
     listen, _ = parse_ss(PEAONMI, "ss_-peaonmi")
+    # An all-states listing (Netid column) without SYN-RECV lines: no half-open requests.
     assert listen == [
-        ListenSocket(6, "::", 80, queue=1, backlog=5, drops=17, inode=112697),
-        ListenSocket(6, "::", 81, queue=0, backlog=5, drops=0, inode=112698),
-        ListenSocket(6, "::ffff:127.0.0.1", 82, queue=0, backlog=4096, drops=0, inode=112699),
-        ListenSocket(4, "10.0.0.1", 8080, queue=0, backlog=128, drops=2, inode=5),
-        ListenSocket(6, "fe80::1", 22, queue=0, backlog=128, drops=None, inode=6),
+        ListenSocket(6, "::", 80, queue=1, backlog=5, drops=17, inode=112697, syn_recv=0),
+        ListenSocket(6, "::", 81, queue=0, backlog=5, drops=0, inode=112698, syn_recv=0),
+        ListenSocket(6, "::ffff:127.0.0.1", 82, 0, 4096, drops=0, inode=112699, syn_recv=0),
+        ListenSocket(4, "10.0.0.1", 8080, queue=0, backlog=128, drops=2, inode=5, syn_recv=0),
+        ListenSocket(6, "fe80::1", 22, queue=0, backlog=128, drops=None, inode=6, syn_recv=0),
     ]
 
 
@@ -83,9 +84,10 @@ def test_subsets_without_netid_column():
     )
     listen, udp = parse_ss(tlnm, "ss -tlnm")
     assert udp == []
+    # `-l` hides SYN-RECV: the half-open requests are unknown, not zero.
     assert listen == [
-        ListenSocket(4, "0.0.0.0", 2024, 129, 128, drops=4711),
-        ListenSocket(6, "::", 443, 0, 511, drops=None),
+        ListenSocket(4, "0.0.0.0", 2024, 129, 128, drops=4711, syn_recv=None),
+        ListenSocket(6, "::", 443, 0, 511, drops=None, syn_recv=None),
     ]
     ulnm = (
         "State  Recv-Q Send-Q Local Address:Port Peer Address:PortProcess\n"
@@ -122,8 +124,8 @@ def test_old_iproute2_star_is_ipv4_any():
     )
     listen, _ = parse_ss(old, "old")
     assert listen == [
-        ListenSocket(4, "0.0.0.0", 22, 0, 128, drops=None, inode=1),  # no d field before 4.x
-        ListenSocket(6, "::", 22, 0, 128, drops=None, inode=2),
+        ListenSocket(4, "0.0.0.0", 22, 0, 128, drops=None, inode=1, syn_recv=0),  # no d before 4.x
+        ListenSocket(6, "::", 22, 0, 128, drops=None, inode=2, syn_recv=0),
     ]
 
 
@@ -135,6 +137,8 @@ def test_old_iproute2_star_is_ipv4_any():
         "udp   UNCONN 0      0      [::zz]:53 [::]:*",
         "udp   UNCONN 0      0      127.0.0.1:99999 0.0.0.0:*",
         "tcp   LISTEN 0      128",
+        "tcp   SYN-RECV 0    0      10.0.0.1:http 10.0.0.2:4000",
+        "tcp   SYN-RECV 0    0",
         "udp",
         "udp   UNCONN 0      0      127.0.0.1 0.0.0.0:*",
     ],
@@ -155,10 +159,10 @@ def test_empty_and_header_only():
 
 def test_round_trip():
     listen = [
-        ListenSocket(4, "0.0.0.0", 80, 3, 128, drops=12, inode=1234),
-        ListenSocket(6, "::", 443, 0, 4096, drops=None, inode=0),
-        ListenSocket(6, "::ffff:10.0.0.1", 8080, 5, 4, drops=0, inode=7),
-        ListenSocket(4, "192.0.2.10", 22, 0, 5, drops=None, inode=99),
+        ListenSocket(4, "0.0.0.0", 80, 3, 128, drops=12, inode=1234, syn_recv=0),
+        ListenSocket(6, "::", 443, 0, 4096, drops=None, inode=0, syn_recv=2),
+        ListenSocket(6, "::ffff:10.0.0.1", 8080, 5, 4, drops=0, inode=7, syn_recv=0),
+        ListenSocket(4, "192.0.2.10", 22, 0, 5, drops=None, inode=99, syn_recv=1),
     ]
     udp = [
         UdpSocket(4, "127.0.0.53", 53, 0, rcvbuf=212992, drops=0, inode=55),
@@ -170,6 +174,39 @@ def test_round_trip():
     assert parse_ss(text, "formatted") == (listen, udp)
     assert text.startswith("Netid State")
     assert "skmem:(rb212992,d0)" in text
+
+
+def test_round_trip_with_half_open_requests():
+    listen = [
+        ListenSocket(4, "10.9.0.1", 18081, 0, 4, drops=35, inode=1, syn_recv=5),
+        ListenSocket(6, "::", 18090, 0, 8, drops=0, inode=2, syn_recv=3),
+        ListenSocket(4, "0.0.0.0", 80, 0, 511, drops=0, inode=3, syn_recv=0),
+        ListenSocket(6, "::", 80, 0, 511, drops=0, inode=4, syn_recv=1),
+        ListenSocket(4, "0.0.0.0", 443, 0, 511, drops=0, inode=5, syn_recv=0),
+    ]
+    udp = [UdpSocket(4, "127.0.0.53", 53, 0, rcvbuf=212992, drops=0, inode=55)]
+    text = format_ss(listen, udp)
+    assert parse_ss(text, "formatted") == (listen, udp)
+    assert text.startswith("Netid State")
+    lines = text.splitlines()
+    assert [" ".join(x.split()) for x in lines if "SYN-RECV" in x] == [
+        *["tcp SYN-RECV 0 0 10.9.0.1:18081 *:*"] * 5,
+        *["tcp SYN-RECV 0 0 [::]:18090 *:*"] * 3,
+        "tcp SYN-RECV 0 0 [::]:80 *:*",
+    ]
+    # Known zeros survive without any SYN-RECV line: the Netid column says "all states".
+    zero = [ListenSocket(4, "0.0.0.0", 22, 0, 128, drops=0, inode=9, syn_recv=0)]
+    assert parse_ss(format_ss(zero, []), "formatted") == (zero, [])
+
+
+def test_format_unknown_syn_recv_stays_unknown():
+    # Listeners read from `ss -tlnm` (syn_recv None): written without a Netid column, like
+    # `ss -tlnm` + `ss -ulnm`, so they read back as unknown rather than as 0.
+    listen = [ListenSocket(4, "0.0.0.0", 22, 0, 128, drops=None, inode=9)]
+    udp = [UdpSocket(6, "::", 5353, 0, rcvbuf=2304, drops=1, inode=57)]
+    text = format_ss(listen, udp)
+    assert text.startswith("State")
+    assert parse_ss(text, "formatted") == (listen, udp)
 
 
 def test_format_nothing_parses_to_nothing():
@@ -190,3 +227,84 @@ def test_recorded_host_reads_ss_file_or_says_unavailable(tmp_path):
     assert host.udp_sockets() == udp
     (rec / "ss_-peaonmi").write_text("Netid State\n")
     assert host.listen_sockets() == []  # recorded, and no listeners: not the same as None
+
+
+# Real `ss -peaonmi` (iproute2 6.1, kernel 6.18) in a namespace: a v4 listener with backlog 4
+# whose SYN queue a spoofed-SYN flood filled (backlog + 1 = 5 requests), and a dual-stack
+# listener that got three IPv4 SYNs (reported as IPv6 requests, v4-mapped). Request sockets
+# have a tab-indented blank continuation line.
+SYN_RECV_PEAONMI = (
+    "Netid State    Recv-Q Send-Q     Local Address:Port        Peer Address:Port Process   \n"
+    "raw   UNCONN   0      0                0.0.0.0:255              0.0.0.0:*     "
+    'users:(("python",pid=16244,fd=6))\n'
+    "tcp   LISTEN   0      4               10.9.0.1:18081            0.0.0.0:*     "
+    'users:(("python",pid=16244,fd=3)) ino:338675 sk:10bf cgroup:unreachable:1 <->\n'
+    "\t skmem:(r0,rb131072,t0,tb16384,f0,w0,o0,bl0,d35) bbr cwnd:10        \n"
+    + "".join(
+        f"tcp   SYN-RECV 0      0               10.9.0.1:18081          10.99.0.{i}:2000{i} "
+        f"timer:(on,912ms,0) ino:0 sk:10a{i}\n\t{' ' * 60}\n"
+        for i in range(1, 6)
+    )
+    + "tcp   LISTEN   0      8                      *:18090                  *:*     "
+    'users:(("python",pid=16244,fd=5)) ino:338676 sk:10c0 cgroup:unreachable:1 v6only:0 <->\n'
+    "\t skmem:(r0,rb131072,t0,tb16384,f0,w0,o0,bl0,d0) bbr cwnd:10\n"
+    + "".join(
+        f"tcp   SYN-RECV 0      0      [::ffff:10.9.0.1]:18090 [::ffff:10.99.5.{i}]:3000{i} "
+        f"timer:(on,936ms,0) ino:0 sk:10b{i}\n\t{' ' * 60}\n"
+        for i in range(1, 4)
+    )
+    + "tcp   LISTEN   0      128             127.0.0.1:8080            0.0.0.0:*     ino:7\n"
+)
+
+
+def test_syn_recv_counted_per_listener():
+    listen, _ = parse_ss(SYN_RECV_PEAONMI, "ss_-peaonmi")
+    assert [(s.addr, s.port, s.backlog, s.syn_recv) for s in listen] == [
+        ("10.9.0.1", 18081, 4, 5),
+        ("::", 18090, 8, 3),
+        ("127.0.0.1", 8080, 128, 0),
+    ]
+    assert [s.inode for s in listen] == [338675, 338676, 7]  # requests are not listeners
+
+
+def test_syn_recv_attribution_by_port_family_and_address():
+    text = (
+        "Netid State Recv-Q Send-Q Local Address:Port Peer Address:Port\n"
+        "tcp LISTEN 0 128 0.0.0.0:80 0.0.0.0:*\n"
+        "tcp LISTEN 0 128 [::]:80 [::]:*\n"  # v6only:1 twin of the v4 listener
+        "tcp LISTEN 0 128 127.0.0.1:443 0.0.0.0:*\n"
+        "tcp LISTEN 0 128 10.0.0.1:443 0.0.0.0:*\n"
+        "tcp LISTEN 0 128 [::]:22 [::]:*\n"
+        # separate v4/v6 listeners on 80: by family
+        "tcp SYN-RECV 0 0 10.0.0.1:80 10.0.0.9:1000\n"
+        "tcp SYN-RECV 0 0 10.0.0.2:80 10.0.0.9:1001\n"
+        "tcp SYN-RECV 0 0 [2001:db8::1]:80 [2001:db8::9]:1000\n"
+        # two v4 listeners on 443: by exact address
+        "tcp SYN-RECV 0 0 10.0.0.1:443 10.0.0.9:1002\n"
+        # a v4 request on a port only an IPv6 listener has (kernels reporting it as IPv4)
+        "tcp SYN-RECV 0 0 10.0.0.1:22 10.0.0.9:1003\n"
+        # a port nobody listens on any more: not counted anywhere
+        "tcp SYN-RECV 0 0 10.0.0.1:8443 10.0.0.9:1004\n"
+    )
+    listen, _ = parse_ss(text, "x")
+    assert [(s.family, s.addr, s.port, s.syn_recv) for s in listen] == [
+        (4, "0.0.0.0", 80, 2),
+        (6, "::", 80, 1),
+        (4, "127.0.0.1", 443, 0),
+        (4, "10.0.0.1", 443, 1),
+        (6, "::", 22, 1),
+    ]
+
+
+def test_syn_recv_in_listing_without_netid_column():
+    # `ss -tan`: no Netid column, but SYN-RECV lines say all states are listed.
+    tan = (
+        "State    Recv-Q Send-Q Local Address:Port Peer Address:Port Process\n"
+        "LISTEN   0      4          10.9.0.1:18081      0.0.0.0:*\n"
+        "LISTEN   0      128       127.0.0.1:8080       0.0.0.0:*\n"
+        "SYN-RECV 0      0          10.9.0.1:18081    10.99.0.5:20004\n"
+        "SYN-RECV 0      0          10.9.0.1:18081    10.99.0.2:20001\n"
+        "ESTAB    0      0         127.0.0.1:8080     127.0.0.1:40000\n"
+    )
+    listen, _ = parse_ss(tan, "ss -tan")
+    assert [(s.port, s.syn_recv) for s in listen] == [(18081, 2), (8080, 0)]
