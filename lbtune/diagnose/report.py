@@ -95,6 +95,10 @@ def diagnose(
         mode = "capture"
     after = sampler.take()
     if before is not None and not host.is_live:
+        assert baseline is not None
+        boots = [h.fs.read("/proc/sys/kernel/random/boot_id") for h in (baseline, host)]
+        if None not in boots and boots[0] != boots[1]:
+            raise BadInput("the two captures are from different boots: counters restarted")
         if before.uptime is None or after.uptime is None:
             raise BadInput("both captures need /proc/uptime to be compared")
         if after.uptime <= before.uptime:

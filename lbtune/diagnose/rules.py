@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import Evidence, Finding, Fix, Severity, rank
+from lbtune.host.qdisc import QdiscStats
+from lbtune.host.sockdiag import ListenSocket
 from lbtune.observe.nicmaps import OTHER, POLICER, PORT_BUFFER, driver_map
 
 NETSTAT = "/proc/net/netstat"
@@ -108,7 +110,8 @@ def finding(
         count=count,
         rate=_fmt_rate(ctx, count),
         evidence=tuple(evidence),
-        fixes=tuple(fixes),
+        # A fix whose needed value is the current one tells the user to change nothing.
+        fixes=tuple(f for f in fixes if f.needed is None or f.needed != f.current),
     )
 
 
@@ -124,6 +127,38 @@ def _endpoint(family: int, addr: str, port: int) -> str:
 
 
 # ---------------------------------------------------------------------------- TCP listen
+
+
+def _needed_backlog(backlog: int) -> int:
+    return min(65535, max(1024, pow2_at_least(4 * max(1, backlog))))
+
+
+def _backlog_fixes(
+    ctx: Context, s: ListenSocket, somaxconn: Optional[int], needed: int
+) -> list[Fix]:
+    """Raise whichever of min(listen() backlog, somaxconn) is the limit (both if needed)."""
+    fixes = []
+    limited_by_somaxconn = somaxconn is not None and s.backlog >= somaxconn
+    if limited_by_somaxconn or (somaxconn is not None and needed > somaxconn):
+        fixes.append(
+            sysctl_fix(
+                ctx,
+                "net.core.somaxconn",
+                max(needed, somaxconn or 0),
+                "a listener keeps the limit it got at listen(): reload the application after",
+            )
+        )
+    if not limited_by_somaxconn:
+        fixes.append(
+            Fix(
+                knob=f"application listen() backlog on port {s.port}",
+                current=str(s.backlog),
+                needed=str(needed),
+                note="e.g. nginx `listen ... backlog=N;`, HAProxy `backlog N`; "
+                "also check the accept loop is not starved (workers, CPU)",
+            )
+        )
+    return fixes
 
 
 @rule("accept-queue-overflow", "accept queue of a listening socket full: connections dropped")
@@ -166,7 +201,7 @@ def accept_queue_overflow(ctx: Context) -> Iterator[Finding]:
         if total_sock_drops and d.drops is None:
             continue
         limited_by_somaxconn = somaxconn is not None and s.backlog >= somaxconn
-        needed = min(65535, max(1024, pow2_at_least(4 * max(1, s.backlog))))
+        needed = _needed_backlog(s.backlog)
         limit = (
             f"somaxconn ({somaxconn}): the application asked for at least that"
             if limited_by_somaxconn
@@ -178,19 +213,7 @@ def accept_queue_overflow(ctx: Context) -> Iterator[Finding]:
             f"net.core.somaxconn); the limit here is {limit}. The application accepts "
             "connections more slowly than they arrive."
         )
-        fixes = []
-        if limited_by_somaxconn or (somaxconn is not None and needed > somaxconn):
-            fixes.append(sysctl_fix(ctx, "net.core.somaxconn", max(needed, somaxconn or 0)))
-        if not limited_by_somaxconn:
-            fixes.append(
-                Fix(
-                    knob=f"application listen() backlog on port {s.port}",
-                    current=str(s.backlog),
-                    needed=str(needed),
-                    note="e.g. nginx `listen ... backlog=N;`, HAProxy `backlog N`; "
-                    "also check the accept loop is not starved (workers, CPU)",
-                )
-            )
+        fixes = _backlog_fixes(ctx, s, somaxconn, needed)
         ev = [
             *evidence,
             Evidence(
@@ -213,14 +236,89 @@ def accept_queue_overflow(ctx: Context) -> Iterator[Finding]:
         )
 
 
+def _syn_suspects(ctx: Context) -> list[tuple[ListenSocket, Optional[int]]]:
+    """Listeners whose SYN queue overflowed: those that dropped in the window (sk_drops),
+    else those whose half-open requests reach their backlog now."""
+    listeners = ctx.window.listeners()
+    dropped: list[tuple[ListenSocket, Optional[int]]] = [
+        (d.sock, d.drops) for d in listeners if d.drops
+    ]
+    if dropped:
+        return dropped
+    return [
+        (d.sock, None)
+        for d in listeners
+        if d.sock.syn_recv is not None and d.sock.syn_recv >= max(1, d.sock.backlog)
+    ]
+
+
+def _syn_findings(
+    ctx: Context,
+    rule_id: str,
+    severity: Severity,
+    count: int,
+    what: str,
+    evidence: list[Evidence],
+    extra_fixes: list[Fix],
+) -> Iterator[Finding]:
+    somaxconn = ctx.sysctl_int("net.core.somaxconn")
+    suspects = _syn_suspects(ctx)
+    title = (
+        "SYN queue full: SYNs dropped"
+        if rule_id == "syn-queue-full"
+        else ("SYN queue overflow answered with syncookies")
+    )
+    if not suspects:
+        fix = sysctl_fix(
+            ctx,
+            "net.core.somaxconn",
+            max(4096, somaxconn or 0),
+            "and the application's listen() backlog: a listener's SYN queue is bounded by "
+            "its effective backlog",
+        )
+        yield finding(
+            ctx,
+            rule_id,
+            title,
+            severity,
+            "tcp listeners",
+            f"{count} SYNs {_since(ctx)} {what} No listener is identifiable now (per-socket "
+            "drops unavailable and no SYN queue full at the end of the window).",
+            count,
+            evidence,
+            [*extra_fixes, fix],
+        )
+        return
+    for s, drops in suspects:
+        n = drops if drops is not None and len(suspects) > 1 else count
+        ep = _endpoint(s.family, s.addr, s.port)
+        queue = f"{s.syn_recv} half-open now, " if s.syn_recv is not None else ""
+        ev = list(evidence)
+        if drops is not None:
+            ev.append(Evidence(f"sock_diag {ep} drops", drops, _fmt_rate(ctx, drops), "sock_diag"))
+        if s.syn_recv is not None:
+            ev.append(Evidence(f"sock_diag {ep} SYN-RECV", s.syn_recv, None, "sock_diag"))
+        yield finding(
+            ctx,
+            rule_id,
+            f"{title} on tcp port {s.port}",
+            severity,
+            f"tcp {ep}",
+            f"{n} SYNs {_since(ctx)} {what} Listener {ep}: {queue}effective backlog "
+            f"{s.backlog} = min(listen() backlog, net.core.somaxconn = {somaxconn}), which "
+            "also bounds its SYN queue.",
+            n,
+            ev,
+            [*extra_fixes, *_backlog_fixes(ctx, s, somaxconn, _needed_backlog(s.backlog))],
+        )
+
+
 @rule("syn-queue-full", "SYN queue full with syncookies off: SYNs dropped")
 def syn_queue_full(ctx: Context) -> Iterator[Finding]:
     n = ctx.window.snmp("TcpExt.TCPReqQFullDrop")
     if n <= 0:
         return
     cookies = ctx.sysctl_int("net.ipv4.tcp_syncookies")
-    max_syn = ctx.sysctl_int("net.ipv4.tcp_max_syn_backlog") or 0
-    somaxconn = ctx.sysctl_int("net.core.somaxconn") or 0
     fixes = []
     if cookies != 1:
         fixes.append(
@@ -231,33 +329,22 @@ def syn_queue_full(ctx: Context) -> Iterator[Finding]:
                 "answer with a cookie instead of dropping when the queue is full",
             )
         )
-    fixes.append(
-        sysctl_fix(
-            ctx,
-            "net.ipv4.tcp_max_syn_backlog",
-            max(8192, 2 * max_syn),
-            "with syncookies off the kernel drops SYNs once this is 3/4 used",
-        )
-    )
-    fixes.append(
-        sysctl_fix(
-            ctx,
-            "net.core.somaxconn",
-            max(4096, somaxconn),
-            "the SYN queue of a listener is bounded by its effective backlog "
-            "min(listen() backlog, somaxconn): raise both",
-        )
-    )
-    yield finding(
+    max_syn = ctx.sysctl_int("net.ipv4.tcp_max_syn_backlog")
+    if cookies != 1 and max_syn is not None:
+        # Without cookies the kernel also drops once 3/4 of tcp_max_syn_backlog is used.
+        biggest = max((_needed_backlog(s.backlog) for s, _ in _syn_suspects(ctx)), default=4096)
+        if biggest > 0.75 * max_syn:
+            fixes.append(
+                sysctl_fix(ctx, "net.ipv4.tcp_max_syn_backlog", pow2_at_least(biggest * 4 / 3))
+            )
+    yield from _syn_findings(
         ctx,
         "syn-queue-full",
-        "SYN queue full: SYNs dropped (syncookies off)",
         Severity.CRITICAL,
-        "tcp listeners",
-        f"{n} SYNs dropped {_since(ctx)} because a listener's SYN queue (half-open "
-        f"connections) was full and net.ipv4.tcp_syncookies is {cookies}. Clients retry "
-        "after 1 s, 3 s, 7 s: this shows up as connect latency steps.",
         n,
+        "were dropped because the listener's SYN queue (half-open connections) was full and "
+        f"net.ipv4.tcp_syncookies is {cookies}. Clients retry after 1 s, 3 s, 7 s: it shows "
+        "as connect-latency steps.",
         [snmp_ev(ctx, "TcpExt.TCPReqQFullDrop")],
         fixes,
     )
@@ -270,28 +357,16 @@ def syn_cookies(ctx: Context) -> Iterator[Finding]:
     count = max(n, sent)
     if count <= 0:
         return
-    somaxconn = ctx.sysctl_int("net.core.somaxconn") or 0
-    yield finding(
+    yield from _syn_findings(
         ctx,
         "syn-cookies",
-        "SYN queue overflow answered with syncookies",
         Severity.WARNING,
-        "tcp listeners",
-        f"{count} SYNs {_since(ctx)} met a full SYN queue and were answered with syncookies: "
-        "connections survive but lose TCP options the cookie cannot carry (window scaling "
-        "on old kernels, SACK without timestamps). Either a SYN flood or backlogs too small "
-        "for the connection rate.",
         count,
+        "met a full SYN queue and were answered with syncookies: connections survive but "
+        "lose the TCP options a cookie cannot carry. Either a SYN flood or a backlog too "
+        "small for the connection rate.",
         [snmp_ev(ctx, "TcpExt.TCPReqQFullDoCookies"), snmp_ev(ctx, "TcpExt.SyncookiesSent")],
-        [
-            sysctl_fix(
-                ctx,
-                "net.core.somaxconn",
-                max(4096, somaxconn),
-                "and the application's listen() backlog: the SYN queue of a listener is "
-                "bounded by its effective backlog",
-            )
-        ],
+        [],
     )
 
 
@@ -359,7 +434,7 @@ def udp_rcvbuf_errors(ctx: Context) -> Iterator[Finding]:
         return
     rmem_max = ctx.sysctl_int("net.core.rmem_max") or 212992
     ev = [snmp_ev(ctx, "Udp.RcvbufErrors")]
-    if w.has_snmp("Udp6.RcvbufErrors"):
+    if n6:
         ev.append(Evidence("Udp6.RcvbufErrors", n6, _fmt_rate(ctx, n6), "/proc/net/snmp6"))
     sockets = [d for d in w.udp() if d.drops]
     if not sockets:
@@ -448,12 +523,17 @@ def cpu_backlog_drop(ctx: Context) -> Iterator[Finding]:
         )
 
 
+_MIN_SQUEEZE = 10
+
+
 @rule("time-squeeze", "NAPI ran out of budget or time with work left (per CPU)")
 def time_squeeze(ctx: Context) -> Iterator[Finding]:
     budget = ctx.sysctl_int("net.core.netdev_budget") or 300
     usecs = ctx.sysctl_int("net.core.netdev_budget_usecs") or 2000
     for d in ctx.window.softnet():
-        if d.time_squeeze <= 0:
+        # A rare squeeze is normal scheduling noise: report ten or more, and at least one
+        # per 10,000 packets processed.
+        if d.time_squeeze < _MIN_SQUEEZE or d.time_squeeze * 10000 < d.processed:
             continue
         yield finding(
             ctx,
@@ -608,7 +688,9 @@ def nic_rx_drop(ctx: Context) -> Iterator[Finding]:
                 ],
                 fixes,
             )
-        if not d.nic_drops and not per_queue:
+        nic = ctx.nics.get(d.dev)
+        stacked = nic is not None and nic.kind in ("bond", "vlan", "bridge", "team")
+        if not d.nic_drops and not per_queue and not stacked:
             # Drivers without a map: the generic netdev counters.
             for name in ("rx_missed_errors", "rx_fifo_errors", "rx_over_errors"):
                 count = d.stats.get(name, 0)
@@ -717,75 +799,70 @@ def irq_placement(ctx: Context) -> Iterator[Finding]:
     if topo is None:
         return
     for nic in ctx.nics.values():
+        node = nic.numa_node
+        local = topo.node_cpus(node) if node is not None and node >= 0 else frozenset()
+        isolated: list[tuple[Any, int, set[int]]] = []
+        remote: list[tuple[Any, int, set[int]]] = []
         for qi in nic.irqs:
             fired = ctx.window.irq(qi.irq)
             busy = {cpu for cpu, n in fired.items() if n > 0}
             if not busy:
                 continue
             count = sum(fired.values())
-            on_isolated = busy & topo.isolated
-            if on_isolated:
-                yield finding(
-                    ctx,
-                    "irq-placement",
-                    f"{nic.name} queue {qi.queue} IRQ on isolated CPUs",
-                    Severity.WARNING,
-                    f"{nic.name} irq {qi.irq}",
-                    f"IRQ {qi.irq} ({qi.name}) fired {count} times {_since(ctx)}, on isolated "
-                    f"CPU(s) {sorted(on_isolated)} that should run only the pinned workload.",
-                    count,
-                    [
-                        Evidence(
-                            f"/proc/interrupts irq {qi.irq}",
-                            count,
-                            _fmt_rate(ctx, count),
-                            "/proc/interrupts",
-                        )
-                    ],
-                    [
-                        Fix(
-                            knob=f"irq {qi.irq} affinity",
-                            current=_cpus(qi.effective or qi.affinity),
-                            needed=_cpus(topo.housekeeping),
-                            profile_key=f'[nic."{nic.name}"] '
-                            'irq_affinity = { strategy = "local" }',
-                            note="and ban the isolated CPUs in irqbalance ([irqbalance] ban)",
-                        )
-                    ],
-                )
+            if busy & topo.isolated:
+                isolated.append((qi, count, busy & topo.isolated))
+            elif len(topo.nodes) > 1 and local and not (busy & local):
+                remote.append((qi, count, busy))
+        for group, problem in ((isolated, "isolated"), (remote, "remote")):
+            if not group:
                 continue
-            node = nic.numa_node
-            if node is None or node < 0 or len(topo.nodes) < 2:
-                continue
-            local = topo.node_cpus(node)
-            if local and not (busy & local):
-                yield finding(
-                    ctx,
-                    "irq-placement",
-                    f"{nic.name} queue {qi.queue} IRQ on remote NUMA node",
-                    Severity.WARNING,
-                    f"{nic.name} irq {qi.irq}",
-                    f"IRQ {qi.irq} ({qi.name}) of {nic.name} (NUMA node {node}) fired {count} "
-                    f"times {_since(ctx)} on CPU(s) {sorted(busy)} of another node: every "
-                    "packet crosses the socket interconnect.",
-                    count,
-                    [
-                        Evidence(
-                            f"/proc/interrupts irq {qi.irq}",
-                            count,
-                            _fmt_rate(ctx, count),
-                            "/proc/interrupts",
-                        )
-                    ],
-                    [
-                        Fix(
-                            knob=f"irq {qi.irq} affinity",
-                            current=_cpus(qi.effective or qi.affinity),
-                            needed=_cpus(local - topo.isolated),
-                            profile_key=_local_irqs(nic.name),
-                        )
-                    ],
+            count = sum(c for _, c, _ in group)
+            cpus_hit = sorted(set().union(*(b for _, _, b in group)))
+            irqs = ", ".join(f"{qi.irq} (queue {qi.queue})" for qi, _, _ in group)
+            if problem == "isolated":
+                title = f"{nic.name}: {len(group)} queue IRQs run on isolated CPUs"
+                cause = (
+                    f"IRQs {irqs} of {nic.name} fired {count} times {_since(ctx)} on isolated "
+                    f"CPU(s) {_cpus(cpus_hit)}, which should run only the pinned workload."
                 )
+                needed = (local or topo.online) - topo.isolated
+                note = "and ban the isolated CPUs in irqbalance ([irqbalance] ban)"
+            else:
+                title = f"{nic.name}: {len(group)} queue IRQs run on a remote NUMA node"
+                cause = (
+                    f"IRQs {irqs} of {nic.name} (NUMA node {node}) fired {count} times "
+                    f"{_since(ctx)} only on CPU(s) {_cpus(cpus_hit)} of another node: every "
+                    "packet crosses the socket interconnect."
+                )
+                needed = local - topo.isolated
+                note = ""
+            current = sorted(
+                set().union(*((qi.effective or qi.affinity or set()) for qi, _, _ in group))
+            )
+            yield finding(
+                ctx,
+                "irq-placement",
+                title,
+                Severity.WARNING,
+                f"{nic.name} irqs",
+                cause,
+                count,
+                [
+                    Evidence(
+                        f"/proc/interrupts irq {qi.irq}", c, _fmt_rate(ctx, c), "/proc/interrupts"
+                    )
+                    for qi, c, _ in group
+                ],
+                [
+                    Fix(
+                        knob=f"{nic.name} queue IRQ affinity",
+                        current=_cpus(current),
+                        needed=_cpus(needed),
+                        profile_key=_local_irqs(nic.name),
+                        note=note,
+                    )
+                ],
+            )
 
 
 def _local_irqs(dev: str) -> str:
@@ -867,7 +944,7 @@ def conntrack_full(ctx: Context) -> Iterator[Finding]:
         f"{ct.count} of {ct.max} conntrack entries in use; {drop} packets dropped and "
         f"{early} entries evicted early {_since(ctx)} because the table was full "
         "(kernel log: 'nf_conntrack: table full, dropping packet').",
-        drop or early or ct.count,
+        drop + early,
         [
             Evidence(
                 "nf_conntrack drop", drop, _fmt_rate(ctx, drop), "/proc/net/stat/nf_conntrack"
@@ -1019,13 +1096,26 @@ def tcp_memory_pressure(ctx: Context) -> Iterator[Finding]:
 # ---------------------------------------------------------------------------- transmit
 
 _AGGREGATING = frozenset({"mq", "mqprio", "taprio"})  # their counters sum their children
+# No queue: their drops come from tc filter actions (policing, `action drop`), not overflow.
+_FILTER_ONLY = frozenset({"clsact", "ingress"})
+
+
+def _bits(bps: float) -> str:
+    for unit, scale in (("Gbit", 1e9), ("Mbit", 1e6), ("Kbit", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.4g}{unit}"
+    return f"{bps:.0f}bit"
+
+
+def _tc_parent(q: QdiscStats) -> str:
+    return "root" if q.parent in ("root", "") else f"parent {q.parent}"
 
 
 @rule("qdisc-drop", "queueing discipline dropped packets on transmit")
 def qdisc_drop(ctx: Context) -> Iterator[Finding]:
     for d in ctx.window.qdiscs():
         q = d.qdisc
-        if d.drops <= 0 or q.kind in _AGGREGATING:
+        if d.drops <= 0 or q.kind in _AGGREGATING or q.kind in _FILTER_ONLY:
             continue
         txql = ctx.fs.read_int(f"/sys/class/net/{q.dev}/tx_queue_len")
         fixes: list[Fix]
@@ -1042,6 +1132,21 @@ def qdisc_drop(ctx: Context) -> Iterator[Finding]:
                     "`limit` of their own (tc qdisc change ... limit N)",
                 )
             ]
+        elif q.rate_bps:
+            offered = d.packets + d.drops
+            needed_rate = math.ceil(q.rate_bps * offered / max(1, d.packets))
+            fixes = [
+                Fix(
+                    knob=f"{q.kind} rate on {q.dev}",
+                    current=_bits(q.rate_bps),
+                    needed=_bits(needed_rate),
+                    command=f"tc qdisc change dev {q.dev} {_tc_parent(q)} {q.kind} "
+                    f"rate {_bits(needed_rate)} ...",
+                    note=f"a {q.kind} shaper drops what exceeds its rate and burst by design; "
+                    f"the needed rate carries the {offered} packets offered, not only the "
+                    f"{d.packets} sent (or remove the shaper)",
+                )
+            ]
         else:
             fixes = [
                 Fix(
@@ -1049,8 +1154,8 @@ def qdisc_drop(ctx: Context) -> Iterator[Finding]:
                     current=None,
                     needed=None,
                     command=f"tc -s qdisc show dev {q.dev}",
-                    note=f"a {q.kind} shaper drops what exceeds its configured rate/burst "
-                    "by design: raise the rate or burst, or remove the shaper",
+                    note=f"a {q.kind} qdisc drops what exceeds its configured rate, burst or "
+                    "limit: raise them, or remove it",
                 )
             ]
         yield finding(
@@ -1060,8 +1165,8 @@ def qdisc_drop(ctx: Context) -> Iterator[Finding]:
             Severity.CRITICAL,
             f"{q.dev} qdisc {q.kind} {q.handle}",
             f"{d.drops} packets dropped {_since(ctx)} by the {q.kind} qdisc {q.handle} "
-            f"(parent {q.parent}) on {q.dev} ({d.overlimits} over its limits), out of "
-            f"{d.packets} sent: the sender is faster than this queue drains.",
+            f"(parent {q.parent}) on {q.dev} ({d.overlimits} over its limits) out of "
+            f"{d.packets + d.drops} offered: packets arrive faster than this queue drains.",
             d.drops,
             [
                 Evidence(
@@ -1080,25 +1185,40 @@ def qdisc_drop(ctx: Context) -> Iterator[Finding]:
 
 @rule("ephemeral-ports", "local ports nearly exhausted by connections and TIME_WAIT (client)")
 def ephemeral_ports(ctx: Context) -> Iterator[Finding]:
-    st = ctx.window.after.sockstat
+    after = ctx.window.after
+    st = after.sockstat
     rng = ctx.sysctl_ints("net.ipv4.ip_local_port_range")
     if st is None or not rng or len(rng) != 2:
         return
     size = max(1, rng[1] - rng[0] + 1)
-    used = st.tcp_tw  # TIME_WAIT sockets hold their local port for 60 s
+    if after.ephemeral_in_use is not None:
+        used = after.ephemeral_in_use
+        how = "TCP sockets hold a local port of the range (counted with sock_diag)"
+        evidence = Evidence("sock_diag tcp sockets in port range", used, None, "sock_diag")
+        exact = True
+    else:
+        # A recorded tree has no per-socket list: TIME_WAIT holds its port for 60 s, but a
+        # server's TIME_WAIT sockets hold the server port, not ephemeral ones.
+        used = st.tcp_tw
+        how = (
+            "sockets are in TIME_WAIT (an estimate from /proc/net/sockstat: it matters only "
+            "if this host opens the connections, e.g. a client or a proxy to upstreams)"
+        )
+        evidence = Evidence("sockstat TCP tw", used, None, "/proc/net/sockstat")
+        exact = False
     if used < 0.8 * size:
         return
     yield finding(
         ctx,
         "ephemeral-ports",
         "Ephemeral ports nearly exhausted",
-        Severity.CRITICAL if used >= size else Severity.WARNING,
+        Severity.CRITICAL if exact and used >= 0.95 * size else Severity.WARNING,
         "ip_local_port_range",
-        f"{used} sockets in TIME_WAIT against a local port range of {size} "
-        f"({rng[0]}-{rng[1]}): a client opening new connections to the same destination "
-        "gets EADDRNOTAVAIL (estimate: ports are per destination address and port).",
+        f"{used} {how}, against a local port range of {size} ({rng[0]}-{rng[1]}): new "
+        "outgoing connections to one destination address and port fail with EADDRNOTAVAIL "
+        "once its ports are used up.",
         used,
-        [Evidence("sockstat TCP tw", used, None, "/proc/net/sockstat")],
+        [evidence],
         [
             sysctl_fix(ctx, "net.ipv4.ip_local_port_range", "1024 65535"),
             sysctl_fix(

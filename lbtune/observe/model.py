@@ -139,6 +139,9 @@ class Sample:
     qdiscs: tuple[QdiscStats, ...]
     ipvs: Optional[IpvsStats]
     missing: Mapping[str, str]  # source name -> why it is missing
+    # TCP sockets holding a port of ip_local_port_range; counted (sock_diag) only when
+    # sockstat says the range may be nearly full, None otherwise or on recorded trees.
+    ephemeral_in_use: Optional[int] = None
 
 
 __all__ = [

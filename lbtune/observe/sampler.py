@@ -14,9 +14,10 @@ from typing import Callable, Optional, Sequence, TypeVar
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.host import Host
 from lbtune.host.interrupts import IrqLine, read_interrupts
+from lbtune.host.sockdiag import count_tcp_local_ports
 from lbtune.observe.conntrack import read_conntrack
 from lbtune.observe.ipvs_stats import read_ipvs_stats
-from lbtune.observe.model import Sample, SnmpCounters, SoftnetCpu
+from lbtune.observe.model import Sample, SnmpCounters, SockStat, SoftnetCpu
 from lbtune.observe.nicstats import read_all_nics
 from lbtune.observe.procnet import read_snmp, read_sockstat
 from lbtune.observe.softirqs import read_softirqs
@@ -83,6 +84,9 @@ class Sampler:
         sockstat = optional("sockstat", lambda: read_sockstat(fs), "no /proc/net/sockstat")
         conntrack = optional("conntrack", lambda: read_conntrack(fs), "conntrack not loaded")
         ipvs = get("ipvs", lambda: read_ipvs_stats(fs), None)
+        ephemeral = None
+        if live and sockstat is not None:
+            ephemeral = get("ephemeral", lambda: self._ephemeral(sockstat), None)
         now_mono = time.monotonic()
         return Sample(
             # A recorded tree has no clock of its own: its uptime orders two captures.
@@ -101,4 +105,16 @@ class Sampler:
             qdiscs=tuple(qdiscs or ()),
             ipvs=ipvs,
             missing=missing,
+            ephemeral_in_use=ephemeral,
         )
+
+    def _ephemeral(self, st: SockStat) -> Optional[int]:
+        """Count ports of ip_local_port_range in use, when sockstat says it may be full."""
+        text = self.host.fs.read("/proc/sys/net/ipv4/ip_local_port_range")
+        try:
+            low, high = (int(x) for x in (text or "").split())
+        except ValueError:
+            return None
+        if st.tcp_inuse + st.tcp_tw < 0.8 * (high - low + 1):
+            return None
+        return count_tcp_local_ports(low, high)

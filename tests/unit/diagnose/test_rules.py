@@ -174,13 +174,13 @@ def test_udp_rcvbuf_errors_without_socket(fs: HostFS) -> None:
 
 def test_softnet_drops_and_squeeze_use_cpu_ids(fs: HostFS) -> None:
     a = sample(0, softnet=(SoftnetCpu(0, 10, 0, 0, 0, 0), SoftnetCpu(2, 10, 0, 0, 0, 0)))
-    b = sample(1, softnet=(SoftnetCpu(0, 20, 0, 0, 0, 0), SoftnetCpu(2, 900, 33, 4, 0, 0)))
+    b = sample(1, softnet=(SoftnetCpu(0, 20, 0, 0, 0, 0), SoftnetCpu(2, 900, 33, 40, 0, 0)))
     found = run(fs, a, b)
     drop = one(found, "cpu-backlog-drop")
     assert drop.object == "cpu 2" and drop.count == 33
     assert drop.fixes[0].current == "1000" and int(drop.fixes[0].needed or 0) >= 4000
     sq = one(found, "time-squeeze")
-    assert sq.object == "cpu 2" and sq.count == 4
+    assert sq.object == "cpu 2" and sq.count == 40
     assert drop.sort_key < sq.sort_key  # critical before warning
 
 
@@ -265,3 +265,34 @@ def test_every_rule_is_documented() -> None:
     text = DOCS.read_text()
     for r in RULES:
         assert f"`{r.id}`" in text, r.id
+
+
+def test_rare_time_squeeze_is_noise(fs: HostFS) -> None:
+    a = sample(0, softnet=(SoftnetCpu(0, 0, 0, 0, 0, 0),))
+    few = sample(1, softnet=(SoftnetCpu(0, 1000, 0, 9, 0, 0),))  # fewer than 10
+    rare = sample(1, softnet=(SoftnetCpu(0, 10_000_000, 0, 50, 0, 0),))  # < 1 in 10,000
+    assert run(fs, a, few) == [] and run(fs, a, rare) == []
+
+
+def test_ephemeral_ports_counted_exactly(fs: HostFS) -> None:
+    st = SockStat(0, 27000, 0, 1000, 27000, 1, 0, 0)
+    b = sample(1, sockstat=st, ephemeral_in_use=27500)  # range 32768-60999 = 28232 ports
+    f = one(run(fs, sample(0, sockstat=st), b), "ephemeral-ports")
+    assert f.severity is Severity.CRITICAL and f.count == 27500
+    assert f.fixes[0].needed == "1024 65535" and f.fixes[0].current == "32768 60999"
+
+
+def test_ephemeral_ports_estimate_is_only_a_warning(fs: HostFS) -> None:
+    st = SockStat(0, 10, 0, 28000, 10, 1, 0, 0)
+    f = one(run(fs, None, sample(0, sockstat=st)), "ephemeral-ports")
+    assert f.severity is Severity.WARNING and "estimate" in f.cause
+
+
+def test_no_op_fixes_are_dropped(fs: HostFS, tmp_path: pathlib.Path) -> None:
+    (tmp_path / "proc/sys/net/ipv4/tcp_syncookies").write_text("1\n")
+    (tmp_path / "proc/sys/net/ipv4/tcp_max_syn_backlog").write_text("8192\n")
+    a = sample(0, snmp={"TcpExt.TCPReqQFullDrop": 0})
+    b = sample(1, snmp={"TcpExt.TCPReqQFullDrop": 3})
+    f = one(run(fs, a, b), "syn-queue-full")
+    assert all(x.needed != x.current for x in f.fixes)
+    assert "sysctl net.ipv4.tcp_syncookies" not in {x.knob for x in f.fixes}
