@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm kmod
-      user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev)
+      user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables)
 VENV=.venv
 
 say() { printf '[setup] %s\n' "$*"; }

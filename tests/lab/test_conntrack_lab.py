@@ -1,0 +1,84 @@
+"""A full conntrack table in the lab kernel, and what `lbtune diagnose` says about it.
+
+nf_conntrack_max is host-global (read-only in a child namespace), so the fault runs in the
+UML guest's init namespace (tests/lab/guest/conntrack_full.py): nf_conntrack_max = 16, 24
+connections over lo, one boot for the whole module. Each round triggers the fault inside a
+`diagnose --duration 2` window: first with --json (table empty before: 8 drops), then with
+text output (the table is still full from the first round: all 24 drop).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+MAX, CONNS, DELAY = 16, 24, 0.8
+
+
+@pytest.fixture(scope="module")
+def lab_run() -> dict[str, Any]:
+    from lbtune.lab.uml import LabUnavailable, run_in_lab
+
+    try:
+        res = run_in_lab("tests.lab.guest.conntrack_full:run", MAX, CONNS, 2.0, DELAY, timeout=180)
+    except LabUnavailable as e:
+        pytest.skip(str(e))
+    rounds = {r["format"]: r for r in res.value["rounds"]}
+    assert set(rounds) == {"json", "text"}
+    return rounds
+
+
+def delta(truth: dict[str, Any], key: str) -> int:
+    return int(truth["after"].get(key, 0)) - int(truth["before"].get(key, 0))
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_table_fills_to_max_and_drops_the_rest(lab_run, fmt):
+    r = lab_run[fmt]
+    t = r["truth"]
+    assert t["details"]["tracker"] == "tc"
+    assert t["details"]["count_full"] == MAX  # the table is exactly full
+    assert t["after"]["conntrack max"] == MAX
+    assert t["capacity"] == (MAX if fmt == "json" else 0)
+    assert t["lo"] == t["hi"] == CONNS - t["capacity"]
+    assert t["lo"] <= delta(t, "conntrack stat drop") <= t["hi"]
+    assert delta(t, "conntrack stat early_drop") == 0  # established entries are ASSURED
+    assert t["seconds"] < 1.0
+    # the fault landed inside the diagnose window
+    if r["samples_at"] is not None:
+        first, last = r["samples_at"][0], r["samples_at"][-1]
+        assert first < DELAY and DELAY + t["seconds"] < last, r["samples_at"]
+
+
+def _finding(r: dict[str, Any]) -> dict[str, Any]:
+    assert r["exit_code"] == 1, r["stderr"] + r["stdout"]
+    findings = json.loads(r["stdout"])["findings"]
+    hits = [f for f in findings if f["rule"] == "conntrack-full"]
+    assert len(hits) == 1, [(f["rule"], f["object"]) for f in findings]
+    return hits[0]  # type: ignore[no-any-return]
+
+
+def test_diagnose_finds_the_full_table_json(lab_run):
+    r = lab_run["json"]
+    f, t = _finding(r), r["truth"]
+    assert f["severity"] == "critical"
+    assert t["lo"] <= f["count"] <= t["hi"], (f["count"], t["lo"], t["hi"])
+    ev = {e["counter"]: e["value"] for e in f["evidence"]}
+    assert any("drop" in k and t["lo"] <= v <= t["hi"] for k, v in ev.items()), ev
+    fix = next(x for x in f["fixes"] if "nf_conntrack_max" in x["knob"])
+    assert int(fix["current"]) == MAX
+    assert int(fix["needed"]) > MAX
+
+
+def test_diagnose_finds_the_full_table_text(lab_run):
+    f = _finding(lab_run["json"])
+    r, t = lab_run["text"], lab_run["text"]["truth"]
+    assert r["exit_code"] == 1, r["stderr"] + r["stdout"]
+    out = r["stdout"]
+    fix = next(x for x in f["fixes"] if "nf_conntrack_max" in x["knob"])
+    for what in (f["title"], f["object"], fix["knob"], str(MAX), str(t["lo"])):
+        assert what in out, f"text output lacks {what!r}:\n{out}"
