@@ -22,6 +22,7 @@ lint: setup
 demo: setup
 	$(VENV)/bin/lbtune show
 	$(VENV)/bin/lbtune doctor
+	-$(VENV)/bin/lbtune diagnose --duration 3
 
 bench: setup
 	$(VENV)/bin/python bench/run.py

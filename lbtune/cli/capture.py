@@ -20,8 +20,13 @@ def _size(n: int) -> str:
 
 
 @click.command("capture")
-@click.option("-o", "--output", required=True, metavar="FILE.tar.gz",
-              help="Where to write the capture (gzip tarball).")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    metavar="FILE.tar.gz",
+    help="Where to write the capture (gzip tarball).",
+)
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 @common_options
 @click.pass_context
@@ -55,4 +60,3 @@ def capture_command(ctx: click.Context, output: str, force: bool) -> int:
         for sk in result.skipped:
             out.print(f"  skipped {sk.path}: {sk.reason}", markup=False)
     return 0
-

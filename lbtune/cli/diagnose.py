@@ -53,8 +53,8 @@ def parse_duration(text: str) -> float:
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE.")
 @click.option(
     "--baseline",
-    metavar="DIR",
-    help="With --root: an earlier capture of the same host; diagnose the deltas.",
+    metavar="CAPTURE",
+    help="With --root: an earlier capture (directory or .tar.gz) of the same boot.",
 )
 @click.option(
     "--rule",
@@ -97,7 +97,7 @@ def diagnose_command(
     if baseline is not None:
         if host.is_live:
             raise BadInput("--baseline needs --root: it compares two captures")
-        base = Host.open(_capture_dir(baseline))
+        base = Host.open(s.tree(baseline, "--baseline"))
     progress, done = _progress(host.is_live and fmt == "text" and output is None)
     try:
         report = diagnose(host, seconds, ifaces or None, base, progress, rules or None)
@@ -112,14 +112,6 @@ def diagnose_command(
     elif text is not None:
         sys.stdout.write(text)
     return int(ExitCode.FINDINGS) if report.findings else 0
-
-
-def _capture_dir(path: str) -> str:
-    import os
-
-    if not os.path.isdir(path):
-        raise BadInput(f"--baseline {path}: not a directory (unpack the capture first)")
-    return path
 
 
 def _check_writable(path: str) -> None:

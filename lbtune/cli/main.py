@@ -37,20 +37,44 @@ class Settings:
         self.debug = debug
         self._host: Any = None
         self._entered = False
+        self._tempdirs: list[str] = []
+
+    def tree(self, path: str, what: str = "--root") -> str:
+        """A host tree directory for `path`: the directory itself, or a capture/sosreport
+        tarball unpacked (safely) into a temporary directory removed when the command ends."""
+        if os.path.isdir(path):
+            return path
+        if not os.path.isfile(path):
+            raise BadInput(f"{what} {path}: no such directory or capture file")
+        import tempfile
+
+        from lbtune.observe.capture import unpack_capture
+
+        tmp = tempfile.mkdtemp(prefix="lbtune-root-")
+        self._tempdirs.append(tmp)
+        return unpack_capture(path, os.path.join(tmp, "root"))
+
+    def close(self) -> None:
+        if self._host is not None:
+            self._host.close()
+        import shutil
+
+        for d in self._tempdirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self._tempdirs.clear()
 
     def host(self) -> Any:
         """The `Host` these options name, opened on first use (joining --netns then)."""
         if self._host is None:
             from lbtune.host.host import Host
 
-            if not os.path.isdir(self.root):
-                raise BadInput(f"--root {self.root}: no such directory")
+            root = self.tree(self.root) if self.root != "/" else "/"
             if self.netns is not None and not self._entered:
                 from lbtune.host.netns import enter_netns
 
                 enter_netns(self.netns)
                 self._entered = True
-            self._host = Host.open(self.root, netns=self.netns)
+            self._host = Host.open(root, netns=self.netns)
         return self._host
 
 
@@ -139,7 +163,7 @@ def cli(
     """
     settings = Settings(root=root, netns=netns, json=as_json, verbose=verbose, debug=debug)
     ctx.obj = settings
-    ctx.call_on_close(lambda: settings._host.close() if settings._host else None)
+    ctx.call_on_close(settings.close)
 
 
 def settings_of(ctx: click.Context) -> Settings:
