@@ -8,9 +8,10 @@ sees ~2000 names and must not run every pattern over every one each second.
 
 from __future__ import annotations
 
+import os
 from typing import Mapping, Optional, Sequence
 
-from lbtune.errors import BadInput
+from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.ethtool import EthtoolSource
 from lbtune.host.fs import HostFS
 from lbtune.observe.model import NicCounters, QueueCounters
@@ -19,18 +20,13 @@ from lbtune.observe.nicmaps import DriverMap, driver_map
 CLASS_NET = "/sys/class/net"
 _MAIN_FIELDS = frozenset({"packets", "bytes", "drops"})
 
-# (driver, counter name) -> (direction, queue, field) or None (not a per-queue counter)
+# Per driver: counter name -> (direction, queue, field), or None when not a per-queue counter.
 _Class = Optional[tuple[str, int, str]]
-_CACHE: dict[tuple[str, str], _Class] = {}
-_CACHE_LIMIT = 200_000
+_CACHE: dict[str, dict[str, _Class]] = {}
+_CACHE_LIMIT = 100_000  # names per driver; a driver has a few thousand at most
 
 
-def _classify(dm: DriverMap, name: str) -> _Class:
-    key = (dm.driver, name)
-    try:
-        return _CACHE[key]
-    except KeyError:
-        pass
+def _classify(dm: DriverMap, name: str, cache: dict[str, _Class]) -> _Class:
     result: _Class = None
     for naming in dm.queues:
         m = naming.pattern.fullmatch(name)
@@ -43,9 +39,9 @@ def _classify(dm: DriverMap, name: str) -> _Class:
         counter = groups["name"]
         result = (direction, int(groups["q"]), naming.fields.get(counter, counter))
         break
-    if len(_CACHE) >= _CACHE_LIMIT:
-        _CACHE.clear()
-    _CACHE[key] = result
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[name] = result
     return result
 
 
@@ -59,13 +55,21 @@ def map_queue_counters(
     dm = driver_map(driver)
     if dm is None or not dm.queues:
         return ()
+    cache = _CACHE.setdefault(dm.driver, {})
     queues: dict[tuple[str, int], dict[str, int]] = {}
     for name, value in stats.items():
-        c = _classify(dm, name)
+        try:
+            c = cache[name]
+        except KeyError:
+            c = _classify(dm, name, cache)
         if c is None:
             continue
-        fields = queues.setdefault((c[0], c[1]), {})
-        fields[c[2]] = fields.get(c[2], 0) + value
+        key = (c[0], c[1])
+        fields = queues.get(key)
+        if fields is None:
+            fields = queues[key] = {}
+        field = c[2]
+        fields[field] = fields.get(field, 0) + value
     out = []
     for (direction, queue), fields in sorted(queues.items()):
         out.append(
@@ -98,12 +102,34 @@ def _driver(fs: HostFS, ethtool: EthtoolSource, dev: str) -> Optional[str]:
 
 
 def _sys_stats(fs: HostFS, dev: str) -> dict[str, int]:
-    base = f"{CLASS_NET}/{dev}/statistics"
+    """/sys/class/net/DEV/statistics/* as integers.
+
+    The directory is resolved once through the host view (symlinks stay inside the root) and
+    its ~24 files are then opened directly, refusing symlinks: resolving every file's path
+    again would cost more than the rest of a NIC's sampling together.
+    """
+    directory = fs.path(fs.realpath(f"{CLASS_NET}/{dev}/statistics"))
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return {}
     out: dict[str, int] = {}
-    for name in fs.listdir(base):
-        value = fs.read_int(f"{base}/{name}")
-        if value is not None:
-            out[name] = value
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # a symlink (ELOOP), a directory, no permission
+        try:
+            raw = os.read(fd, 64)
+        except OSError:
+            continue  # some drivers fail a counter read (EOPNOTSUPP, EINVAL)
+        finally:
+            os.close(fd)
+        try:
+            out[name] = int(raw)
+        except ValueError:
+            raise MalformedHostFile(path, f"expected an integer, got {raw[:20]!r}") from None
     return out
 
 
