@@ -48,7 +48,7 @@ def test_unknown_command_is_usage_error(cli):
 def test_nonexistent_root_is_one_line_exit_2(cli, tmp_path):
     r = cli("--root", str(tmp_path / "nope"), "show")
     assert r.exit_code == ExitCode.USAGE
-    assert r.stderr == f"lbtune: --root {tmp_path / 'nope'}: no such directory\n"
+    assert r.stderr == f"lbtune: --root {tmp_path / 'nope'}: no such directory or capture file\n"
     assert r.stdout == ""
 
 
