@@ -107,6 +107,39 @@ class HostFS:
             problem = f"expected an integer, got {text!r}"
             raise MalformedHostFile(self.path(kpath), problem) from None
 
+    def read_int_dir(self, kpath: str) -> dict[str, int]:
+        """Every integer file of a directory (`/sys/class/net/eth0/statistics`), by name.
+
+        The directory is resolved once inside the root; its files are then opened directly
+        and symlinks among them refused, because resolving each file's path again costs more
+        than reading it (this runs every sampling tick). Files the kernel refuses to read
+        (some drivers fail a counter with EOPNOTSUPP) are left out; a non-integer is
+        MalformedHostFile. Empty when the directory does not exist.
+        """
+        directory = self.path(self._inside(kpath))
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            return {}
+        out: dict[str, int] = {}
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue  # a symlink (ELOOP), a directory, no permission
+            try:
+                raw = os.read(fd, 64)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            try:
+                out[name] = int(raw)
+            except ValueError:
+                raise MalformedHostFile(path, f"expected an integer, got {raw[:20]!r}") from None
+        return out
+
     def read_cpulist(self, kpath: str) -> Optional[frozenset[int]]:
         """A CPU list attribute (`0-3,8`); None when absent."""
         text = self.read(kpath)

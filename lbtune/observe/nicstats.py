@@ -8,12 +8,12 @@ sees ~2000 names and must not run every pattern over every one each second.
 
 from __future__ import annotations
 
-import os
 from typing import Mapping, Optional, Sequence
 
-from lbtune.errors import BadInput, MalformedHostFile
+from lbtune.errors import BadInput
 from lbtune.host.ethtool import EthtoolSource
 from lbtune.host.fs import HostFS
+from lbtune.host.nic import nic_names
 from lbtune.observe.model import NicCounters, QueueCounters
 from lbtune.observe.nicmaps import DriverMap, driver_map
 
@@ -101,38 +101,6 @@ def _driver(fs: HostFS, ethtool: EthtoolSource, dev: str) -> Optional[str]:
     return info.driver if info is not None and info.driver else None
 
 
-def _sys_stats(fs: HostFS, dev: str) -> dict[str, int]:
-    """/sys/class/net/DEV/statistics/* as integers.
-
-    The directory is resolved once through the host view (symlinks stay inside the root) and
-    its ~24 files are then opened directly, refusing symlinks: resolving every file's path
-    again would cost more than the rest of a NIC's sampling together.
-    """
-    directory = fs.path(fs.realpath(f"{CLASS_NET}/{dev}/statistics"))
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
-        return {}
-    out: dict[str, int] = {}
-    for name in names:
-        path = os.path.join(directory, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue  # a symlink (ELOOP), a directory, no permission
-        try:
-            raw = os.read(fd, 64)
-        except OSError:
-            continue  # some drivers fail a counter read (EOPNOTSUPP, EINVAL)
-        finally:
-            os.close(fd)
-        try:
-            out[name] = int(raw)
-        except ValueError:
-            raise MalformedHostFile(path, f"expected an integer, got {raw[:20]!r}") from None
-    return out
-
-
 def read_nic_counters(fs: HostFS, ethtool: EthtoolSource, dev: str) -> NicCounters:
     """Counters of one interface; BadInput when it does not exist.
 
@@ -147,16 +115,20 @@ def read_nic_counters(fs: HostFS, ethtool: EthtoolSource, dev: str) -> NicCounte
     return NicCounters(
         dev=dev,
         driver=driver,
-        stats=_sys_stats(fs, dev),
+        stats=fs.read_int_dir(f"{CLASS_NET}/{dev}/statistics"),
         queues=map_queue_counters(driver, raw),
         nic_drops=nic_drop_counters(driver, raw),
         ethtool=raw,
     )
 
 
-def list_interfaces(fs: HostFS) -> list[str]:
-    """Interfaces in /sys/class/net (directories only: `bonding_masters` is a file), sorted."""
-    return [n for n in fs.listdir(CLASS_NET) if fs.isdir(f"{CLASS_NET}/{n}")]
+def check_interfaces(fs: HostFS, names: Sequence[str]) -> list[str]:
+    """`names` without duplicates; BadInput("no such interface: X") for one that is not there."""
+    known = set(nic_names(fs))
+    for name in names:
+        if name not in known:
+            raise BadInput(f"no such interface: {name}")
+    return list(dict.fromkeys(names))
 
 
 def read_all_nics(
@@ -166,13 +138,5 @@ def read_all_nics(
 
     A name in `only` that is not an interface raises BadInput("no such interface: X").
     """
-    present = list_interfaces(fs)
-    if only:
-        known = set(present)
-        for name in only:
-            if name not in known:
-                raise BadInput(f"no such interface: {name}")
-        names = list(dict.fromkeys(only))
-    else:
-        names = [n for n in present if n != "lo"]
+    names = check_interfaces(fs, only) if only else [n for n in nic_names(fs) if n != "lo"]
     return {name: read_nic_counters(fs, ethtool, name) for name in names}

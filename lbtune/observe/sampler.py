@@ -18,7 +18,7 @@ from lbtune.host.sockdiag import count_tcp_local_ports
 from lbtune.observe.conntrack import read_conntrack
 from lbtune.observe.ipvs_stats import read_ipvs_stats
 from lbtune.observe.model import Sample, SnmpCounters, SockStat, SoftnetCpu
-from lbtune.observe.nicstats import read_all_nics
+from lbtune.observe.nicstats import check_interfaces, read_all_nics
 from lbtune.observe.procnet import read_snmp, read_sockstat
 from lbtune.observe.softirqs import read_softirqs
 from lbtune.observe.softnet import read_softnet
@@ -34,7 +34,7 @@ class Sampler:
         self.ifaces = list(ifaces) if ifaces else None
         if self.ifaces:
             # Fail on a typo before the window starts, not after it.
-            read_all_nics(host.fs, host.ethtool, self.ifaces)
+            check_interfaces(host.fs, self.ifaces)
 
     def _uptime(self) -> Optional[float]:
         text = self.host.fs.read("/proc/uptime")

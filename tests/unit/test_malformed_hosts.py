@@ -63,3 +63,21 @@ def test_readers_report_the_path(tmp_path, kpath, text, reader):
     with pytest.raises(MalformedHostFile) as e:
         getattr(HostFS(str(tmp_path)), reader)(kpath)
     assert e.value.path == str(p)
+
+
+def test_read_int_dir(tmp_path):
+    from lbtune.errors import MalformedHostFile
+    from lbtune.host.fs import HostFS
+
+    d = tmp_path / "sys/class/net/eth0/statistics"
+    d.mkdir(parents=True)
+    (d / "rx_packets").write_text("12\n")
+    (d / "tx_packets").write_text("7\n")
+    (tmp_path / "secret").write_text("99\n")
+    (d / "rx_dropped").symlink_to(tmp_path / "secret")  # never followed
+    fs = HostFS(str(tmp_path))
+    assert fs.read_int_dir("/sys/class/net/eth0/statistics") == {"rx_packets": 12, "tx_packets": 7}
+    assert fs.read_int_dir("/sys/class/net/eth9/statistics") == {}
+    (d / "rx_errors").write_text("lots\n")
+    with pytest.raises(MalformedHostFile, match="rx_errors"):
+        fs.read_int_dir("/sys/class/net/eth0/statistics")
