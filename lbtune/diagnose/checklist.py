@@ -40,6 +40,7 @@ from lbtune.tune.engine import Status as KnobStatus
 from lbtune.tune.engine import verify_targets
 from lbtune.tune.plan import Target
 from lbtune.tune.profile import Profile, load_profile, resolve
+from lbtune.tune.sysctl import effective_conf, sysctl_path
 
 # Role -> the profile in profiles/ that prepares a host for it.
 ROLE_PROFILES = {
@@ -233,11 +234,7 @@ def pick_data_interface(
 
 
 def _sysctl(host: Host, key: str) -> Optional[int]:
-    return host.fs.read_int("/proc/sys/" + key.replace(".", "/"))
-
-
-def _conf(host: Host, iface: str, key: str) -> Optional[int]:
-    return host.fs.read_int(f"/proc/sys/net/ipv4/conf/{iface}/{key}")
+    return host.fs.read_int(sysctl_path(key))
 
 
 # ------------------------------------------------------------------ context
@@ -831,12 +828,11 @@ def _facing(c: _Ctx) -> list[str]:
 
 def _effective(c: _Ctx, key: str, ifaces: list[str]) -> dict[str, tuple[int, int, int]]:
     """iface -> (effective, all, iface) for a max(all, iface) setting."""
-    all_v = _conf(c.host, "all", key)
     out = {}
     for i in ifaces:
-        v = _conf(c.host, i, key)
-        if all_v is not None and v is not None:
-            out[i] = (max(all_v, v), all_v, v)
+        values = effective_conf(c.host.fs, i, key)
+        if values is not None:
+            out[i] = values
     return out
 
 

@@ -49,9 +49,5 @@ class Context:
         except ValueError:
             return None
 
-    def conf_key(self, family: str, iface: str, name: str) -> str:
-        """`net.ipv4.conf.IF.NAME` in sysctl(8) spelling (a dot in IF becomes '/')."""
-        return f"net.{family}.conf.{iface.replace('.', '/')}.{name}"
-
     def rate(self, value: int) -> Optional[float]:
         return self.window.rate(value)

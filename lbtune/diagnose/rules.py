@@ -18,6 +18,7 @@ from lbtune.diagnose.finding import Evidence, Finding, Fix, Severity, rank
 from lbtune.host.qdisc import QdiscStats
 from lbtune.host.sockdiag import ListenSocket
 from lbtune.observe.nicmaps import OTHER, POLICER, PORT_BUFFER, driver_map
+from lbtune.tune.sysctl import conf_key, effective_conf
 
 NETSTAT = "/proc/net/netstat"
 SNMP = "/proc/net/snmp"
@@ -886,12 +887,14 @@ def rp_filter_drop(ctx: Context) -> Iterator[Finding]:
     all_v = ctx.sysctl_int("net.ipv4.conf.all.rp_filter") or 0
     strict = []
     for iface in ctx.fs.listdir("/proc/sys/net/ipv4/conf"):
-        if iface in ("all", "default", "lo"):
-            continue
-        v = ctx.sysctl_int(ctx.conf_key("ipv4", iface, "rp_filter"))
-        if v is not None and max(all_v, v) == 1:
-            strict.append(iface)
-    obj = ", ".join(strict) if strict else "ipv4"
+        values = (
+            None
+            if iface in ("all", "default", "lo")
+            else effective_conf(ctx.fs, iface, "rp_filter")
+        )
+        if values is not None and values[0] == 1:
+            strict.append((iface, values[2]))
+    obj = ", ".join(i for i, _ in strict) if strict else "ipv4"
     fixes = []
     if all_v == 1:
         fixes.append(
@@ -899,9 +902,9 @@ def rp_filter_drop(ctx: Context) -> Iterator[Finding]:
                 ctx, "net.ipv4.conf.all.rp_filter", 2, "the effective value is max(all, interface)"
             )
         )
-    for iface in strict:
-        if (ctx.sysctl_int(ctx.conf_key("ipv4", iface, "rp_filter")) or 0) == 1:
-            fixes.append(sysctl_fix(ctx, ctx.conf_key("ipv4", iface, "rp_filter"), 2))
+    for iface, own in strict:
+        if own == 1:
+            fixes.append(sysctl_fix(ctx, conf_key(iface, "rp_filter"), 2))
     if not fixes:
         fixes.append(sysctl_fix(ctx, "net.ipv4.conf.all.rp_filter", 2))
     yield finding(

@@ -6,6 +6,7 @@ import re
 from typing import Optional
 
 from lbtune.errors import BadInput
+from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
 from lbtune.tune.knob import Knob, KnobError
 
@@ -43,6 +44,22 @@ def sysctl_path(key: str) -> str:
     if len(out) < 2:
         raise BadInput(f"sysctl key {key!r}: not a dotted sysctl name")
     return "/proc/sys/" + "/".join(out)
+
+
+def conf_key(iface: str, name: str, family: str = "ipv4") -> str:
+    """`net.ipv4.conf.IF.NAME` in sysctl(8) spelling (a dot in IF becomes '/')."""
+    return f"net.{family}.conf.{iface.replace('.', '/')}.{name}"
+
+
+def effective_conf(fs: HostFS, iface: str, name: str) -> Optional[tuple[int, int, int]]:
+    """(effective, all, interface) of an IPv4 interface setting whose effective value is
+    max(all, interface): rp_filter, arp_ignore, arp_announce (net/ipv4/devinet.c
+    IN_DEV_MAXCONF). None when either value cannot be read."""
+    all_v = fs.read_int(sysctl_path(conf_key("all", name)))
+    own = fs.read_int(sysctl_path(conf_key(iface, name)))
+    if all_v is None or own is None:
+        return None
+    return max(all_v, own), all_v, own
 
 
 class SysctlKnob(Knob):

@@ -273,3 +273,18 @@ def test_symlink_escaping_the_root_is_refused(tree, host, tmp_path):
     with pytest.raises(BadInput):
         make_plan(host, "t", [Target(SysctlKnob("net.core.evil"), "0")])
     assert outside.read_text() == "1\n"
+
+
+def test_effective_conf_is_max_of_all_and_interface(tmp_path):
+    from lbtune.host.fs import HostFS
+    from lbtune.tune.sysctl import conf_key, effective_conf
+
+    for iface, value in (("all", "1"), ("bond0.100", "2"), ("eth0", "0")):
+        d = tmp_path / "proc/sys/net/ipv4/conf" / iface
+        d.mkdir(parents=True)
+        (d / "rp_filter").write_text(value + "\n")
+    fs = HostFS(str(tmp_path))
+    assert conf_key("bond0.100", "rp_filter") == "net.ipv4.conf.bond0/100.rp_filter"
+    assert effective_conf(fs, "bond0.100", "rp_filter") == (2, 1, 2)
+    assert effective_conf(fs, "eth0", "rp_filter") == (1, 1, 0)
+    assert effective_conf(fs, "eth9", "rp_filter") is None
