@@ -28,6 +28,7 @@ from lbtune.diagnose.loadlint import (
     read_load_facts,
 )
 from lbtune.errors import BadInput, LbtuneError
+from lbtune.host.clock import ClockState, read_clock
 from lbtune.host.cpulist import format_cpulist, parse_cpulist
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
@@ -112,12 +113,6 @@ class Checklist:
 
 
 @dataclass(frozen=True)
-class ClockState:
-    synced: bool
-    detail: str  # "maxerror 1234 us", "STA_UNSYNC set"
-
-
-@dataclass(frozen=True)
 class LiveProbes:
     """What only the running machine can say: this process's file limit and the clock.
 
@@ -131,38 +126,6 @@ class LiveProbes:
 
 # ------------------------------------------------------------------ live probes
 
-STA_UNSYNC = 0x0040  # include/uapi/linux/timex.h
-TIME_ERROR = 5
-
-
-def _adjtimex() -> ClockState:
-    """Read (never set: modes = 0) the kernel clock discipline state via adjtimex(2)."""
-    import ctypes
-    import ctypes.util
-    import os
-
-    class Timex(ctypes.Structure):
-        # struct timex up to `status`; the rest (constant ... tai, padding) is opaque.
-        _fields_ = [
-            ("modes", ctypes.c_uint),
-            ("offset", ctypes.c_long),
-            ("freq", ctypes.c_long),
-            ("maxerror", ctypes.c_long),
-            ("esterror", ctypes.c_long),
-            ("status", ctypes.c_int),
-            ("_rest", ctypes.c_char * 256),
-        ]
-
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    tx = Timex()
-    state = libc.adjtimex(ctypes.byref(tx))
-    if state < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    if tx.status & STA_UNSYNC or state == TIME_ERROR:
-        return ClockState(False, "the kernel clock is not synchronised (STA_UNSYNC)")
-    return ClockState(True, f"synchronised, estimated error {tx.esterror} us")
-
 
 def live_probes() -> LiveProbes:
     """Read this process's RLIMIT_NOFILE and the clock state (call on the live host only)."""
@@ -172,7 +135,7 @@ def live_probes() -> LiveProbes:
     clock: Optional[ClockState] = None
     error = ""
     try:
-        clock = _adjtimex()
+        clock = read_clock()
     except (OSError, AttributeError) as e:
         error = f"adjtimex failed: {e}"
     return LiveProbes((soft, hard), clock, error)

@@ -81,3 +81,11 @@ def test_read_int_dir(tmp_path):
     (d / "rx_errors").write_text("lots\n")
     with pytest.raises(MalformedHostFile, match="rx_errors"):
         fs.read_int_dir("/sys/class/net/eth0/statistics")
+
+
+def test_read_clock_reads_this_machine():
+    from lbtune.host.clock import ClockState, read_clock
+
+    state = read_clock()  # modes = 0: reads only
+    assert isinstance(state, ClockState)
+    assert ("not synchronised" in state.detail) is (not state.synced)
