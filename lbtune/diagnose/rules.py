@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import Evidence, Finding, Fix, Severity, rank
+from lbtune.host.cpulist import format_cpulist
 from lbtune.host.qdisc import QdiscStats
 from lbtune.host.sockdiag import ListenSocket
 from lbtune.observe.nicmaps import OTHER, POLICER, PORT_BUFFER, driver_map
@@ -63,19 +64,19 @@ def _fmt_rate(ctx: Context, value: int) -> Optional[float]:
     return None if r is None else round(r, 3)
 
 
+def moved(ctx: Context, counter: str, value: int, source: str) -> Evidence:
+    """Evidence of a counter that moved by `value` over the window, with its rate."""
+    return Evidence(counter, value, _fmt_rate(ctx, value), source)
+
+
 def snmp_ev(ctx: Context, key: str) -> Evidence:
-    value = ctx.window.snmp(key)
     source = NETSTAT if key.split(".")[0] in ("TcpExt", "IpExt", "MPTcpExt") else SNMP
-    return Evidence(key, value, _fmt_rate(ctx, value), source)
-
-
-def _needed_text(value: object) -> str:
-    return str(value)
+    return moved(ctx, key, ctx.window.snmp(key), source)
 
 
 def sysctl_fix(ctx: Context, key: str, needed: object, note: str = "") -> Fix:
     """A fix that sets one sysctl, with the profile line and the one-off command."""
-    text = _needed_text(needed)
+    text = str(needed)
     quoted = f'"{text}"' if not text.lstrip("-").isdigit() else text
     return Fix(
         knob=f"sysctl {key}",
@@ -217,10 +218,10 @@ def accept_queue_overflow(ctx: Context) -> Iterator[Finding]:
         fixes = _backlog_fixes(ctx, s, somaxconn, needed)
         ev = [
             *evidence,
-            Evidence(
+            moved(
+                ctx,
                 f"sock_diag {_endpoint(s.family, s.addr, s.port)} drops",
                 d.drops or 0,
-                _fmt_rate(ctx, d.drops or 0),
                 "sock_diag",
             ),
         ]
@@ -296,7 +297,7 @@ def _syn_findings(
         queue = f"{s.syn_recv} half-open now, " if s.syn_recv is not None else ""
         ev = list(evidence)
         if drops is not None:
-            ev.append(Evidence(f"sock_diag {ep} drops", drops, _fmt_rate(ctx, drops), "sock_diag"))
+            ev.append(moved(ctx, f"sock_diag {ep} drops", drops, "sock_diag"))
         if s.syn_recv is not None:
             ev.append(Evidence(f"sock_diag {ep} SYN-RECV", s.syn_recv, None, "sock_diag"))
         yield finding(
@@ -436,7 +437,7 @@ def udp_rcvbuf_errors(ctx: Context) -> Iterator[Finding]:
     rmem_max = ctx.sysctl_int("net.core.rmem_max") or 212992
     ev = [snmp_ev(ctx, "Udp.RcvbufErrors")]
     if n6:
-        ev.append(Evidence("Udp6.RcvbufErrors", n6, _fmt_rate(ctx, n6), "/proc/net/snmp6"))
+        ev.append(moved(ctx, "Udp6.RcvbufErrors", n6, "/proc/net/snmp6"))
     sockets = [d for d in w.udp() if d.drops]
     if not sockets:
         needed = pow2_at_least(4 * rmem_max)
@@ -485,10 +486,10 @@ def udp_rcvbuf_errors(ctx: Context) -> Iterator[Finding]:
             d.drops or 0,
             [
                 *ev,
-                Evidence(
+                moved(
+                    ctx,
                     f"sock_diag udp {_endpoint(s.family, s.addr, s.port)} drops",
                     d.drops or 0,
-                    _fmt_rate(ctx, d.drops or 0),
                     "sock_diag",
                 ),
             ],
@@ -515,11 +516,7 @@ def cpu_backlog_drop(ctx: Context) -> Iterator[Finding]:
             f"backlog (RPS/RFS, veth, loopback, non-NAPI drivers) held "
             f"net.core.netdev_max_backlog = {current} packets; it processed {d.processed}.",
             d.dropped,
-            [
-                Evidence(
-                    f"softnet[cpu{d.cpu}].dropped", d.dropped, _fmt_rate(ctx, d.dropped), SOFTNET
-                )
-            ],
+            [moved(ctx, f"softnet[cpu{d.cpu}].dropped", d.dropped, SOFTNET)],
             [sysctl_fix(ctx, "net.core.netdev_max_backlog", max(4 * current, 16384))],
         )
 
@@ -547,14 +544,7 @@ def time_squeeze(ctx: Context) -> Iterator[Finding]:
             f"netdev_budget_usecs = {usecs} us used up); the rest waits for ksoftirqd and "
             "the NIC ring fills meanwhile.",
             d.time_squeeze,
-            [
-                Evidence(
-                    f"softnet[cpu{d.cpu}].time_squeeze",
-                    d.time_squeeze,
-                    _fmt_rate(ctx, d.time_squeeze),
-                    SOFTNET,
-                )
-            ],
+            [moved(ctx, f"softnet[cpu{d.cpu}].time_squeeze", d.time_squeeze, SOFTNET)],
             [
                 sysctl_fix(ctx, "net.core.netdev_budget", max(600, 2 * budget)),
                 sysctl_fix(ctx, "net.core.netdev_budget_usecs", max(4000, 2 * usecs)),
@@ -641,10 +631,10 @@ def nic_rx_drop(ctx: Context) -> Iterator[Finding]:
                 f"(its CPU did not drain it in time).{skew}",
                 count,
                 [
-                    Evidence(
+                    moved(
+                        ctx,
                         f"ethtool {d.dev} rx queue {q.queue} drops",
                         count,
-                        _fmt_rate(ctx, count),
                         f"ethtool -S {d.dev}",
                     )
                 ],
@@ -679,14 +669,7 @@ def nic_rx_drop(ctx: Context) -> Iterator[Finding]:
                 f"{count} packets dropped {_since(ctx)} by {d.driver or 'the NIC'} "
                 f"({name}: {meaning or 'driver drop counter'}).{skew}",
                 count,
-                [
-                    Evidence(
-                        f"ethtool {d.dev} {name}",
-                        count,
-                        _fmt_rate(ctx, count),
-                        f"ethtool -S {d.dev}",
-                    )
-                ],
+                [moved(ctx, f"ethtool {d.dev} {name}", count, f"ethtool -S {d.dev}")],
                 fixes,
             )
         nic = ctx.nics.get(d.dev)
@@ -706,10 +689,10 @@ def nic_rx_drop(ctx: Context) -> Iterator[Finding]:
                         f"FIFO full).{skew}",
                         count,
                         [
-                            Evidence(
+                            moved(
+                                ctx,
                                 f"{d.dev} statistics/{name}",
                                 count,
-                                _fmt_rate(ctx, count),
                                 f"/sys/class/net/{d.dev}/statistics/{name}",
                             )
                         ],
@@ -736,14 +719,7 @@ def nic_policer(ctx: Context) -> Iterator[Finding]:
                 f"{count} packets queued or dropped {_since(ctx)} by the cloud platform "
                 f"({name}: {info.meaning}). No host setting lifts this limit.",
                 count,
-                [
-                    Evidence(
-                        f"ethtool {d.dev} {name}",
-                        count,
-                        _fmt_rate(ctx, count),
-                        f"ethtool -S {d.dev}",
-                    )
-                ],
+                [moved(ctx, f"ethtool {d.dev} {name}", count, f"ethtool -S {d.dev}")],
                 [
                     Fix(
                         knob="instance type / network allowance",
@@ -780,7 +756,7 @@ def irq_imbalance(ctx: Context) -> Iterator[Finding]:
         f"{len(per_cpu)} CPUs: receive work is not spread (single queue, IRQs pinned to one "
         "core, or RSS hashing few flows to one queue).",
         top,
-        [Evidence(f"softirqs NET_RX cpu{cpu}", top, _fmt_rate(ctx, top), "/proc/softirqs")],
+        [moved(ctx, f"softirqs NET_RX cpu{cpu}", top, "/proc/softirqs")],
         [
             Fix(
                 knob="queue IRQ affinity / RPS",
@@ -849,9 +825,7 @@ def irq_placement(ctx: Context) -> Iterator[Finding]:
                 cause,
                 count,
                 [
-                    Evidence(
-                        f"/proc/interrupts irq {qi.irq}", c, _fmt_rate(ctx, c), "/proc/interrupts"
-                    )
+                    moved(ctx, f"/proc/interrupts irq {qi.irq}", c, "/proc/interrupts")
                     for qi, c, _ in group
                 ],
                 [
@@ -871,8 +845,6 @@ def _local_irqs(dev: str) -> str:
 
 
 def _cpus(cpus: Optional[Iterable[int]]) -> Optional[str]:
-    from lbtune.host.cpulist import format_cpulist
-
     return None if cpus is None else format_cpulist(frozenset(cpus))
 
 
@@ -949,15 +921,8 @@ def conntrack_full(ctx: Context) -> Iterator[Finding]:
         "(kernel log: 'nf_conntrack: table full, dropping packet').",
         drop + early,
         [
-            Evidence(
-                "nf_conntrack drop", drop, _fmt_rate(ctx, drop), "/proc/net/stat/nf_conntrack"
-            ),
-            Evidence(
-                "nf_conntrack early_drop",
-                early,
-                _fmt_rate(ctx, early),
-                "/proc/net/stat/nf_conntrack",
-            ),
+            moved(ctx, "nf_conntrack drop", drop, "/proc/net/stat/nf_conntrack"),
+            moved(ctx, "nf_conntrack early_drop", early, "/proc/net/stat/nf_conntrack"),
             Evidence("nf_conntrack_count", ct.count, None, "/proc/sys/net/netfilter"),
         ],
         [
@@ -987,11 +952,7 @@ def conntrack_insert_failed(ctx: Context) -> Iterator[Finding]:
         "by another CPU at the same time (parallel UDP, e.g. DNS A+AAAA from one socket) and "
         "were dropped.",
         n,
-        [
-            Evidence(
-                "nf_conntrack insert_failed", n, _fmt_rate(ctx, n), "/proc/net/stat/nf_conntrack"
-            )
-        ],
+        [moved(ctx, "nf_conntrack insert_failed", n, "/proc/net/stat/nf_conntrack")],
         [
             Fix(
                 knob="client resolver / UDP flow pattern",
@@ -1172,10 +1133,10 @@ def qdisc_drop(ctx: Context) -> Iterator[Finding]:
             f"{d.packets + d.drops} offered: packets arrive faster than this queue drains.",
             d.drops,
             [
-                Evidence(
+                moved(
+                    ctx,
                     f"qdisc {q.dev} {q.handle} drops",
                     d.drops,
-                    _fmt_rate(ctx, d.drops),
                     "rtnetlink" if not ctx.window.cumulative else "tc -s qdisc show",
                 )
             ],
