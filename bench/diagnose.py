@@ -18,10 +18,8 @@ Results go to bench/results/diagnose.json and .md; nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
-import platform
 import resource
 import shutil
 import statistics
@@ -29,8 +27,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Optional
+
+from results_io import run_meta, write_json
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -164,19 +164,13 @@ def main() -> None:
                 note=fixture_note if "fixture" in name else "",
             )
         )
-    meta = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "cpus": os.cpu_count(),
-        "rounds": args.rounds,
-        "ticks_per_round": args.ticks,
-        "runbook_ticks_per_round": max(1, args.ticks // 4),
-        "iface": iface,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"meta": meta, "results": [asdict(r) for r in results]}
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    meta = run_meta(
+        args.rounds,
+        ticks_per_round=args.ticks,
+        runbook_ticks_per_round=max(1, args.ticks // 4),
+        iface=iface,
+    )
+    write_json(args.out, meta, results)
     lines = [
         f"# sampling-tick benchmark ({meta['date']}, Python {meta['python']}, "
         f"{meta['cpus']} CPUs, {args.rounds} rounds, iface {iface})",

@@ -10,15 +10,14 @@ and a Markdown table; nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import pathlib
-import platform
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+from results_io import run_meta, write_json
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -102,16 +101,8 @@ def main() -> None:
         )
         for c in all_cases
     ]
-    meta = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "cpus": os.cpu_count(),
-        "rounds": args.rounds,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"meta": meta, "results": [asdict(r) for r in results]}
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    meta = run_meta(args.rounds)
+    write_json(args.out, meta, results)
     lines = [
         f"# startup benchmark ({meta['date']}, Python {meta['python']}, {meta['cpus']} CPUs, "
         f"{args.rounds} rounds)",

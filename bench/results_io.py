@@ -1,0 +1,30 @@
+"""What every benchmark writes: the run's facts and its results as JSON next to the Markdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+
+def run_meta(rounds: int, **extra: Any) -> dict[str, Any]:
+    """Date, Python, kernel and CPU count of this run, plus benchmark-specific facts."""
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "rounds": rounds,
+        **extra,
+    }
+
+
+def write_json(out: Path, meta: dict[str, Any], results: list[Any]) -> None:
+    """`{"meta": ..., "results": [...]}` (dataclass results as dicts) at `out`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"meta": meta, "results": [asdict(r) for r in results]}
+    out.write_text(json.dumps(doc, indent=2) + "\n")
