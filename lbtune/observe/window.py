@@ -10,7 +10,7 @@ zero again rather than giving negative deltas.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Mapping, Optional, TypeVar
+from typing import Iterable, Mapping, Optional, TypeVar
 
 from lbtune.observe.model import (
     ListenSocket,
@@ -21,8 +21,6 @@ from lbtune.observe.model import (
     SoftnetCpu,
     UdpSocket,
 )
-
-K = TypeVar("K", bound=Hashable)
 
 
 def counter_delta(before: Optional[int], after: Optional[int]) -> int:
@@ -81,8 +79,22 @@ class QdiscDelta:
     overlimits: int
 
 
-def _by(items: Iterable[tuple[K, int]]) -> dict[K, int]:
-    return dict(items)
+S = TypeVar("S", ListenSocket, UdpSocket)
+
+
+def _socket_drops(before: Iterable[S], after: Iterable[S]) -> list[tuple[S, Optional[int]]]:
+    """Each socket at the end of the window with its drops over it; a socket opened during
+    the window (no earlier sample) brings all of its drops."""
+    old = {(s.family, s.addr, s.port, s.inode): s.drops for s in before}
+    return [
+        (
+            s,
+            None
+            if s.drops is None
+            else counter_delta(old.get((s.family, s.addr, s.port, s.inode)), s.drops),
+        )
+        for s in after
+    ]
 
 
 @dataclass(frozen=True)
@@ -198,31 +210,12 @@ class Window:
         return [d for d in (self.nic(name) for name in sorted(self.after.nics)) if d]
 
     def listeners(self) -> list[ListenDelta]:
-        old = (
-            {(s.family, s.addr, s.port, s.inode): s for s in self.before.listen}
-            if self.before
-            else {}
-        )
-        out = []
-        for s in self.after.listen:
-            b = old.get((s.family, s.addr, s.port, s.inode))
-            if self.before is not None and b is None:
-                drops = s.drops  # a listener opened during the window: all of its drops
-            else:
-                drops = None if s.drops is None else counter_delta(b.drops if b else None, s.drops)
-            out.append(ListenDelta(s, drops))
-        return out
+        before = self.before.listen if self.before else ()
+        return [ListenDelta(s, d) for s, d in _socket_drops(before, self.after.listen)]
 
     def udp(self) -> list[UdpDelta]:
-        old = (
-            {(s.family, s.addr, s.port, s.inode): s for s in self.before.udp} if self.before else {}
-        )
-        out = []
-        for s in self.after.udp:
-            b = old.get((s.family, s.addr, s.port, s.inode))
-            drops = None if s.drops is None else counter_delta(b.drops if b else None, s.drops)
-            out.append(UdpDelta(s, drops))
-        return out
+        before = self.before.udp if self.before else ()
+        return [UdpDelta(s, d) for s, d in _socket_drops(before, self.after.udp)]
 
     def qdiscs(self) -> list[QdiscDelta]:
         old = {(q.dev, q.handle, q.parent): q for q in self.before.qdiscs} if self.before else {}
