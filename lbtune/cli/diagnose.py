@@ -178,7 +178,7 @@ def _render_text(report: Any) -> str:
     from rich.table import Table
 
     from lbtune.cli.output import console
-    from lbtune.diagnose.report import _fix_text, _rate, describe_window
+    from lbtune.diagnose.report import describe_window, fix_text, rate_text
 
     buf = io.StringIO()
     real = console()
@@ -204,7 +204,12 @@ def _render_text(report: Any) -> str:
         for i, f in enumerate(report.findings, 1):
             sev = f.severity.value
             t.add_row(
-                str(i), f"[{_STYLE[sev]}]{sev}[/]", f.object, f.title, f"{f.count:,}", _rate(f.rate)
+                str(i),
+                f"[{_STYLE[sev]}]{sev}[/]",
+                f.object,
+                f.title,
+                f"{f.count:,}",
+                rate_text(f.rate),
             )
         out.print(t)
         for i, f in enumerate(report.findings, 1):
@@ -213,11 +218,11 @@ def _render_text(report: Any) -> str:
             out.print(f"   {f.cause}", markup=False)
             for e in f.evidence:
                 out.print(
-                    f"   evidence: {e.counter} = {e.value:,} ({_rate(e.rate)}) [{e.source}]",
+                    f"   evidence: {e.counter} = {e.value:,} ({rate_text(e.rate)}) [{e.source}]",
                     markup=False,
                 )
             for fx in f.fixes:
-                out.print(f"   fix: {_fix_text(fx)}", markup=False)
+                out.print(f"   fix: {fix_text(fx)}", markup=False)
                 if fx.profile_key:
                     out.print(f"        profile: {fx.profile_key}", markup=False)
                 if fx.command:

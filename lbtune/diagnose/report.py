@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import lbtune
 from lbtune.diagnose.context import Context
-from lbtune.diagnose.finding import Finding, Severity
+from lbtune.diagnose.finding import Finding, Fix, Severity
 from lbtune.diagnose.rules import run_rules
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.host import Host
@@ -160,7 +160,7 @@ def describe_window(report: Report) -> str:
     return "one capture: counters since boot" + (f" ({up / 3600:.1f} h)" if up else "")
 
 
-def _rate(r: Optional[float]) -> str:
+def rate_text(r: Optional[float]) -> str:
     if r is None:
         return "-"
     if r >= 100:
@@ -168,7 +168,7 @@ def _rate(r: Optional[float]) -> str:
     return f"{r:.2f}/s"
 
 
-def _fix_text(fx: Any) -> str:
+def fix_text(fx: Fix) -> str:
     parts = [f"{fx.knob}"]
     if fx.current is not None or fx.needed is not None:
         parts.append(
@@ -201,17 +201,17 @@ def render_markdown(report: Report) -> str:
         for i, f in enumerate(report.findings, 1):
             lines.append(
                 f"| {i} | {f.severity.value} | `{f.object}` | {f.title} | {f.count:,} | "
-                f"{_rate(f.rate)} |"
+                f"{rate_text(f.rate)} |"
             )
         lines.append("")
         for i, f in enumerate(report.findings, 1):
             lines += [f"## {i}. {f.title}", "", f"**{f.rule}** on `{f.object}`: {f.cause}", ""]
             lines.append("Evidence:")
             for e in f.evidence:
-                lines.append(f"- `{e.counter}` = {e.value:,} ({_rate(e.rate)}) from {e.source}")
+                lines.append(f"- `{e.counter}` = {e.value:,} ({rate_text(e.rate)}) from {e.source}")
             lines += ["", "Fix:"]
             for fx in f.fixes:
-                lines.append(f"- {_fix_text(fx)}")
+                lines.append(f"- {fix_text(fx)}")
                 if fx.profile_key:
                     lines.append(f"  - profile: `{fx.profile_key}`")
                 if fx.command:
@@ -257,7 +257,7 @@ def render_html(report: Report) -> str:
             out.append(
                 f'<tr><td>{i}</td><td class="{f.severity.value}">{f.severity.value}</td>'
                 f"<td><code>{e(f.object)}</code></td><td>{e(f.title)}</td>"
-                f"<td>{f.count:,}</td><td>{e(_rate(f.rate))}</td></tr>"
+                f"<td>{f.count:,}</td><td>{e(rate_text(f.rate))}</td></tr>"
             )
         out.append("</table>")
         for i, f in enumerate(report.findings, 1):
@@ -266,7 +266,7 @@ def render_html(report: Report) -> str:
             out.append("<p>Evidence:</p><ul>")
             for ev in f.evidence:
                 out.append(
-                    f"<li><code>{e(ev.counter)}</code> = {ev.value:,} ({e(_rate(ev.rate))}) "
+                    f"<li><code>{e(ev.counter)}</code> = {ev.value:,} ({e(rate_text(ev.rate))}) "
                     f"from {e(ev.source)}</li>"
                 )
             out.append("</ul><p>Fix:</p><ul>")
@@ -278,7 +278,7 @@ def render_html(report: Report) -> str:
                     extra += f"<br>now: <code>{e(fx.command)}</code>"
                 if fx.note:
                     extra += f"<br>{e(fx.note)}"
-                out.append(f"<li>{e(_fix_text(fx))}{extra}</li>")
+                out.append(f"<li>{e(fix_text(fx))}{extra}</li>")
             out.append("</ul>")
     if report.missing:
         out.append("<h2>Not read</h2><ul>")
