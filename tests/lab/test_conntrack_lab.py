@@ -41,10 +41,15 @@ def test_table_fills_to_max_and_drops_the_rest(lab_run, fmt):
     r = lab_run[fmt]
     t = r["truth"]
     assert t["details"]["tracker"] == "tc"
-    assert t["details"]["count_full"] == MAX  # the table is exactly full
+    # the table fills up; in the second round, entries the first one left (closed
+    # connections) may expire meanwhile, so it can be one or two short of full
+    before = t["details"]["count_before"]
+    assert MAX - before <= t["details"]["count_full"] <= MAX
+    assert t["details"]["count_full"] == MAX or before > 0
     assert t["after"]["conntrack max"] == MAX
     assert t["capacity"] == (MAX if fmt == "json" else 0)
-    assert t["lo"] == t["hi"] == CONNS - t["capacity"]
+    assert t["hi"] == CONNS - t["capacity"] and t["lo"] == CONNS - MAX
+    assert t["lo"] == t["hi"] or fmt == "text"
     assert t["lo"] <= delta(t, "conntrack stat drop") <= t["hi"]
     assert delta(t, "conntrack stat early_drop") == 0  # established entries are ASSURED
     assert t["seconds"] < 1.0
@@ -80,5 +85,7 @@ def test_diagnose_finds_the_full_table_text(lab_run):
     assert r["exit_code"] == 1, r["stderr"] + r["stdout"]
     out = r["stdout"]
     fix = next(x for x in f["fixes"] if "nf_conntrack_max" in x["knob"])
-    for what in (f["title"], f["object"], fix["knob"], str(MAX), str(t["lo"])):
+    for what in (f["title"], f["object"], fix["knob"], str(MAX)):
         assert what in out, f"text output lacks {what!r}:\n{out}"
+    drops = delta(t, "conntrack stat drop")
+    assert t["lo"] <= drops <= t["hi"] and f" {drops} " in out, (drops, out)

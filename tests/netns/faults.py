@@ -94,6 +94,15 @@ def sysctl_path(key: str) -> str:
     return "/proc/sys/" + key.replace(".", "/")
 
 
+def tcp_listener(addr: str, port: int, backlog: int) -> socket.socket:
+    """A listening IPv4 TCP socket that never accepts."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen(backlog)
+    return s
+
+
 def read_sysctl(key: str) -> str:
     """Current value of a sysctl as the calling thread's namespace sees it."""
     with open(sysctl_path(key)) as f:
@@ -339,10 +348,7 @@ class ListenOverflow(Fault):
 
     def setup(self) -> None:
         super().setup()
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((self.addr, self.port))
-        s.listen(self.backlog)
+        s = tcp_listener(self.addr, self.port, self.backlog)
         self.listener = s
 
     def trigger(self) -> Truth:
@@ -406,10 +412,7 @@ class SynQueueFull(Fault):
         sh("ip", "neigh", "replace", "10.9.0.2", "lladdr", "02:00:00:09:00:99", "dev", "sq0",
            "nud", "permanent")  # fmt: skip
         sh("ip", "route", "add", "10.99.0.0/16", "via", "10.9.0.2", "dev", "sq0")
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((self.addr, self.port))
-        s.listen(self.backlog)
+        s = tcp_listener(self.addr, self.port, self.backlog)
         self.listener = s
 
     def trigger(self) -> Truth:
@@ -666,10 +669,7 @@ class TimeWaitOverflow(Fault):
     def setup(self) -> None:
         super().setup()
         write_sysctl("net.ipv4.tcp_max_tw_buckets", self.max_tw)
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((self.addr, self.port))
-        s.listen(128)
+        s = tcp_listener(self.addr, self.port, 128)
         s.settimeout(0.1)
         self.listener = s
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -806,10 +806,7 @@ class ConntrackFull(Fault):
         if self.max_entries is not None:
             self.old_max = read_sysctl("net.netfilter.nf_conntrack_max")
             write_sysctl("net.netfilter.nf_conntrack_max", self.max_entries)
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((self.addr, self.port))
-        s.listen(1024)
+        s = tcp_listener(self.addr, self.port, 1024)
         self.listener = s
 
     def snapshot(self) -> dict[str, int]:
@@ -841,9 +838,12 @@ class ConntrackFull(Fault):
             )  # fmt: skip
         room = max(self.max_entries - count0, 0)
         over = max(self.conns - room, 0)
+        # Entries left by an earlier round (closed connections) may expire while this one
+        # runs and make room: at most all of them, so the drops lie in [lo, over].
+        lo = max(self.conns - self.max_entries, 0)
         return Truth(
             fault=self.name, counter="conntrack stat drop", attempted=self.conns,
-            capacity=room, lo=over, hi=over, obj="conntrack",
+            capacity=room, lo=lo, hi=over, obj="conntrack",
             knobs={"net.netfilter.nf_conntrack_max": str(self.max_entries)}, details=details,
         )  # fmt: skip
 
