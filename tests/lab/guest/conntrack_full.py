@@ -3,8 +3,8 @@
 nf_conntrack_max is host-global (read-only in a child namespace of the host kernel), so the
 fault runs in the guest's init namespace: tests.netns.faults.ConntrackFull makes conntrack
 track, lowers nf_conntrack_max and opens more connections over lo than the table holds. Each
-round runs the fault in a forked child, triggered `delay` seconds after
-`lbtune diagnose --duration D` starts in this process.
+round runs the fault in a forked child, triggered `delay` seconds after the first sample of
+`lbtune diagnose --duration D`, which runs in this process.
 
 The guest has one CPU and imports are slow there: a first, short diagnose run warms the
 imports up so that the timed runs open their window at once (measured: `window_open`).
@@ -17,25 +17,30 @@ import time
 from typing import Any, Callable, Optional
 
 
-def _sample_clock() -> tuple[list[float], Callable[[], None]]:
-    """Record when the sampler takes each sample (monotonic); returns (times, undo)."""
+def _sample_clock() -> tuple[list[float], list[Callable[[], None]], Callable[[], None]]:
+    """Record when the sampler takes each sample (monotonic) and run the callbacks queued in
+    `after_first` once the first sample is in; returns (times, after_first, undo)."""
     times: list[float] = []
+    after_first: list[Callable[[], None]] = []
     try:
         from lbtune.observe.sampler import Sampler
     except ImportError:
-        return times, lambda: None
+        return times, after_first, lambda: None
     orig = Sampler.take
 
     def take(self: Any) -> Any:
         times.append(time.monotonic())
-        return orig(self)
+        sample = orig(self)
+        while after_first:
+            after_first.pop(0)()
+        return sample
 
     Sampler.take = take  # type: ignore[method-assign]
 
     def undo() -> None:
         Sampler.take = orig  # type: ignore[method-assign]
 
-    return times, undo
+    return times, after_first, undo
 
 
 def run(
@@ -56,7 +61,7 @@ def run(
 
     warm = run_cli("diagnose", "--duration", "0.1", "--json")
     rounds = []
-    times, undo = _sample_clock()
+    times, after_first, undo = _sample_clock()
     try:
         for fmt in formats:
             fault = ConntrackFull(max_entries=max_entries, conns=conns, tracker=tracker)
@@ -65,7 +70,9 @@ def run(
             del times[:]
             with Background(None, fault) as bg:
                 t0 = time.monotonic()
-                bg.trigger(after=delay)
+                # Trigger from the sampler, once the window's first sample is taken: a timer
+                # started beside the command can fire before or after a slow (loaded) window.
+                after_first.append(lambda bg=bg: bg.trigger(after=delay))  # type: ignore[misc]
                 res = run_cli(*args)
                 t1 = time.monotonic()
                 truth = bg.truth()
