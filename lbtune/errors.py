@@ -20,6 +20,7 @@ class ExitCode(enum.IntEnum):
     ROLLBACK_INCOMPLETE = 5  # a change failed and restoring failed too: see `lbtune history`
     BUSY = 6  # another lbtune run holds the lock
     INTERNAL = 70  # a bug in lbtune (EX_SOFTWARE); --debug shows the traceback
+    INTERRUPTED = 130  # Ctrl-C outside a change (128 + SIGINT, as shells report it)
 
 
 class LbtuneError(Exception):
@@ -46,3 +47,9 @@ class NeedsPrivilege(LbtuneError):
     """The operation needs root or a kernel feature this host does not have."""
 
     exit_code = ExitCode.NEEDS_ROOT
+
+
+class Busy(LbtuneError):
+    """Another lbtune run holds the lock."""
+
+    exit_code = ExitCode.BUSY

@@ -22,6 +22,10 @@ BTF_VMLINUX = "/sys/kernel/btf/vmlinux"
 TRACEPOINTS: tuple[tuple[str, str, str], ...] = (
     ("skb", "kfree_skb", "drops by reason and kernel location"),
     ("net", "netif_receive_skb_entry", "per-queue receive packets"),
+    ("net", "napi_gro_receive_entry", "per-queue receive packets (GRO drivers)"),
+    ("net", "napi_gro_frags_entry", "per-queue receive packets (GRO frags drivers)"),
+    ("net", "netif_receive_skb_list_entry", "per-queue receive packets (list receive)"),
+    ("net", "netif_rx_entry", "per-queue receive packets (netif_rx: veth without NAPI)"),
     ("net", "net_dev_start_xmit", "per-queue transmit packets"),
     ("napi", "napi_poll", "NAPI budget exhaustion per queue"),
     ("tcp", "tcp_retransmit_skb", "retransmissions per flow"),
@@ -74,6 +78,11 @@ def _root() -> Capability:
 
 
 def _bcc() -> list[Capability]:
+    from lbtune.host.bpf import NO_BCC_ENV
+
+    if os.environ.get(NO_BCC_ENV, "") not in ("", "0"):
+        why = f"switched off by {NO_BCC_ENV}={os.environ[NO_BCC_ENV]}"
+        return [Capability("bcc python module", False, why, f"unset {NO_BCC_ENV}", "probes")]
     try:
         import bcc
 
@@ -97,7 +106,7 @@ def _bcc_compile() -> Capability:
     try:
         from bcc import BPF
 
-        prog = BPF(text="int lbtune_doctor(void *ctx) { return 0; }")
+        prog = BPF(text=b"int lbtune_doctor(void *ctx) { return 0; }")
         try:
             prog.load_func(b"lbtune_doctor", BPF.TRACEPOINT)
         finally:
@@ -140,7 +149,20 @@ def _tracing(host: Host, btf: _Btf) -> list[Capability]:
             "tracefs mounted",
             mounted,
             TRACEFS if mounted else f"{TRACEFS} is not mounted",
-            "" if mounted else f"mount -t tracefs nodev {TRACEFS} (probes mount it when root)",
+            "" if mounted else f"mount -t tracefs nodev {TRACEFS} (as root, lbtune probe "
+            "mounts it in a private mount namespace by itself)",
+            "probes",
+        )
+    )
+    stats = btf.has_name("BPF_ENABLE_STATS")
+    out.append(
+        Capability(
+            "BPF run-time statistics",
+            stats,
+            "BPF_ENABLE_STATS: probes report their own cost (ns/event)"
+            if stats
+            else "no BPF_ENABLE_STATS in this kernel (< 5.8)",
+            "" if stats else "probes run, but cannot say what they cost",
             "probes",
         )
     )
@@ -225,27 +247,17 @@ def _kernel(host: Host, btf: _Btf) -> list[Capability]:
 
 
 def _ipvs(host: Host, modules: bool) -> Capability:
-    if os.path.exists("/proc/net/ip_vs"):
-        head = (host.fs.read("/proc/net/ip_vs") or "").splitlines()[:1]
-        return Capability("IPVS", True, head[0] if head else "/proc/net/ip_vs", "", "kernel")
-    family = False
-    try:
-        from pyroute2.netlink.generic import GenericNetlinkSocket
+    from lbtune.host.ipvs import PROC_IP_VS, ipvs_loaded, module_available
 
-        sock = GenericNetlinkSocket()
-        try:
-            sock.bind("IPVS", object)
-            family = True
-        except Exception:
-            family = False
-        finally:
-            sock.close()
-    except Exception:
-        family = False
-    if family:
-        return Capability("IPVS", True, "IPVS generic netlink family present", "", "kernel")
-    fix = "modprobe ip_vs" if modules else "not available on this kernel; IPVS runs in the UML lab"
-    return Capability("IPVS", False, "no IPVS in the running kernel", fix, "kernel")
+    # Looking up the IPVS netlink family would load the module: only files are read here.
+    if ipvs_loaded(host.fs):
+        head = (host.fs.read(PROC_IP_VS) or "").splitlines()[:1]
+        return Capability("IPVS", True, head[0] if head else PROC_IP_VS, "", "kernel")
+    if modules and module_available(host.fs):
+        return Capability("IPVS", False, "ip_vs module not loaded",
+                          "modprobe ip_vs (`lbtune ipvs apply` loads it)", "kernel")
+    return Capability("IPVS", False, "no IPVS in the running kernel",
+                      "not available on this kernel; IPVS runs in the UML lab", "kernel")
 
 
 def _ethtool(host: Host) -> list[Capability]:

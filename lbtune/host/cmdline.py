@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Optional
 
@@ -10,6 +9,8 @@ from lbtune.host.cpulist import CpuListError, parse_cpulist
 
 # isolcpus= flags that may precede the CPU list (Documentation/admin-guide/kernel-parameters).
 ISOLCPUS_FLAGS = frozenset({"nohz", "domain", "managed_irq"})
+# The CPU-isolation parameters lbtune reads and (through the bootloader) sets.
+CMDLINE_KEYS = ("isolcpus", "nohz_full", "rcu_nocbs", "irqaffinity")
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class KernelCmdline:
     @classmethod
     def parse(cls, raw: str) -> KernelCmdline:
         try:
+            import shlex  # here: every `apply` imports this module for CMDLINE_KEYS alone
+
             words = shlex.split(raw)
         except ValueError:
             words = raw.split()

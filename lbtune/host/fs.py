@@ -8,9 +8,10 @@ links (`/sys/class/net/eth0/device -> ../../../0000:81:00.0`) behave like the ke
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
-from typing import Optional
+from typing import Callable, Optional
 
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.cpulist import CpuListError, parse_cpulist, parse_cpumask
@@ -23,6 +24,21 @@ class HostFS:
         if not os.path.isdir(root):
             raise BadInput(f"--root {root}: not a directory")
         self.root = os.path.abspath(root)
+        # Real paths of directories already resolved, for host trees only: a tree is a record
+        # that only lbtune changes (and then clears this), while the live /sys changes under
+        # a long-running monitor. Resolving every component of every path again was most of
+        # the time of a plan on a 48-CPU fixture.
+        self._real_dirs: Optional[dict[str, str]] = None if self.root == "/" else {}
+
+    @classmethod
+    def create(cls, directory: str) -> HostFS:
+        """A view rooted at `directory`, created (mode 0700) when missing: the state
+        directory `$LBTUNE_STATE_DIR` names, whose files are then confined to it."""
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise BadInput(f"{directory}: cannot create state directory ({e.strerror})") from None
+        return cls(directory)
 
     @property
     def is_live(self) -> bool:
@@ -38,9 +54,26 @@ class HostFS:
             return norm
         return self.root + norm
 
+    def _realpath(self, full: str) -> str:
+        cache = self._real_dirs
+        if cache is None:
+            return os.path.realpath(full)
+        parent, leaf = os.path.split(full)
+        if not leaf:
+            return os.path.realpath(full)
+        real_parent = cache.get(parent)
+        if real_parent is None:
+            real_parent = cache[parent] = os.path.realpath(parent)
+        candidate = os.path.join(real_parent, leaf)
+        return os.path.realpath(candidate) if os.path.islink(candidate) else candidate
+
+    def _changed_links(self) -> None:
+        if self._real_dirs is not None:
+            self._real_dirs.clear()
+
     def _inside(self, kpath: str) -> str:
         """Resolve symlinks of a kernel path and return it as a kernel path again."""
-        real = os.path.realpath(self.path(kpath))
+        real = self._realpath(self.path(kpath))
         if self.root == "/":
             return real
         if real == self.root:
@@ -50,15 +83,27 @@ class HostFS:
             return "/.lbtune-outside-root"
         return real[len(self.root) :]
 
+    def _read_path(self, kpath: str) -> str:
+        """The real path to open for reading a kernel path.
+
+        On the live root nothing can lead outside the root, and open(2) resolves links just
+        as realpath would (the path is normalized first either way), so the component-by-
+        component resolution is skipped: it was a third of a monitor tick's CPU. Writes
+        resolve every time (`_write_target`).
+        """
+        if self.root == "/":
+            return self.path(kpath)
+        return self.path(self._inside(kpath))
+
     def realpath(self, kpath: str) -> str:
         """The kernel path a (possibly symlinked) kernel path resolves to."""
         return self._inside(kpath)
 
     def exists(self, kpath: str) -> bool:
-        return os.path.exists(self.path(self._inside(kpath)))
+        return os.path.exists(self._read_path(kpath))
 
     def isdir(self, kpath: str) -> bool:
-        return os.path.isdir(self.path(self._inside(kpath)))
+        return os.path.isdir(self._read_path(kpath))
 
     def islink(self, kpath: str) -> bool:
         return os.path.islink(self.path(kpath))
@@ -73,7 +118,7 @@ class HostFS:
     def listdir(self, kpath: str) -> list[str]:
         """Sorted entries of a directory; empty when it does not exist."""
         try:
-            return sorted(os.listdir(self.path(self._inside(kpath))))
+            return sorted(os.listdir(self._read_path(kpath)))
         except (FileNotFoundError, NotADirectoryError):
             return []
 
@@ -84,7 +129,7 @@ class HostFS:
         `speed` gives EINVAL) also read as None.
         """
         try:
-            with open(self.path(self._inside(kpath)), encoding="utf-8", errors="replace") as f:
+            with open(self._read_path(kpath), encoding="utf-8", errors="replace") as f:
                 return f.read().rstrip("\n")
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
@@ -116,7 +161,7 @@ class HostFS:
         (some drivers fail a counter with EOPNOTSUPP) are left out; a non-integer is
         MalformedHostFile. Empty when the directory does not exist.
         """
-        directory = self.path(self._inside(kpath))
+        directory = self._read_path(kpath)
         try:
             names = sorted(os.listdir(directory))
         except OSError:
@@ -163,9 +208,19 @@ class HostFS:
     # ------------------------------------------------------------------ writing
     # Writes resolve symlinks inside the root like reads do, and refuse anything that would
     # land outside it, so a hostile host tree or profile cannot make lbtune write elsewhere.
+    # State files (journals, the lock) go further: their last component is never followed
+    # (`follow=False`), so a planted link cannot redirect them even inside the root.
 
-    def _write_target(self, kpath: str) -> str:
-        real = self._inside(kpath)
+    def _write_target(self, kpath: str, follow: bool = True) -> str:
+        if follow:
+            real = self._inside(kpath)
+        else:
+            parent = self._inside(posixpath.dirname(posixpath.normpath(kpath)))
+            real = (
+                "/.lbtune-outside-root"
+                if parent == "/.lbtune-outside-root"
+                else (posixpath.join(parent, posixpath.basename(posixpath.normpath(kpath))))
+            )
         if real == "/.lbtune-outside-root":
             raise BadInput(f"{kpath}: resolves outside the host root; refusing to write")
         return self.path(real)
@@ -173,52 +228,144 @@ class HostFS:
     def write_attr(self, kpath: str, text: str) -> None:
         """Write a kernel attribute (/proc/sys, /sys) in one write(2); never creates files.
 
-        Raises OSError with the kernel's errno (EINVAL for a value it rejects).
+        Raises OSError with the kernel's errno (EINVAL for a value it rejects). In a host
+        tree (not the live kernel) the file keeps its own line ending: the kernel prints
+        attributes with a newline, so a value written there and restored later leaves the
+        tree byte for byte as it was.
         """
         target = self._write_target(kpath)
-        fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+        data = text.encode()
+        if self.is_live:
+            fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            return
+        fd = os.open(target, os.O_RDWR | os.O_CLOEXEC)  # one open: read the ending, rewrite
         try:
-            os.write(fd, text.encode())
+            size = os.fstat(fd).st_size
+            newline = size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+            if data and newline and not data.endswith(b"\n"):
+                data += b"\n"
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
         finally:
             os.close(fd)
 
     def read_bytes(self, kpath: str) -> Optional[bytes]:
         try:
-            with open(self.path(self._inside(kpath)), "rb") as f:
+            with open(self._read_path(kpath), "rb") as f:
                 return f.read()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
-    def write_file(self, kpath: str, content: bytes, mode: int = 0o644) -> None:
-        """Create or replace a regular file atomically and durably (temp, fsync, rename)."""
-        target = self._write_target(kpath)
+    def missing_dirs(self, kdir: str) -> list[str]:
+        """The ancestors of `kdir` (itself included) that do not exist, outermost first:
+        what `makedirs(kdir)` would create (journaled so that rollback removes them)."""
+        out: list[str] = []
+        d = posixpath.normpath(kdir)
+        while d != "/" and not os.path.lexists(self.path(self._inside(d))):
+            out.append(d)
+            d = posixpath.dirname(d)
+        return out[::-1]
+
+    def makedirs(self, kdir: str, mode: int = 0o755) -> None:
+        """Create a directory and its parents below the root, never through a link out."""
+        for d in self.missing_dirs(kdir):
+            target = self._write_target(d)
+            with contextlib.suppress(FileExistsError):  # made meanwhile by another run
+                os.mkdir(target, mode)
+        if not self.isdir(kdir):
+            raise BadInput(f"{kdir}: not a directory below the host root")
+
+    def write_file(
+        self, kpath: str, content: bytes, mode: int = 0o644, follow: bool = True
+    ) -> None:
+        """Create or replace a regular file atomically and durably (temp, fsync, rename).
+
+        `follow=False` replaces a symlink at `kpath` itself instead of writing where it
+        points (state files).
+        """
+        target = self._write_target(kpath, follow)
         directory = os.path.dirname(target)
-        os.makedirs(directory, exist_ok=True)
-        tmp = f"{target}.lbtune-tmp-{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        self.makedirs(posixpath.dirname(posixpath.normpath(kpath)))
+        tmp = f"{target}{TMP_INFIX}{os.getpid()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd = os.open(tmp, flags, mode)
         try:
+            os.fchmod(fd, mode)  # the umask must not narrow a restored file's mode
             os.write(fd, content)
             os.fsync(fd)
-        finally:
+        except BaseException:
             os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        if not follow:
+            self._changed_links()  # a link replaced by a file
         os.replace(tmp, target)
         fsync_dir(directory)
+
+    def remove_stale_temps(self, kpath: str) -> None:
+        """Remove `<file>.lbtune-tmp-<pid>` left next to `kpath` by a killed write_file."""
+        target = self._write_target(kpath, follow=False)
+        directory, base = os.path.split(target)
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return
+        for name in names:
+            rest = name[len(base) + len(TMP_INFIX) :]
+            if name.startswith(base + TMP_INFIX) and rest.isdigit():
+                os.unlink(os.path.join(directory, name))
 
     def file_mode(self, kpath: str) -> Optional[int]:
         """Permission bits of a file, None when absent."""
         try:
-            return os.stat(self.path(self._inside(kpath))).st_mode & 0o7777
+            return os.stat(self._read_path(kpath)).st_mode & 0o7777
         except OSError:
             return None
 
     def remove_file(self, kpath: str) -> None:
-        """Remove a regular file if it exists (durably)."""
-        target = self._write_target(kpath)
+        """Remove a file if it exists (durably); a symlink there is removed, not followed."""
+        self._remove(kpath, os.unlink, FileNotFoundError)
+
+    def remove_dir(self, kdir: str) -> None:
+        """Remove an empty directory (one lbtune created); absent or not empty: left alone."""
+        self._remove(kdir, os.rmdir, OSError)
+
+    def _remove(self, kpath: str, remove: Callable[[str], None], absent: type[OSError]) -> None:
+        target = self._write_target(kpath, follow=False)
+        self._changed_links()
         try:
-            os.unlink(target)
-        except FileNotFoundError:
+            remove(target)
+        except absent:
             return
         fsync_dir(os.path.dirname(target))
+
+    def symlink(self, link_target: str, kpath: str) -> None:
+        """Create the symlink `kpath` -> `link_target` (a relative target stays inside the
+        tree; an absolute one is read below the root like every kernel path)."""
+        target = self._write_target(kpath, follow=False)
+        self.makedirs(posixpath.dirname(posixpath.normpath(kpath)))
+        self._changed_links()
+        os.symlink(link_target, target)
+        fsync_dir(os.path.dirname(target))
+
+    def open_state(self, kpath: str) -> int:
+        """Open (creating, mode 0600) a state file for reading and writing, never through a
+        symlink: a planted link makes this fail with ELOOP instead of truncating its target."""
+        target = self._write_target(kpath, follow=False)
+        self.makedirs(posixpath.dirname(posixpath.normpath(kpath)), 0o700)
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            return os.open(target, flags, 0o600)
+        except OSError as e:
+            raise BadInput(f"{kpath}: cannot open state file ({e.strerror})") from None
+
+
+TMP_INFIX = ".lbtune-tmp-"
 
 
 def fsync_dir(directory: str) -> None:

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import os
+from typing import TYPE_CHECKING, Any, Optional
 
-from lbtune.host.ethtool import EthtoolSource, LiveEthtool, RecordedEthtool
 from lbtune.host.fs import HostFS
-from lbtune.host.qdisc import TC_QDISC_RECORD, QdiscStats, dump_qdiscs, parse_tc_qdisc
-from lbtune.host.runner import CommandRunner
-from lbtune.host.sockdiag import (
-    SS_RECORD,
-    ListenSocket,
-    UdpSocket,
-    dump_listen_sockets,
-    dump_udp_sockets,
-    parse_ss,
-)
+
+# Imported where used: a sysctl-only apply should not pay for sockets, netlink, ethtool ioctls
+# and subprocess at start-up.
+if TYPE_CHECKING:
+    from lbtune.host.ethtool import EthtoolSource
+    from lbtune.host.identity import HostIdentity
+    from lbtune.host.qdisc import QdiscStats
+    from lbtune.host.runner import CommandRunner
+    from lbtune.host.sockdiag import ListenSocket, TcpReceiver, UdpSocket
 
 
 class Host:
@@ -30,25 +29,59 @@ class Host:
     def __init__(
         self,
         fs: HostFS,
-        ethtool: EthtoolSource,
+        ethtool: Optional[EthtoolSource] = None,
         runner: Optional[CommandRunner] = None,
         netns: Optional[str] = None,
     ) -> None:
         self.fs = fs
-        self.ethtool = ethtool
-        self.runner = runner or CommandRunner()
+        self._ethtool = ethtool
+        self._runner = runner
         self.netns = netns
         self._ipr: Any = None
 
     @classmethod
     def open(cls, root: str = "/", netns: Optional[str] = None) -> Host:
-        fs = HostFS(root)
-        ethtool: EthtoolSource = LiveEthtool() if fs.is_live else RecordedEthtool(fs)
-        return cls(fs, ethtool, netns=netns)
+        return cls(HostFS(root), netns=netns)
+
+    @property
+    def ethtool(self) -> EthtoolSource:
+        """ioctl on the live host, recorded `ethtool` output in a tree (opened on first use)."""
+        if self._ethtool is None:
+            from lbtune.host.ethtool import LiveEthtool, RecordedEthtool
+
+            self._ethtool = LiveEthtool() if self.fs.is_live else RecordedEthtool(self.fs)
+        return self._ethtool
+
+    @ethtool.setter
+    def ethtool(self, value: EthtoolSource) -> None:
+        self._ethtool = value
+
+    @property
+    def runner(self) -> CommandRunner:
+        if self._runner is None:
+            from lbtune.host.runner import CommandRunner
+
+            self._runner = CommandRunner()
+        return self._runner
+
+    @runner.setter
+    def runner(self, value: CommandRunner) -> None:
+        self._runner = value
 
     @property
     def is_live(self) -> bool:
         return self.fs.is_live
+
+    def identity(self) -> HostIdentity:
+        """This host's identity, as recorded in journals."""
+        from lbtune.host.identity import HostIdentity
+
+        mid = self.fs.read("/etc/machine-id")
+        return HostIdentity(
+            os.path.realpath(self.fs.root),
+            mid.strip() if mid else None,
+            self.fs.read("/proc/sys/kernel/hostname"),
+        )
 
     def iproute(self) -> Any:
         """pyroute2 IPRoute for this process's network namespace (live hosts only)."""
@@ -65,12 +98,16 @@ class Host:
     # same as an empty list (a host with no such sockets).
 
     def _recorded_ss(self) -> Optional[tuple[list[ListenSocket], list[UdpSocket]]]:
+        from lbtune.host.sockdiag import SS_RECORD, parse_ss
+
         text = self.fs.read(SS_RECORD)
         return None if text is None else parse_ss(text, self.fs.path(SS_RECORD))
 
     def listen_sockets(self) -> Optional[list[ListenSocket]]:
         """Listening TCP sockets (sock_diag live, `ss -peaonmi` recorded); None if unrecorded."""
         if self.is_live:
+            from lbtune.host.sockdiag import dump_listen_sockets
+
             return dump_listen_sockets()
         recorded = self._recorded_ss()
         return None if recorded is None else recorded[0]
@@ -78,12 +115,35 @@ class Host:
     def udp_sockets(self) -> Optional[list[UdpSocket]]:
         """UDP sockets (sock_diag live, `ss -peaonmi` recorded); None if unrecorded."""
         if self.is_live:
+            from lbtune.host.sockdiag import dump_udp_sockets
+
             return dump_udp_sockets()
         recorded = self._recorded_ss()
         return None if recorded is None else recorded[1]
 
+    def tcp_receivers(self) -> Optional[list[TcpReceiver]]:
+        """Connected TCP sockets under receive pressure (sock_diag live, `ss -peaonmi`
+        recorded); None if unrecorded."""
+        from lbtune.host.sockdiag import SS_RECORD, dump_tcp_receivers, parse_ss_receivers
+
+        if self.is_live:
+            return dump_tcp_receivers()
+        text = self.fs.read(SS_RECORD)
+        return None if text is None else parse_ss_receivers(text, self.fs.path(SS_RECORD))
+
+    def link_stats(self) -> Optional[dict[str, dict[str, int]]]:
+        """Every interface's counters as /sys/class/net/DEV/statistics names them, in one
+        netlink dump on the live host; None in a host tree (read the files there)."""
+        if not self.is_live:
+            return None
+        from lbtune.host.linkstats import dump_link_stats
+
+        return dump_link_stats()
+
     def qdiscs(self) -> Optional[list[QdiscStats]]:
         """Qdisc statistics (netlink live, `tc -s qdisc show` recorded); None if unrecorded."""
+        from lbtune.host.qdisc import TC_QDISC_RECORD, dump_qdiscs, parse_tc_qdisc
+
         if self.is_live:
             return dump_qdiscs()
         text = self.fs.read(TC_QDISC_RECORD)
@@ -93,8 +153,11 @@ class Host:
         if self._ipr is not None:
             self._ipr.close()
             self._ipr = None
-        if isinstance(self.ethtool, LiveEthtool):
-            self.ethtool.close()
+        if self._ethtool is not None:
+            from lbtune.host.ethtool import LiveEthtool
+
+            if isinstance(self._ethtool, LiveEthtool):
+                self._ethtool.close()
 
     def __enter__(self) -> Host:
         return self

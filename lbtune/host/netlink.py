@@ -8,6 +8,7 @@ nlattr) and include/uapi/linux/rtnetlink.h (struct rtattr, same layout as nlattr
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -61,24 +62,52 @@ def dump(protocol: int, msg_type: int, payload: bytes) -> Iterator[tuple[int, by
 
 
 def _dump_all(protocol: int, msg_type: int, payload: bytes) -> list[tuple[int, bytes]]:
-    seq = 1
-    request = (
-        NLMSGHDR.pack(NLMSGHDR.size + len(payload), msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
-        + payload
-    )
     out: list[tuple[int, bytes]] = []
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, protocol)
-    try:
-        sock.settimeout(_TIMEOUT_S)
-        sock.sendto(request, (0, 0))
+    with _socket(protocol, msg_type, NLM_F_REQUEST | NLM_F_DUMP, payload) as sock:
         while True:
             data = sock.recv(_RECV_BUF)
             if not data:
                 raise OSError(errno.EIO, "netlink: socket closed during a dump")
-            if _parse_datagram(data, seq, out):
+            if _parse_datagram(data, _SEQ, out):
                 return out
+
+
+_SEQ = 1  # one request per socket: its sequence number
+
+
+@contextlib.contextmanager
+def _socket(protocol: int, msg_type: int, flags: int, payload: bytes) -> Iterator[socket.socket]:
+    """A netlink socket that has sent one request (`flags`, sequence _SEQ); closed after."""
+    msg = NLMSGHDR.pack(NLMSGHDR.size + len(payload), msg_type, flags, _SEQ, 0) + payload
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, protocol)
+    try:
+        sock.settimeout(_TIMEOUT_S)
+        sock.sendto(msg, (0, 0))
+        yield sock
     finally:
         sock.close()
+
+
+NLM_F_ACK = 0x04
+
+
+def request(protocol: int, msg_type: int, flags: int, payload: bytes) -> None:
+    """Send one request (NLM_F_REQUEST | NLM_F_ACK | `flags`) and wait for its ack; a kernel
+    error raises OSError with the kernel's errno."""
+    with _socket(protocol, msg_type, NLM_F_REQUEST | NLM_F_ACK | flags, payload) as sock:
+        while True:
+            data = sock.recv(_RECV_BUF)
+            offset = 0
+            while offset + NLMSGHDR.size <= len(data):
+                length, mtype, _f, mseq, _pid = NLMSGHDR.unpack_from(data, offset)
+                if length < NLMSGHDR.size:
+                    raise OSError(errno.EBADMSG, f"netlink: bad message length {length}")
+                if mtype == NLMSG_ERROR and mseq == _SEQ:
+                    (error,) = struct.unpack_from("=i", data, offset + NLMSGHDR.size)
+                    if error < 0:
+                        raise OSError(-error, os.strerror(-error))
+                    return
+                offset += align4(length)
 
 
 def _parse_datagram(data: bytes, seq: int, out: list[tuple[int, bytes]]) -> bool:

@@ -11,9 +11,9 @@ once at start-up; tests do it in a forked child.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import re
+from typing import Any, Callable, Optional, TypeVar
 
 from lbtune.errors import BadInput, NeedsPrivilege
 
@@ -23,11 +23,19 @@ CLONE_NEWNET = 0x40000000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
+T = TypeVar("T")
 _NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,254}")
 
 
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # glibc's soname first: find_library runs `ldconfig -p` in a subprocess (milliseconds
+    # on every --netns run); it is only the fallback for other C libraries.
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        from ctypes.util import find_library
+
+        return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
 
 
 def _check(ret: int, what: str) -> None:
@@ -46,15 +54,34 @@ def netns_path(name: str) -> str:
     return path
 
 
+def _unshare_mounts(libc: ctypes.CDLL) -> None:
+    """A new mount namespace for the calling thread whose mounts never reach the host's."""
+    _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    # Keep our mounts from propagating back to the host's mount namespace.
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+
+
+def mount_private(fstype: str, target: str) -> None:
+    """Mount a pseudo filesystem (`tracefs`) on `target` in a private mount namespace.
+
+    Only the calling thread (the whole process when it has one thread) sees the mount; the
+    host's mount table is untouched. Raises OSError with the kernel's errno.
+    """
+    libc = _libc()
+    _unshare_mounts(libc)
+    _check(
+        libc.mount(b"nodev", target.encode(), fstype.encode(), 0, None),
+        f"mount {fstype} on {target}",
+    )
+
+
 def enter_netns(name: str, mount_tracefs: bool = False) -> None:
     """Move this process into network namespace `name` with a matching /sys."""
     path = netns_path(name)
     if os.geteuid() != 0:
         raise NeedsPrivilege(f"--netns {name}: entering a network namespace needs root")
     libc = _libc()
-    _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    # Keep our mounts from propagating back to the host's mount namespace.
-    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    _unshare_mounts(libc)
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         _check(libc.setns(fd, CLONE_NEWNET), f"setns({path})")
@@ -67,3 +94,72 @@ def enter_netns(name: str, mount_tracefs: bool = False) -> None:
             libc.mount(b"nodev", b"/sys/kernel/tracing", b"tracefs", 0, None),
             "mount tracefs on /sys/kernel/tracing",
         )
+
+
+class NetnsThread:
+    """A worker thread inside another network namespace, for sockets opened from there.
+
+    setns(CLONE_NEWNET) moves only the calling thread, so this process can act as a client
+    in namespace A (sockets created by the worker live in A) while it reads the director's
+    IPVS counters in its own namespace. `call(fn, *args)` runs fn on the worker and returns
+    its result (or raises its exception). `name=None` is a worker in the current namespace.
+    Use as a context manager; the thread ends (and with it the namespace membership) on exit.
+    """
+
+    def __init__(self, name: Optional[str]) -> None:
+        import queue
+        import threading
+
+        self.name = name
+        self._path = netns_path(name) if name is not None else None
+        if name is not None and os.geteuid() != 0:
+            raise NeedsPrivilege(f"--from-netns {name}: entering a network namespace needs root")
+        self._jobs: queue.Queue[Optional[tuple[Callable[..., Any], tuple[Any, ...]]]] = (
+            queue.Queue()
+        )
+        self._results: queue.Queue[tuple[bool, Any]] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=f"netns-{name}", daemon=True)
+        self._started = False
+
+    def _run(self) -> None:
+        try:
+            if self._path is not None:
+                fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    _check(_libc().setns(fd, CLONE_NEWNET), f"setns({self._path})")
+                finally:
+                    os.close(fd)
+        except OSError as e:
+            self._results.put((False, e))
+            return
+        self._results.put((True, None))
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, args = job
+            try:
+                self._results.put((True, fn(*args)))
+            except BaseException as e:  # handed to the caller's thread
+                self._results.put((False, e))
+
+    def __enter__(self) -> NetnsThread:
+        self._thread.start()
+        self._started = True
+        ok, err = self._results.get()
+        if not ok:
+            self._jobs.put(None)
+            raise err
+        return self
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        self._jobs.put((fn, args))
+        ok, value = self._results.get()
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def __exit__(self, *exc: object) -> None:
+        if self._started:
+            self._jobs.put(None)
+            self._thread.join()

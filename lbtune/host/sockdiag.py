@@ -1,10 +1,12 @@
-"""Listening TCP and bound UDP sockets with their queues and drops: sock_diag (live) or `ss` text.
+"""TCP and UDP sockets with their queues, buffers and drops: sock_diag (live) or `ss` text.
 
-Live, `dump_listen_sockets` and `dump_udp_sockets` ask the kernel over NETLINK_SOCK_DIAG with
-plain sockets (see `lbtune.host.netlink` for why not pyroute2). Recorded, `parse_ss` reads
-`ss -peaonmi` output as sosreport stores it (`sos_commands/networking/ss_-peaonmi`) and the
-`ss -tlnm` / `ss -ulnm` subsets; `format_ss` writes that format so captures read back the same.
-Struct layouts are from include/uapi/linux/inet_diag.h and include/uapi/linux/sock_diag.h.
+Listening TCP sockets (accept queue, backlog, SYN queue), bound UDP sockets (receive queue,
+buffer) and connected TCP sockets under receive pressure (queued bytes vs receive buffer).
+Live, the `dump_*` functions ask the kernel over NETLINK_SOCK_DIAG with plain sockets (see
+`lbtune.host.netlink` for why not pyroute2). Recorded, `parse_ss` and `parse_ss_receivers`
+read `ss -peaonmi` output as sosreport stores it (`sos_commands/networking/ss_-peaonmi`) and
+the `ss -tlnm` / `ss -ulnm` subsets; `format_ss` writes that format so captures read back the
+same. Struct layouts are from include/uapi/linux/inet_diag.h and include/uapi/linux/sock_diag.h.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import re
 import socket
 import struct
 from dataclasses import dataclass, replace
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from lbtune.errors import MalformedHostFile
 from lbtune.host import netlink
@@ -51,15 +53,62 @@ class UdpSocket:
     inode: int = 0
 
 
+@dataclass(frozen=True)
+class TcpReceiver:
+    """A connected TCP socket whose receive side is under pressure (see `under_pressure`).
+
+    `rcvbuf` is the socket's receive buffer limit: TCP autotuning grows it from
+    net.ipv4.tcp_rmem's default towards its maximum, unless the application fixed it with
+    SO_RCVBUF (then it is twice the requested value and tcp_rmem no longer applies).
+    """
+
+    family: int  # 4 or 6
+    addr: str  # local address
+    port: int  # local port (the service port for an accepted connection)
+    peer: str  # remote "addr:port" / "[addr]:port"
+    state: str  # "ESTAB", "CLOSE-WAIT", ...
+    unread: int  # bytes received and not yet read by the application (ss Recv-Q)
+    queued: int  # receive memory in use, skb overhead included (SK_MEMINFO_RMEM_ALLOC; skmem r)
+    rcvbuf: int  # receive buffer limit (SK_MEMINFO_RCVBUF; skmem rb)
+    sndbuf: Optional[int] = None  # send buffer limit (SK_MEMINFO_SNDBUF; skmem tb)
+    backlog: Optional[int] = None  # bytes in the socket backlog (SK_MEMINFO_BACKLOG; skmem bl)
+    drops: Optional[int] = None  # segments this socket dropped (SK_MEMINFO_DROPS; skmem d)
+    inode: int = 0
+
+
+# A socket counts as under receive pressure from half its receive buffer in use, or once it
+# dropped anything; at most this many are kept (most drops, then fullest), so a host with a
+# million connections costs a bounded sample.
+PRESSURE_SHARE = 0.5
+MAX_RECEIVERS = 256
+
+
+def under_pressure(queued: int, rcvbuf: int, drops: Optional[int]) -> bool:
+    """True for a socket worth a receive-pressure look (see `TcpReceiver`)."""
+    return bool(drops) or (rcvbuf > 0 and queued >= PRESSURE_SHARE * rcvbuf)
+
+
+def _keep_worst(receivers: list[TcpReceiver]) -> list[TcpReceiver]:
+    receivers.sort(key=lambda r: (-(r.drops or 0), -r.queued / max(1, r.rcvbuf), r.port))
+    return receivers[:MAX_RECEIVERS]
+
+
 # ------------------------------------------------------------------------------ live
 
 # include/uapi/linux/sock_diag.h
 SOCK_DIAG_BY_FAMILY = 20
+SK_MEMINFO_RMEM_ALLOC = 0
 SK_MEMINFO_RCVBUF = 1
+SK_MEMINFO_SNDBUF = 3
+SK_MEMINFO_BACKLOG = 7
 SK_MEMINFO_DROPS = 8
 # include/uapi/linux/inet_diag.h: attribute types; a request asks for attribute N with bit N-1.
 INET_DIAG_SKMEMINFO = 7
-TCP_LISTEN = 10  # include/net/tcp_states.h
+TCP_ESTABLISHED = 1  # include/net/tcp_states.h
+TCP_FIN_WAIT1 = 4
+TCP_FIN_WAIT2 = 5
+TCP_CLOSE_WAIT = 8
+TCP_LISTEN = 10
 TCP_NEW_SYN_RECV = 12  # a request socket: one half-open connection in a listener's SYN queue
 ALL_STATES = 0xFFFFFFFF
 
@@ -87,6 +136,8 @@ class _DiagEntry:
     wqueue: int
     inode: int
     meminfo: tuple[int, ...]  # SK_MEMINFO_* values, empty when the kernel sent none
+    state: int = 0
+    peer: str = ""
 
 
 def _diag_dump(protocol: int, states: int, with_mem: bool = True) -> list[_DiagEntry]:
@@ -99,13 +150,18 @@ def _diag_dump(protocol: int, states: int, with_mem: bool = True) -> list[_DiagE
         for _mtype, body in netlink.dump(netlink.NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, request):
             if len(body) < _MSG_SIZE:
                 continue
-            sport, _dport = _MSG_PORTS.unpack_from(body, 4)
-            raw_src = body[8:12] if af == socket.AF_INET else body[8:24]
+            _family, state, _timer, _retrans = _MSG_HEAD.unpack_from(body, 0)
+            sport, dport = _MSG_PORTS.unpack_from(body, 4)
+            width = 4 if af == socket.AF_INET else 16
+            raw_src, raw_dst = body[8 : 8 + width], body[24 : 24 + width]
             _exp, rqueue, wqueue, _uid, inode = _MSG_TAIL.unpack_from(body, 52)
             mem = netlink.parse_attrs(body, _MSG_SIZE).get(INET_DIAG_SKMEMINFO, b"")
             meminfo = struct.unpack(f"={len(mem) // 4}I", mem[: len(mem) // 4 * 4])
             addr = socket.inet_ntop(af, raw_src)
-            entries.append(_DiagEntry(version, addr, sport, rqueue, wqueue, inode, meminfo))
+            peer = _endpoint(version, socket.inet_ntop(af, raw_dst), dport)
+            entries.append(
+                _DiagEntry(version, addr, sport, rqueue, wqueue, inode, meminfo, state, peer)
+            )
     return entries
 
 
@@ -151,8 +207,12 @@ def dump_listen_sockets() -> list[ListenSocket]:
     request finds its listener), read by a second dump of TCP_NEW_SYN_RECV sockets.
     Raises OSError when the kernel refuses.
     """
-    listeners = _diag_dump(socket.IPPROTO_TCP, 1 << TCP_LISTEN)
-    requests = _diag_dump(socket.IPPROTO_TCP, 1 << TCP_NEW_SYN_RECV, with_mem=False)
+    # One dump per family for both states (the monitor runs this every second): the kernel
+    # walks the listening sockets first, then the request sockets (which it reports as
+    # SYN_RECV, with no meminfo).
+    both = _diag_dump(socket.IPPROTO_TCP, (1 << TCP_LISTEN) | (1 << TCP_NEW_SYN_RECV))
+    listeners = [e for e in both if e.state == TCP_LISTEN]
+    requests = [e for e in both if e.state != TCP_LISTEN]
     counts = _count_requests(
         [(e.family, e.addr, e.port) for e in listeners],
         [(r.family, r.addr, r.port) for r in requests],
@@ -203,6 +263,45 @@ def dump_udp_sockets() -> list[UdpSocket]:
         )
         for e in _diag_dump(socket.IPPROTO_UDP, ALL_STATES)
     ]
+
+
+# Connected states in which data can still arrive for the application to read.
+_RECEIVING = {
+    TCP_ESTABLISHED: "ESTAB",
+    TCP_FIN_WAIT1: "FIN-WAIT-1",
+    TCP_FIN_WAIT2: "FIN-WAIT-2",
+    TCP_CLOSE_WAIT: "CLOSE-WAIT",
+}
+
+
+def dump_tcp_receivers() -> list[TcpReceiver]:
+    """Connected TCP sockets of this namespace under receive pressure (`under_pressure`),
+    at most MAX_RECEIVERS of them, most drops first. Walks every connected TCP socket."""
+    states = sum(1 << s for s in _RECEIVING)
+    out = []
+    for e in _diag_dump(socket.IPPROTO_TCP, states):
+        queued = _meminfo(e.meminfo, SK_MEMINFO_RMEM_ALLOC)
+        rcvbuf = _meminfo(e.meminfo, SK_MEMINFO_RCVBUF)
+        drops = _meminfo(e.meminfo, SK_MEMINFO_DROPS)
+        if queued is None or rcvbuf is None or not under_pressure(queued, rcvbuf, drops):
+            continue
+        out.append(
+            TcpReceiver(
+                family=e.family,
+                addr=e.addr,
+                port=e.port,
+                peer=e.peer,
+                state=_RECEIVING.get(e.state, str(e.state)),
+                unread=e.rqueue,
+                queued=queued,
+                rcvbuf=rcvbuf,
+                sndbuf=_meminfo(e.meminfo, SK_MEMINFO_SNDBUF),
+                backlog=_meminfo(e.meminfo, SK_MEMINFO_BACKLOG),
+                drops=drops,
+                inode=e.inode,
+            )
+        )
+    return _keep_worst(out)
 
 
 # -------------------------------------------------------------------------- recorded
@@ -260,24 +359,26 @@ def _parse_endpoint(text: str, old_style: bool) -> tuple[int, str, int]:
     return version, socket.inet_ntop(af, socket.inet_pton(af, host)), port
 
 
-def parse_ss(text: str, source: str) -> tuple[list[ListenSocket], list[UdpSocket]]:
-    """Listening TCP and all UDP sockets from `ss -peaonmi` (or `ss -tlnm`/`-ulnm`) output.
+@dataclass(frozen=True)
+class _SsLine:
+    """One tcp/udp socket line of an `ss` listing, its columns read."""
 
-    Other netids (u_str, nl, p_raw ...) and TCP states other than LISTEN and SYN-RECV are
-    skipped, as are lines without a Netid column that are not inet sockets. A tcp/udp line
-    whose queues or local address cannot be read raises MalformedHostFile naming `source` and
-    the line.
+    netid: str
+    state: str
+    rq: int
+    sq: int
+    family: int
+    addr: str
+    port: int
+    peer: str
+    mem: Mapping[str, int]  # skmem fields by name (r, rb, tb, bl, d ...)
+    inode: int
 
-    `syn_recv` counts the SYN-RECV lines (half-open requests) of each listener, attributed
-    as live (see `_count_requests`). It is known, 0 when a listener has none, when the listing
-    shows every state: when it has a Netid column (`ss -peaonmi`, as sosreport and `lbtune
-    capture` record it) or any SYN-RECV line. A single-protocol listing without either
-    (`ss -tlnm`: `-l` hides SYN-RECV) gives None. (`ss -tulnm` has a Netid column yet hides
-    SYN-RECV: it reads as 0.)
-    """
-    listen: list[ListenSocket] = []
-    udp: list[UdpSocket] = []
-    requests: list[_Endpoint] = []
+
+def _ss_lines(text: str, source: str, tcp_states: Sequence[str]) -> tuple[list[_SsLine], bool]:
+    """The tcp (in `tcp_states`) and udp lines of an `ss` listing, and whether it has a
+    Netid column. See `parse_ss` for what is skipped and what raises."""
+    out: list[_SsLine] = []
     netid_column = False
     old_style = _OLD_STYLE.search(text) is not None
     for lineno, first, record in _records(text):
@@ -296,7 +397,7 @@ def parse_ss(text: str, source: str) -> tuple[list[ListenSocket], list[UdpSocket
         netid_column = netid_column or explicit
         if not fields:
             raise MalformedHostFile(source, f"{where}: {netid} line without a state")
-        if netid == "tcp" and fields[0] not in ("LISTEN", "SYN-RECV"):
+        if netid == "tcp" and fields[0] not in tcp_states:
             continue
         try:
             if len(fields) < 5:
@@ -307,23 +408,64 @@ def parse_ss(text: str, source: str) -> tuple[list[ListenSocket], list[UdpSocket
             if not explicit:
                 continue  # e.g. a unix socket in a listing without a Netid column
             raise MalformedHostFile(source, f"{where}: not an {netid} socket line ({e})") from None
-        if netid == "tcp" and fields[0] == "SYN-RECV":
-            requests.append((family, addr, port))
-            continue
         inos = _INO.findall(record)
-        inode = int(inos[-1]) if inos else 0
         skmems = _SKMEM.findall(record)
-        mem = dict(_SKMEM_FIELD.findall(skmems[-1])) if skmems else {}
-        drops = int(mem["d"]) if "d" in mem else None
-        if netid == "tcp":
-            listen.append(ListenSocket(family, addr, port, rq, sq, drops, inode))
+        mem = {k: int(v) for k, v in _SKMEM_FIELD.findall(skmems[-1])} if skmems else {}
+        out.append(
+            _SsLine(netid, fields[0], rq, sq, family, addr, port, fields[4], mem,
+                    int(inos[-1]) if inos else 0)
+        )  # fmt: skip
+    return out, netid_column
+
+
+def parse_ss(text: str, source: str) -> tuple[list[ListenSocket], list[UdpSocket]]:
+    """Listening TCP and all UDP sockets from `ss -peaonmi` (or `ss -tlnm`/`-ulnm`) output.
+
+    Other netids (u_str, nl, p_raw ...) and TCP states other than LISTEN and SYN-RECV are
+    skipped, as are lines without a Netid column that are not inet sockets. A tcp/udp line
+    whose queues or local address cannot be read raises MalformedHostFile naming `source` and
+    the line.
+
+    `syn_recv` counts the SYN-RECV lines (half-open requests) of each listener, attributed
+    as live (see `_count_requests`). It is known, 0 when a listener has none, when the listing
+    shows every state: when it has a Netid column (`ss -peaonmi`, as sosreport and `lbtune
+    capture` record it) or any SYN-RECV line. A single-protocol listing without either
+    (`ss -tlnm`: `-l` hides SYN-RECV) gives None. (`ss -tulnm` has a Netid column yet hides
+    SYN-RECV: it reads as 0.)
+    """
+    listen: list[ListenSocket] = []
+    udp: list[UdpSocket] = []
+    requests: list[_Endpoint] = []
+    lines, netid_column = _ss_lines(text, source, ("LISTEN", "SYN-RECV"))
+    for x in lines:
+        drops = x.mem.get("d")
+        if x.netid == "udp":
+            udp.append(UdpSocket(x.family, x.addr, x.port, x.rq, x.mem.get("rb"), drops, x.inode))
+        elif x.state == "SYN-RECV":
+            requests.append((x.family, x.addr, x.port))
         else:
-            rcvbuf = int(mem["rb"]) if "rb" in mem else None
-            udp.append(UdpSocket(family, addr, port, rq, rcvbuf, drops, inode))
+            listen.append(ListenSocket(x.family, x.addr, x.port, x.rq, x.sq, drops, x.inode))
     if netid_column or requests:
         counts = _count_requests([(s.family, s.addr, s.port) for s in listen], requests)
         listen = [replace(s, syn_recv=n) for s, n in zip(listen, counts)]
     return listen, udp
+
+
+def parse_ss_receivers(text: str, source: str) -> list[TcpReceiver]:
+    """Connected TCP sockets under receive pressure from `ss -peaonmi` output (Netid column
+    and skmem needed: lines without skmem `r` and `rb` are skipped), as `dump_tcp_receivers`."""
+    lines, _ = _ss_lines(text, source, tuple(_RECEIVING.values()))
+    out = []
+    for x in lines:
+        queued, rcvbuf, drops = x.mem.get("r"), x.mem.get("rb"), x.mem.get("d")
+        if x.netid != "tcp" or queued is None or rcvbuf is None:
+            continue
+        if under_pressure(queued, rcvbuf, drops):
+            out.append(
+                TcpReceiver(x.family, x.addr, x.port, x.peer, x.state, x.rq, queued, rcvbuf,
+                            x.mem.get("tb"), x.mem.get("bl"), drops, x.inode)
+            )  # fmt: skip
+    return _keep_worst(out)
 
 
 def _endpoint(family: int, addr: str, port: Union[int, str]) -> str:
@@ -331,18 +473,22 @@ def _endpoint(family: int, addr: str, port: Union[int, str]) -> str:
     return f"[{addr}]:{shown}" if family == 6 else f"{addr}:{shown}"
 
 
-def _skmem(rcvbuf: Optional[int], drops: Optional[int]) -> str:
+def _skmem(**fields: Optional[int]) -> str:
     # Only the fields lbtune knows; parse_ss (and a reader) take skmem fields by name.
-    parts = ([f"rb{rcvbuf}"] if rcvbuf is not None else []) + (
-        [f"d{drops}"] if drops is not None else []
-    )
+    parts = [f"{k}{v}" for k, v in fields.items() if v is not None]
     return f"\n\t skmem:({','.join(parts)})" if parts else ""
 
 
-def format_ss(listen: Sequence[ListenSocket], udp: Sequence[UdpSocket]) -> str:
-    """`ss -peaonmi`-style text for these sockets (tcp LISTEN and udp lines), read by parse_ss.
+def format_ss(
+    listen: Sequence[ListenSocket],
+    udp: Sequence[UdpSocket],
+    receivers: Sequence[TcpReceiver] = (),
+) -> str:
+    """`ss -peaonmi`-style text for these sockets (tcp LISTEN, tcp connected and udp lines),
+    read back by parse_ss and parse_ss_receivers.
 
-    Only what the dataclasses hold is written: no process column, skmem with `rb` and `d`.
+    Only what the dataclasses hold is written: no process column, skmem with `r`, `rb`,
+    `tb`, `bl` and `d` where known.
     A listener's `syn_recv` becomes that many `tcp SYN-RECV 0 0 ADDR:PORT *:*` lines after
     it, with the listener's own address so parse_ss gives them back to it. When listeners
     exist and none knows `syn_recv` (read from `ss -tlnm`), the Netid column is left out,
@@ -350,16 +496,21 @@ def format_ss(listen: Sequence[ListenSocket], udp: Sequence[UdpSocket]) -> str:
     """
     rows: list[tuple[str, str, int, int, str, str, str]] = []
     for s in listen:
-        tail = f"ino:{s.inode} <->" + _skmem(None, s.drops)
+        tail = f"ino:{s.inode} <->" + _skmem(d=s.drops)
         peer = _endpoint(s.family, "::" if s.family == 6 else _IPV4_ANY, "*")
         local = _endpoint(s.family, s.addr, s.port)
         rows.append(("tcp", "LISTEN", s.queue, s.backlog, local, peer, tail))
         rows.extend(("tcp", "SYN-RECV", 0, 0, local, "*:*", "") for _ in range(s.syn_recv or 0))
     for u in udp:
-        tail = f"ino:{u.inode} <->" + _skmem(u.rcvbuf, u.drops)
+        tail = f"ino:{u.inode} <->" + _skmem(rb=u.rcvbuf, d=u.drops)
         peer = _endpoint(u.family, "::" if u.family == 6 else _IPV4_ANY, "*")
         rows.append(("udp", "UNCONN", u.queue, 0, _endpoint(u.family, u.addr, u.port), peer, tail))
-    netid = not listen or any(s.syn_recv is not None for s in listen)
+    for r in receivers:
+        mem = _skmem(r=r.queued, rb=r.rcvbuf, tb=r.sndbuf, bl=r.backlog, d=r.drops)
+        local = _endpoint(r.family, r.addr, r.port)
+        rows.append(("tcp", r.state, r.unread, 0, local, r.peer, f"ino:{r.inode} <->" + mem))
+    # Connected sockets are read back only from a listing with a Netid column.
+    netid = not listen or bool(receivers) or any(s.syn_recv is not None for s in listen)
     width = max([len(r[4]) for r in rows] + [len("Local Address:Port")])
     state_width = max([len(r[1]) for r in rows] + [len("State")])
     head = f"{'State':<{state_width}} Recv-Q Send-Q {'Local Address:Port':>{width}}"

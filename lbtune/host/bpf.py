@@ -1,0 +1,386 @@
+"""The BPF loader: the only module that imports bcc.
+
+It compiles one C text (all requested probes together: a bcc compile costs seconds and
+~100 MB, so it happens once), loads the programs, attaches them to tracepoints, reads
+per-CPU maps in one batch syscall each, reports each program's run time from the kernel's
+BPF statistics, and detaches and closes everything on `close()`.
+
+BPF run-time statistics are switched on with BPF_ENABLE_STATS, which returns a file
+descriptor: the kernel counts run time only while some such descriptor is open and stops
+by itself when it is closed, also when lbtune is killed. This is the same switch as the
+host-global `kernel.bpf_stats_enabled` sysctl, but lbtune never writes the sysctl, so
+nothing is left switched on behind it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import platform
+import struct
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from lbtune.errors import NeedsPrivilege
+
+BPF_ENABLE_STATS = 32  # enum bpf_cmd, include/uapi/linux/bpf.h (Linux 5.8+)
+BPF_STATS_RUN_TIME = 0
+_SYS_BPF = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351, "riscv64": 280}
+BCC_FIX = (
+    "apt-get install python3-bpfcc (dnf install python3-bcc), and run lbtune from the "
+    "distribution's Python or a venv made with --system-site-packages (`make setup`)"
+)
+# The documented switch that makes lbtune behave as if bcc were not installed (README,
+# docs/probes.md): what a host without bcc sees, testable on a host that has it.
+NO_BCC_ENV = "LBTUNE_NO_BCC"
+
+
+def bcc_problem() -> Optional[str]:
+    """Why bcc cannot be used here (one line), or None when it imports."""
+    if os.environ.get(NO_BCC_ENV, "") not in ("", "0"):
+        return f"bcc is switched off ({NO_BCC_ENV}={os.environ[NO_BCC_ENV]})"
+    try:
+        import bcc  # noqa: F401
+    except Exception as e:  # ImportError, or libbcc failing to load
+        return f"the bcc Python module cannot be imported ({type(e).__name__}: {e})"
+    return None
+
+
+@dataclass(frozen=True)
+class ProbeProblem:
+    """Why the probes cannot run here, and how to get them (one line each)."""
+
+    missing: str
+    fix: str
+
+
+def probe_problem() -> Optional[ProbeProblem]:
+    """What stops the probes before anything is compiled: root, then bcc; None when both
+    are there (the compile itself can still fail: `BpfProgram` says why)."""
+    if os.geteuid() != 0:
+        return ProbeProblem("not root", "run lbtune as root (BPF and tracefs need it)")
+    problem = bcc_problem()
+    if problem and os.environ.get(NO_BCC_ENV, "") not in ("", "0"):
+        return ProbeProblem(problem, f"unset {NO_BCC_ENV}, or else {BCC_FIX}")
+    if problem:
+        return ProbeProblem(problem, BCC_FIX)
+    return None
+
+
+@dataclass(frozen=True)
+class ProgramStats:
+    """Kernel statistics of one loaded program (/proc/self/fdinfo of its fd)."""
+
+    function: str
+    prog_id: int
+    run_cnt: int
+    run_time_ns: int
+
+
+class RunTimeStats:
+    """BPF run-time statistics switched on for as long as this object is open."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self.problem: Optional[str] = None
+
+    def open(self) -> bool:
+        """Switch statistics on; False (with `problem` set) when the kernel cannot."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        nr = _SYS_BPF.get(platform.machine())
+        if nr is None:
+            self.problem = f"BPF statistics: unknown bpf(2) number on {platform.machine()}"
+            return False
+        attr = (ctypes.c_uint32 * 2)(BPF_STATS_RUN_TIME, 0)
+        fd = libc.syscall(nr, BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr))
+        if fd < 0:
+            err = ctypes.get_errno()
+            self.problem = f"BPF statistics unavailable: {os.strerror(err)} (needs Linux 5.8+)"
+            return False
+        self.fd = fd
+        return True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _flatten(value: Any) -> tuple[Any, ...]:
+    """A ctypes value (struct, array, integer) as a flat tuple; char arrays as bytes."""
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, bytes):
+        return (value,)
+    if isinstance(value, ctypes.Array):
+        if value._type_ is ctypes.c_char:
+            return (bytes(value),)
+        out: list[Any] = []
+        for item in value:
+            out.extend(_flatten(item))
+        return tuple(out)
+    if isinstance(value, ctypes.Structure):
+        out = []
+        for name, *_ in value._fields_:
+            out.extend(_flatten(getattr(value, name)))
+        return tuple(out)
+    if hasattr(value, "value"):
+        return (value.value,)
+    raise TypeError(f"cannot read a {type(value).__name__} from a BPF map")
+
+
+# Struct formats of the ctypes types the maps hold (and which of their values are char
+# arrays), or None for a type `_flatten` must walk.
+_LAYOUTS: dict[type, Optional[tuple[struct.Struct, tuple[int, ...]]]] = {}
+_INT_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
+
+
+def _fields(ctype: Any, base: int, out: list[tuple[int, str]], field: bool = False) -> bool:
+    """Append (offset, struct code) of every scalar in a ctypes type; False if unsupported.
+
+    A char array is supported as a structure's field (`field`), which ctypes reads as the
+    bytes before the first NUL (`_flat` cuts them the same way).
+    """
+    if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
+        for name, ftype, *bits in ctype._fields_:
+            if bits or not _fields(ftype, base + getattr(ctype, name).offset, out, True):
+                return False
+        return True
+    if isinstance(ctype, type) and issubclass(ctype, ctypes.Array):
+        item: Any = getattr(ctype, "_type_")  # noqa: B009 (typed Any: mypy misreads it)
+        length: int = getattr(ctype, "_length_")  # noqa: B009
+        if item is ctypes.c_char:
+            out.append((base, f"{length}s"))
+            return field
+        size = ctypes.sizeof(item)
+        return all(_fields(item, base + i * size, out) for i in range(length))
+    code = getattr(ctype, "_type_", None)
+    if not isinstance(code, str) or code in "cz?fdgPOuZ" or len(code) != 1:
+        return False
+    size = ctypes.sizeof(ctype)
+    signed = _INT_CODES.get(size)
+    if signed is None:
+        return False
+    out.append((base, signed if code.islower() else signed.upper()))
+    return True
+
+
+def _layout(ctype: type) -> Optional[tuple[struct.Struct, tuple[int, ...]]]:
+    """A struct.Struct reading a ctypes type's bytes into the flat tuple `_flatten` gives:
+    the kernel fills per-CPU maps with thousands of entries per read, and walking each
+    through ctypes was most of a monitor tick with the probes on."""
+    if ctype not in _LAYOUTS:
+        fields: list[tuple[int, str]] = []
+        fmt = None
+        if _fields(ctype, 0, fields):
+            parts, at = ["="], 0
+            for offset, code in sorted(fields):
+                if offset < at:  # overlapping fields (a union): let _flatten walk it
+                    parts = []
+                    break
+                parts.append(f"{offset - at}x" if offset > at else "")
+                parts.append(code)
+                at = offset + struct.calcsize("=" + code)
+            if parts and at <= ctypes.sizeof(ctype):
+                st = struct.Struct("".join(parts) + f"{ctypes.sizeof(ctype) - at}x")
+                chars = tuple(i for i, (_, code) in enumerate(sorted(fields)) if code[-1] == "s")
+                fmt = (st, chars)
+        _LAYOUTS[ctype] = fmt
+    return _LAYOUTS[ctype]
+
+
+def _flat(value: Any) -> tuple[Any, ...]:
+    """`_flatten`, through the type's struct layout when it has one."""
+    if isinstance(value, int):
+        return (value,)
+    layout = _layout(type(value))
+    if layout is None:
+        return _flatten(value)
+    st, chars = layout
+    out = st.unpack(bytes(value))
+    if not chars:
+        return out
+    cut = list(out)
+    for i in chars:
+        cut[i] = cut[i].split(b"\0", 1)[0]
+    return tuple(cut)
+
+
+def _fill(target: Any, values: Sequence[Any]) -> Any:
+    """Set a ctypes struct's fields, in declaration order, from a flat sequence."""
+    it = iter(values)
+    for name, ctype, *_ in target._fields_:
+        if issubclass(ctype, ctypes.Array) and ctype._type_ is ctypes.c_char:
+            setattr(target, name, next(it))
+        elif issubclass(ctype, ctypes.Array):
+            arr = getattr(target, name)
+            for i in range(len(arr)):
+                arr[i] = next(it)
+        else:
+            setattr(target, name, next(it))
+    return target
+
+
+class BpfProgram:
+    """Compiled and loaded probes: attach, read maps, statistics, close."""
+
+    def __init__(self, text: str) -> None:
+        """Compile and load `text` (all functions stay unattached until `attach`)."""
+        if os.geteuid() != 0:
+            raise NeedsPrivilege("loading BPF programs needs root: run lbtune as root")
+        problem = bcc_problem()
+        if problem:
+            raise NeedsPrivilege(f"{problem}: {BCC_FIX}")
+        from bcc import BPF
+
+        with _StderrCapture() as err:
+            try:
+                self._bpf: Any = BPF(text=text.encode())
+            except Exception as e:
+                why = err.first_error() or _one_line(e)
+                raise NeedsPrivilege(f"bcc could not compile the probes: {why}") from None
+        atexit.unregister(self._bpf.cleanup)  # close() does it; keep no reference behind
+        self._attached: list[int] = []  # perf event fds, one per (tracepoint, program)
+        self._functions: dict[str, Any] = {}
+        self._closed = False
+
+    def attach(self, tracepoint: str, function: str) -> None:
+        """Load `function` as a tracepoint program and attach it to `system:event`."""
+        from bcc import BPF, lib
+
+        fn = self._functions.get(function)
+        if fn is None:
+            with _StderrCapture() as err:
+                try:
+                    fn = self._bpf.load_func(function.encode(), BPF.TRACEPOINT)
+                except Exception as e:
+                    why = err.first_error() or _one_line(e)
+                    raise NeedsPrivilege(f"the kernel refused program {function}: {why}") from None
+            self._functions[function] = fn
+        system, _, event = tracepoint.partition(":")
+        # bcc's own attach_tracepoint keeps one fd per tracepoint name; two programs on one
+        # tracepoint would leak the first, so the perf fds are kept here.
+        fd = lib.bpf_attach_tracepoint(fn.fd, system.encode(), event.encode())
+        if fd < 0:
+            raise NeedsPrivilege(f"cannot attach {function} to tracepoint {tracepoint}")
+        self._attached.append(fd)
+
+    def update(self, table: str, key: Sequence[Any], value: Sequence[Any]) -> None:
+        """Set one entry of a (non per-CPU) map; key and value as flat field sequences (an
+        array's key is its index)."""
+        t = self._bpf[table.encode()]
+        k = _fill(t.Key(), key) if hasattr(t.Key, "_fields_") else t.Key(*key)
+        t[k] = _fill(t.Leaf(), value)
+
+    def read_percpu(
+        self, table: str, skip_zero: bool = False
+    ) -> list[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]:
+        """Every entry of a per-CPU map as (key, [value per possible CPU]), flattened;
+        `skip_zero` leaves out entries that are zero on every CPU (a direct-mapped cache is
+        mostly empty, and the monitor reads it every second).
+
+        One BPF_MAP_LOOKUP_BATCH call where the kernel has it (5.6+), else key by key. Each
+        entry's values for all CPUs are unpacked from one buffer.
+        """
+        t = self._bpf[table.encode()]
+        try:
+            items = list(t.items_lookup_batch())
+        except Exception:
+            items = [(k, t.getvalue(k)) for k in t]
+        out = []
+        zero = b""
+        layout: Optional[tuple[struct.Struct, tuple[int, ...]]] = None
+        for k, values in items:
+            if layout is None:  # bcc's per-CPU leaf is an array of the map's value type
+                layout = _layout(getattr(type(values), "_type_", type(values)))
+            raw = bytes(values)
+            if skip_zero:
+                if len(zero) != len(raw):
+                    zero = bytes(len(raw))
+                if raw == zero:
+                    continue
+            if layout is not None and not layout[1]:
+                rows = list(layout[0].iter_unpack(raw))
+            else:
+                rows = [_flat(v) for v in values]
+            out.append((_flat(k), rows))
+        return out
+
+    def stats(self) -> list[ProgramStats]:
+        """Run count and run time of every loaded program (zero while statistics are off)."""
+        out = []
+        for name, fn in self._functions.items():
+            info = _fdinfo(fn.fd)
+            out.append(
+                ProgramStats(
+                    name,
+                    info.get("prog_id", 0),
+                    info.get("run_cnt", 0),
+                    info.get("run_time_ns", 0),
+                )
+            )
+        return out
+
+    def close(self) -> None:
+        """Detach every program and close every program and map (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        from bcc import lib
+
+        for fd in self._attached:
+            lib.bpf_close_perf_event_fd(fd)
+        self._attached.clear()
+        self._functions.clear()
+        self._bpf.cleanup()
+
+
+def _fdinfo(fd: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                value = value.strip()
+                if value.isdigit():
+                    out[key.strip()] = int(value)
+    except OSError:
+        pass
+    return out
+
+
+class _StderrCapture:
+    """Collect what libbcc/LLVM write to fd 2 (compiler diagnostics, the verifier log), so a
+    failure becomes one line and a success prints nothing."""
+
+    def __enter__(self) -> _StderrCapture:
+        import tempfile
+
+        self._file = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.close()
+
+    def text(self) -> str:
+        self._file.seek(0)
+        return self._file.read(1 << 20).decode("utf-8", "replace")
+
+    def first_error(self) -> str:
+        lines = self.text().splitlines()
+        for line in lines:
+            if "error:" in line:
+                return line.split("error:", 1)[1].strip()
+        # verifier logs end with the reason ("invalid mem access 'scalar'", ...)
+        tail = [ln.strip() for ln in lines if ln.strip()]
+        return tail[-1] if tail else ""
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
