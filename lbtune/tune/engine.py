@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import enum
+import posixpath
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from lbtune.errors import BadInput, ExitCode, LbtuneError
 from lbtune.host.host import Host
+from lbtune.host.signals import interruptible, shielded
 from lbtune.tune.journal import (
     ACTIVE,
     APPLIED,
@@ -37,7 +39,7 @@ class RollbackIncomplete(LbtuneError):
 
 
 class Interrupted(LbtuneError):
-    """A previous apply did not finish; it must be rolled back (or confirmed) first."""
+    """A previous apply did not finish; it must be rolled back first."""
 
     exit_code = ExitCode.USAGE
 
@@ -54,8 +56,18 @@ class Transaction:
         self.journal = journal
         self._files_done: list[FileRecord] = []
 
+    def _journal_dirs(self, kpath: str) -> None:
+        """Record (fsynced) the directories writing `kpath` will create, so rollback removes
+        them again and leaves the tree as it found it."""
+        new = [d for d in self.host.fs.missing_dirs(posixpath.dirname(kpath))
+               if d not in self.journal.dirs]  # fmt: skip
+        if new:
+            self.journal.dirs.extend(new)
+            self.journal.save()
+
     def replace_file(self, kpath: str, content: bytes, mode: int = 0o644) -> None:
         """Write a persistence file, journaling (fsynced) what it replaces first."""
+        self._journal_dirs(kpath)
         if not any(f.path == kpath for f in self.journal.files):
             original = self.host.fs.read_bytes(kpath)
             rec = FileRecord(
@@ -111,22 +123,28 @@ def apply_plan(
         journal = state.new_journal(plan.profile, records)  # fsynced before the first change
         txn = Transaction(host, journal)
         done: list[int] = []
+        started: list[int] = []  # a write cut short by a signal may still have landed
         try:
-            for i, c in enumerate(changes):
-                if fault is not None:
-                    fault(i, c.knob)
-                c.knob.write(host, c.desired)
-                done.append(i)
-            for c in changes:
-                now = c.knob.read(host)
-                if not c.knob.same(now, c.desired):
-                    raise KnobError(
-                        f"{c.knob.ident}: wrote {c.desired!r} but the kernel reports {now!r}"
-                    )
-            if persist is not None:
-                persist(txn, plan)
+            with interruptible():  # SIGTERM restores like Ctrl-C
+                for i, c in enumerate(changes):
+                    if fault is not None:
+                        fault(i, c.knob)
+                    started.append(i)
+                    c.knob.write(host, c.desired)
+                    done.append(i)
+                for c in changes:
+                    now = c.knob.read(host)
+                    if not c.knob.same(now, c.desired):
+                        raise KnobError(
+                            f"{c.knob.ident}: wrote {c.desired!r} but the kernel reports {now!r}"
+                        )
+                if persist is not None:
+                    persist(txn, plan)
         except (Exception, KeyboardInterrupt) as e:
-            failures = _restore(host, journal, [records[i] for i in done])
+            with shielded():  # a second Ctrl-C or SIGTERM must not stop the restore
+                failures = _restore(host, journal, [records[i] for i in started])
+            if isinstance(e, KeyboardInterrupt):
+                e = Exception(f"interrupted ({e.args[0] if e.args else 'SIGINT'})")
             journal.error = str(e)
             if failures:
                 journal.state = ROLLBACK_INCOMPLETE
@@ -137,8 +155,6 @@ def apply_plan(
                 ) from e
             journal.state = ROLLED_BACK
             journal.save()
-            if isinstance(e, KeyboardInterrupt):
-                raise
             raise RolledBack(f"{e}; all {len(done)} applied change(s) restored") from e
         journal.state = APPLIED
         journal.save()
@@ -146,7 +162,8 @@ def apply_plan(
 
 
 def _restore(host: Host, journal: Journal, knobs: Sequence[KnobRecord]) -> list[str]:
-    """Put back files (newest first) and knob originals (in reverse); return what failed."""
+    """Put back files (newest first), the directories apply created and knob originals (in
+    reverse), byte for byte; return what failed."""
     failures: list[str] = []
     for f in reversed(journal.files):
         try:
@@ -154,8 +171,11 @@ def _restore(host: Host, journal: Journal, knobs: Sequence[KnobRecord]) -> list[
                 host.fs.remove_file(f.path)
             else:
                 host.fs.write_file(f.path, f.original, f.mode or 0o644)
-        except OSError as e:
-            failures.append(f"{f.path} ({e.strerror})")
+            host.fs.remove_stale_temps(f.path)  # a run killed inside write_file leaves one
+        except (OSError, BadInput) as e:
+            failures.append(f"{f.path} ({getattr(e, 'strerror', None) or e})")
+    for d in reversed(journal.dirs):
+        host.fs.remove_dir(d)  # only when empty: something else may have been put there
     for rec in reversed(knobs):
         try:
             knob = knob_from_record(rec.kind, rec.obj)
@@ -172,7 +192,10 @@ def _restore(host: Host, journal: Journal, knobs: Sequence[KnobRecord]) -> list[
 
 
 def rollback(host: Host, state: StateDir, to: Optional[str] = None) -> list[Journal]:
-    """Restore the newest active apply, or every active apply back to and including `to`."""
+    """Restore the newest active apply, or every active apply back to and including `to`.
+
+    Refuses (BadInput) a journal written for another root, machine or namespace.
+    """
     with state.lock():
         active = [j for j in reversed(state.journals()) if j.state in ACTIVE]
         if to is not None:
@@ -188,7 +211,10 @@ def rollback(host: Host, state: StateDir, to: Optional[str] = None) -> list[Jour
         if not selected:
             raise BadInput("nothing to roll back (see `lbtune history`)")
         for j in selected:
-            failures = _restore(host, j, j.knobs)
+            state.check_owner(j)
+        for j in selected:
+            with shielded():
+                failures = _restore(host, j, j.knobs)
             if failures:
                 j.state = ROLLBACK_INCOMPLETE
                 j.error = "restore failed: " + ", ".join(failures)
@@ -199,7 +225,9 @@ def rollback(host: Host, state: StateDir, to: Optional[str] = None) -> list[Jour
         return selected
 
 
-class Status(str, enum.Enum):
+class KnobStatus(str, enum.Enum):
+    """The state of one tuned setting (a different axis from lbtune.vocab.Level)."""
+
     OK = "ok"
     DRIFT = "drift"
     MISSING = "missing"
@@ -207,37 +235,42 @@ class Status(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class Verdict:
-    ident: str
+class KnobCheck:
+    """Whether one knob has its desired value now (a row of `verify`; JSON vocabulary)."""
+
     kind: str
-    obj: str
-    desired: str
+    object: str
+    key: str
     current: Optional[str]
-    status: Status
-    key: str = ""
+    desired: str
+    status: KnobStatus
+
+    @property
+    def ident(self) -> str:
+        return f"{self.kind}:{self.object}"
 
 
-def verify_targets(host: Host, targets: Sequence[Target]) -> list[Verdict]:
+def verify_targets(host: Host, targets: Sequence[Target]) -> list[KnobCheck]:
     """Is every target in effect now? (Verify is a dry apply that writes nothing.)"""
     out = []
     for t in targets:
         if host.netns is not None and not t.knob.netns_scoped(host):
-            out.append(Verdict(t.knob.ident, t.knob.kind, t.knob.obj, t.value, None,
-                               Status.SKIPPED, t.key))  # fmt: skip
+            out.append(KnobCheck(t.knob.kind, t.knob.obj, t.key, None, t.value,
+                                 KnobStatus.SKIPPED))  # fmt: skip
             continue
         cur = t.knob.read(host)
         if cur is None:
-            status = Status.MISSING
+            status = KnobStatus.MISSING
         elif t.mode is not Mode.SET:
             ok = t.knob.same(bounded(cur, t.value, t.mode, t.knob.ident), cur)
-            status = Status.OK if ok else Status.DRIFT
+            status = KnobStatus.OK if ok else KnobStatus.DRIFT
         else:
-            status = Status.OK if t.knob.same(cur, t.value) else Status.DRIFT
-        out.append(Verdict(t.knob.ident, t.knob.kind, t.knob.obj, t.value, cur, status, t.key))
+            status = KnobStatus.OK if t.knob.same(cur, t.value) else KnobStatus.DRIFT
+        out.append(KnobCheck(t.knob.kind, t.knob.obj, t.key, cur, t.value, status))
     return out
 
 
-def verify_journal(host: Host, journal: Journal) -> list[Verdict]:
+def verify_journal(host: Host, journal: Journal) -> list[KnobCheck]:
     """Are the values of an applied journal still in effect?"""
     targets = [Target(knob_from_record(r.kind, r.obj), r.desired, key=r.key) for r in journal.knobs]
     return verify_targets(host, targets)

@@ -1,26 +1,29 @@
 """The journal: original values (and replaced files) recorded durably before anything changes.
 
 One JSON file per apply under the state directory (`/var/lib/lbtune/journal/` below the host
-root, or `$LBTUNE_STATE_DIR`). It is fsynced before the first change and rewritten (atomically)
-as the apply progresses, so a crash leaves a journal in state `applying` that the next run
-detects and `lbtune rollback` restores. The lock file beside it refuses concurrent runs.
+root, or `$LBTUNE_STATE_DIR`), written through `HostFS` like every other write: confined to
+its root, never through a symlink, one atomic fsynced replace per save. It is written before
+the first change and rewritten as the apply progresses, so a crash leaves a journal in state
+`applying` that the next run detects and `lbtune rollback` restores. Each journal records the
+root, machine-id and hostname it belongs to; rollback refuses another host's journal. The
+lock beside it (host/lock.py) refuses concurrent runs.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import errno
-import fcntl
 import json
 import os
+import posixpath
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
-from lbtune.errors import BadInput, ExitCode, LbtuneError
-from lbtune.host.fs import fsync_dir
+from lbtune.errors import BadInput, Busy
+from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
+from lbtune.host.lock import HostLock
 
 STATE_DIR = "/var/lib/lbtune"
 
@@ -30,11 +33,7 @@ ROLLED_BACK = "rolled-back"
 ROLLBACK_INCOMPLETE = "rollback-incomplete"
 ACTIVE = (APPLYING, APPLIED, ROLLBACK_INCOMPLETE)  # states that rollback can act on
 
-
-class Busy(LbtuneError):
-    """Another lbtune run holds the lock."""
-
-    exit_code = ExitCode.BUSY
+__all__ = ["Busy", "FileRecord", "Journal", "KnobRecord", "StateDir"]
 
 
 @dataclass
@@ -68,27 +67,76 @@ class Journal:
     knobs: list[KnobRecord] = field(default_factory=list)
     files: list[FileRecord] = field(default_factory=list)
     error: str = ""
-    _path: str = field(default="", repr=False)
+    root: Optional[str] = None  # real path of the host root it was applied to
+    machine_id: Optional[str] = None
+    dirs: list[str] = field(default_factory=list)  # directories the apply created
+    _store: Any = field(default=None, repr=False, compare=False)
 
     def save(self) -> None:
         """Write atomically and durably (temp file, fsync, rename, fsync dir)."""
-        data = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
-        tmp = self._path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, json.dumps(data, indent=1).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self._path)
-        fsync_dir(os.path.dirname(self._path))
+        assert self._store is not None, "journal not attached to a state directory"
+        self._store.write(self)
 
-    @classmethod
-    def load(cls, path: str) -> Journal:
+
+class StateDir:
+    """Where journals and the lock live for one host (and one network namespace).
+
+    Default: `/var/lib/lbtune` below the host root, through the host's own `HostFS` (so a
+    link in a host tree cannot move it outside). `override` (or `$LBTUNE_STATE_DIR`) names a
+    directory on this machine instead; files there are confined to it.
+    """
+
+    def __init__(self, host: Host, override: Optional[str] = None) -> None:
+        override = override or os.environ.get("LBTUNE_STATE_DIR") or None
+        if override:
+            self.fs = HostFS.create(override)
+            base = "/"
+        else:
+            self.fs = host.fs
+            base = STATE_DIR
+        # One journal line per namespace: values in a namespace are not the host's.
+        self.base = posixpath.join(base, f"netns-{host.netns}") if host.netns else base
+        self.journal_kdir = posixpath.join(self.base, "journal")
+        self.dir = self.fs.path(self.base)  # for messages
+        self.host = host
+        self._holder = 0  # PID holding the lock through this object
+
+    def _ensure(self) -> None:
+        self.fs.makedirs(self.journal_kdir, 0o700)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Exclusive lock for apply/rollback; refuses (Busy) instead of waiting. Re-entrant
+        within one StateDir, so the caller can hold it across reading state, planning and
+        applying while `engine.apply_plan` takes it again."""
+        if self._holder == os.getpid():  # not a forked child of the holder: it holds nothing
+            yield
+            return
+        with HostLock(self.fs, posixpath.join(self.base, "lock")):
+            self._holder = os.getpid()
+            try:
+                yield
+            finally:
+                self._holder = 0
+
+    def _kpath(self, jid: str) -> str:
+        return posixpath.join(self.journal_kdir, f"{jid}.json")
+
+    def write(self, journal: Journal) -> None:
+        data = {k: v for k, v in asdict(journal).items() if not k.startswith("_")}
+        self._ensure()
+        blob = json.dumps(data, indent=1).encode()
+        self.fs.write_file(self._kpath(journal.id), blob, 0o600, follow=False)
+
+    def load(self, name: str) -> Journal:
+        kpath = posixpath.join(self.journal_kdir, name)
+        where = self.fs.path(kpath)
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-            j = cls(
+            raw = self.fs.read_bytes(kpath)
+            if raw is None:
+                raise OSError("vanished")
+            data = json.loads(raw)
+            j = Journal(
                 id=data["id"],
                 profile=data["profile"],
                 created=data["created"],
@@ -98,55 +146,21 @@ class Journal:
                 knobs=[KnobRecord(**k) for k in data.get("knobs", [])],
                 files=[FileRecord(**f) for f in data.get("files", [])],
                 error=data.get("error", ""),
+                root=data.get("root"),
+                machine_id=data.get("machine_id"),
+                dirs=[str(d) for d in data.get("dirs", [])],
             )
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise BadInput(f"{path}: unreadable journal ({e})") from None
-        j._path = path
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise BadInput(f"{where}: unreadable journal ({e})") from None
+        if f"{j.id}.json" != name:
+            raise BadInput(f"{where}: unreadable journal (id {j.id!r} does not match the name)")
+        j._store = self
         return j
-
-
-class StateDir:
-    """Where journals and the lock live for one host (and one network namespace)."""
-
-    def __init__(self, host: Host, override: Optional[str] = None) -> None:
-        base = override or os.environ.get("LBTUNE_STATE_DIR") or host.fs.path(STATE_DIR)
-        # One journal line per namespace: values in a namespace are not the host's.
-        self.dir = os.path.join(base, f"netns-{host.netns}") if host.netns else base
-        self.journal_dir = os.path.join(self.dir, "journal")
-        self.host = host
-
-    def _ensure(self) -> None:
-        os.makedirs(self.journal_dir, mode=0o700, exist_ok=True)
-
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Exclusive lock for apply/rollback; refuses (Busy) instead of waiting."""
-        self._ensure()
-        path = os.path.join(self.dir, "lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-                    raise Busy(
-                        f"another lbtune run holds {path}" + (f" (pid {holder})" if holder else "")
-                    ) from None
-                raise
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            yield
-        finally:
-            os.close(fd)
 
     def journals(self) -> list[Journal]:
         """All journals, oldest first."""
-        try:
-            names = sorted(n for n in os.listdir(self.journal_dir) if n.endswith(".json"))
-        except FileNotFoundError:
-            return []
-        return [Journal.load(os.path.join(self.journal_dir, n)) for n in names]
+        names = sorted(n for n in self.fs.listdir(self.journal_kdir) if n.endswith(".json"))
+        return [self.load(n) for n in names]
 
     def interrupted(self) -> Optional[Journal]:
         """A journal left `applying` by a run that did not finish (crash, kill -9)."""
@@ -156,22 +170,31 @@ class StateDir:
         return None
 
     def new_journal(self, profile: str, knobs: list[KnobRecord]) -> Journal:
-        self._ensure()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         existing = {j.id for j in self.journals()}
         n = 1
         while f"{stamp}-{n:03d}" in existing:
             n += 1
-        jid = f"{stamp}-{n:03d}"
+        ident = self.host.identity()
         j = Journal(
-            id=jid,
+            id=f"{stamp}-{n:03d}",
             profile=profile,
             created=time.time(),
             state=APPLYING,
-            hostname=self.host.fs.read("/proc/sys/kernel/hostname"),
+            hostname=ident.hostname,
             netns=self.host.netns,
             knobs=knobs,
+            root=ident.root,
+            machine_id=ident.machine_id,
         )
-        j._path = os.path.join(self.journal_dir, f"{jid}.json")
+        j._store = self
         j.save()
         return j
+
+    def check_owner(self, journal: Journal) -> None:
+        """BadInput when `journal` belongs to another root, machine or namespace."""
+        why = self.host.identity().mismatch(journal.root, journal.machine_id, journal.hostname)
+        if why is None and journal.netns != self.host.netns:
+            why = f"it was written in netns {journal.netns}, this run is in {self.host.netns}"
+        if why is not None:
+            raise BadInput(f"journal {journal.id} is not this host's: {why}; refusing to restore")

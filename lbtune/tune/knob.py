@@ -46,6 +46,15 @@ class Knob(abc.ABC):
         """The network interface this knob acts on, if any (for the management-link guard)."""
         return None
 
+    def queue_of(self) -> Optional[tuple[str, str, int]]:
+        """(device, "rx"|"tx", index) for a per-queue knob, else None."""
+        return None
+
+    def queues_after(self, value: str) -> dict[tuple[str, str], int]:
+        """Queue counts that writing `value` leaves, by (device, "rx"|"tx"): what a channel
+        change creates, so the plan can include per-queue knobs for queues not there yet."""
+        return {}
+
     @abc.abstractmethod
     def read(self, host: Host) -> Optional[str]:
         """Current value as text; None when the object does not exist or is unsupported."""

@@ -14,7 +14,7 @@ from typing import Optional
 
 from lbtune.errors import BadInput
 from lbtune.host.cpulist import format_cpulist
-from lbtune.host.inventory import HostInventory
+from lbtune.host.inventory import Inventory
 from lbtune.tune.profile import (
     LB_ROLES,
     CpuLit,
@@ -24,9 +24,10 @@ from lbtune.tune.profile import (
     parse_cpu_expr,
     resolve,
 )
+from lbtune.vocab import Level
 
-ERROR = "error"
-WARN = "warn"
+FAIL = Level.FAIL
+WARN = Level.WARN
 
 # Thresholds (see the reasons below for where they come from).
 SOMAXCONN_MAX = 65535
@@ -75,9 +76,9 @@ MIN_HOUSEKEEPING_CORES = 2
 
 @dataclass(frozen=True)
 class LintFinding:
-    severity: str  # "error" | "warn"
+    level: Level  # fail (the profile will not work or harms the host) | warn
     key: str  # profile key path, e.g. "sysctl.net.core.somaxconn"
-    value: str
+    desired: str  # the profile's value
     reason: str
 
 
@@ -100,14 +101,14 @@ def _text(value: object) -> str:
 
 
 class _Lint:
-    def __init__(self, p: Profile, inv: Optional[HostInventory], iface: Optional[str]) -> None:
+    def __init__(self, p: Profile, inv: Optional[Inventory], iface: Optional[str]) -> None:
         self.p = p
         self.inv = inv
         self.iface = iface
         self.out: list[LintFinding] = []
 
-    def add(self, severity: str, key: str, value: object, reason: str) -> None:
-        self.out.append(LintFinding(severity, key, _text(value), reason))
+    def add(self, level: Level, key: str, value: object, reason: str) -> None:
+        self.out.append(LintFinding(level, key, _text(value), reason))
 
     def sysctl_int(self, key: str) -> Optional[int]:
         return _int(self.p.sysctl.get(key))
@@ -169,7 +170,7 @@ class _Lint:
                 )
             if key == "net.ipv4.tcp_tw_recycle":
                 self.add(
-                    ERROR,
+                    FAIL,
                     f"sysctl.{key}",
                     s.value,
                     "removed in Linux 4.12 (the key does not exist); it dropped SYNs from "
@@ -178,7 +179,7 @@ class _Lint:
             forwarding = key == "net.ipv4.ip_forward" or key.endswith(".forwarding")
             if forwarding and self.p.role in LB_ROLES and _int(s) == 0:
                 self.add(
-                    ERROR,
+                    FAIL,
                     f"sysctl.{key}",
                     s.value,
                     f"a {self.p.role} host must keep forwarding on; resolve refuses this profile",
@@ -279,7 +280,7 @@ class _Lint:
             limit = nic.rings.rx_max if nic.rings else None
             if limit is not None and value > limit:
                 self.add(
-                    ERROR,
+                    FAIL,
                     f"{key}.rings",
                     value,
                     f"above the driver maximum of {name} ({limit}); ethtool -G fails",
@@ -319,7 +320,7 @@ class _Lint:
         left = online - isolated
         cores = {min(self.inv.cpus.cpu(c).siblings | {c}) for c in left}
         if not left:
-            self.add(ERROR, key, format_cpulist(isolated), "isolates every online CPU")
+            self.add(FAIL, key, format_cpulist(isolated), "isolates every online CPU")
         elif len(cores) < MIN_HOUSEKEEPING_CORES or 0 in isolated:
             self.add(
                 WARN,
@@ -337,7 +338,7 @@ class _Lint:
         try:
             resolve(self.p, self.inv, self.iface)
         except BadInput as e:
-            self.add(ERROR, "profile", self.p.name, f"does not resolve on this host: {e}")
+            self.add(FAIL, "profile", self.p.name, f"does not resolve on this host: {e}")
 
     def run(self) -> list[LintFinding]:
         self.sysctls()
@@ -348,8 +349,8 @@ class _Lint:
 
 
 def lint_profile(
-    profile: Profile, inv: Optional[HostInventory] = None, iface: Optional[str] = None
+    profile: Profile, inv: Optional[Inventory] = None, iface: Optional[str] = None
 ) -> list[LintFinding]:
-    """Findings for harmful or pointless values in `profile` (errors first, then warnings)."""
+    """Findings for harmful or pointless values in `profile` (fail first, then warn)."""
     findings = _Lint(profile, inv, iface).run()
-    return sorted(findings, key=lambda f: f.severity != ERROR)
+    return sorted(findings, key=lambda f: f.level.rank)

@@ -22,8 +22,9 @@ import os
 import re
 import sys
 
+from lbtune.host.bootloader import BootloaderError, update_bootloader
 from lbtune.tune.engine import Transaction
-from lbtune.tune.knobs import update_bootloader
+from lbtune.tune.knob import KnobError
 from lbtune.tune.plan import Action, Plan
 
 SYSCTL_CONF = "/etc/sysctl.d/60-lbtune.conf"
@@ -113,4 +114,7 @@ def persist_plan(txn: Transaction, plan: Plan) -> None:
             if txn.host.fs.exists(path):
                 txn.remove_file(path)
     cmdline = {c.knob.obj: c.desired.strip() for c in plan.to_apply if c.knob.kind == "cmdline"}
-    update_bootloader(txn.host, cmdline)  # live hosts only; KnobError rolls everything back
+    try:
+        update_bootloader(txn.host, cmdline)  # live hosts only
+    except BootloaderError as e:
+        raise KnobError(str(e)) from None  # rolls everything back

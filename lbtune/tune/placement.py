@@ -1,6 +1,6 @@
 """Where a NIC's queue interrupts (and the matching XPS/RPS sets) should go: pure functions.
 
-Nothing here reads the machine; everything comes from a `HostInventory`, so the same code
+Nothing here reads the machine; everything comes from a `Inventory`, so the same code
 plans for a live host, a fixture tree or a capture.
 
 Strategies for the candidate CPU set:
@@ -20,13 +20,13 @@ from typing import AbstractSet, Optional, Union
 
 from lbtune.errors import BadInput
 from lbtune.host.cpulist import format_cpulist
-from lbtune.host.inventory import HostInventory
+from lbtune.host.inventory import Inventory
 from lbtune.host.nic import Nic
 
 STRATEGIES = ("local", "list", "isolated")
 
 
-def _nic(inv: HostInventory, nic: Union[Nic, str]) -> Nic:
+def _nic(inv: Inventory, nic: Union[Nic, str]) -> Nic:
     if isinstance(nic, Nic):
         return nic
     try:
@@ -36,7 +36,7 @@ def _nic(inv: HostInventory, nic: Union[Nic, str]) -> Nic:
 
 
 def candidate_cpus(
-    inv: HostInventory,
+    inv: Inventory,
     nic: Union[Nic, str],
     strategy: str,
     cpus: Optional[AbstractSet[int]] = None,
@@ -76,7 +76,7 @@ def candidate_cpus(
 
 
 def irq_cpus(
-    inv: HostInventory,
+    inv: Inventory,
     nic: Union[Nic, str],
     strategy: str,
     cpus: Optional[AbstractSet[int]] = None,
@@ -119,7 +119,7 @@ def xps_for(irq_map: dict[int, int], nic: Nic) -> dict[int, frozenset[int]]:
 
 
 def rps_for(
-    inv: HostInventory,
+    inv: Inventory,
     nic: Union[Nic, str],
     strategy: str = "local",
     cpus: Optional[AbstractSet[int]] = None,

@@ -108,7 +108,9 @@ def make_plan(host: Host, profile: str, targets: Sequence[Target]) -> Plan:
     """Compare every target with the host's current value. Validates before reading.
 
     Changes come out in a safe apply order (KIND_ORDER). Per-queue knobs are planned against
-    the queues that exist now: after a channel-count change, apply again to reach new queues.
+    the queue count the plan itself produces: a queue that a channel change earlier in the
+    plan creates is planned as a change (its original is "absent"), so verify passes right
+    after the apply and a second apply plans nothing.
     """
     targets = sorted(targets, key=_order)
     seen: dict[str, Target] = {}
@@ -117,18 +119,27 @@ def make_plan(host: Host, profile: str, targets: Sequence[Target]) -> Plan:
             raise BadInput(f"{t.knob.ident}: set twice ({seen[t.knob.ident].key} and {t.key})")
         seen[t.knob.ident] = t
         t.knob.check(host, t.value)
-    rows = []
+    rows: list[Change] = []
+    created: dict[tuple[str, str], int] = {}  # (device, "rx"|"tx") -> queues after the plan
     for t in targets:
         if host.netns is not None and not t.knob.netns_scoped(host):
             rows.append(Change(t, None, t.value, Action.SKIPPED))
             continue
         current = t.knob.read(host)
         if current is None:
-            rows.append(Change(t, None, t.value, Action.MISSING))
+            queue = t.knob.queue_of()
+            # Only a live kernel creates queues; a host tree keeps the ones it recorded.
+            if host.is_live and queue is not None and queue[2] < created.get(queue[:2], 0):
+                rows.append(Change(t, None, t.value, Action.CHANGE))  # made by the channels
+            else:
+                rows.append(Change(t, None, t.value, Action.MISSING))
             continue
         desired = t.value
         if t.mode is not Mode.SET:
             desired = bounded(current, t.value, t.mode, t.knob.ident)
         action = Action.OK if t.knob.same(current, desired) else Action.CHANGE
         rows.append(Change(t, current, desired if action is Action.CHANGE else current, action))
+        if action is Action.CHANGE:
+            for (dev, direction), n in t.knob.queues_after(desired).items():
+                created[dev, direction] = max(created.get((dev, direction), 0), n)
     return Plan(profile, tuple(rows))

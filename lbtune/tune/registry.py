@@ -1,4 +1,8 @@
-"""Knob kinds by name, so a journal entry (`kind`, `object`) can be turned back into a knob."""
+"""Knob kinds by name, so a journal entry (`kind`, `object`) can be turned back into a knob.
+
+Built-in kinds are looked up in `lbtune.tune.knobs.FAMILY_OF_KIND`, which imports only the
+family a journal names; `register` adds others (tests).
+"""
 
 from __future__ import annotations
 
@@ -15,29 +19,18 @@ def register(kind: str, factory: Callable[[str], Knob]) -> None:
 
 
 def knob_from_record(kind: str, obj: str) -> Knob:
-    _load_builtin()
-    try:
-        factory = _KINDS[kind]
-    except KeyError:
-        raise BadInput(f"journal names unknown knob kind {kind!r}") from None
+    factory = _KINDS.get(kind)
+    if factory is None:
+        from lbtune.tune.knobs import kind_class
+
+        try:
+            factory = _KINDS[kind] = kind_class(kind)
+        except KeyError:
+            raise BadInput(f"journal names unknown knob kind {kind!r}") from None
     return factory(obj)
 
 
 def kinds() -> list[str]:
-    _load_builtin()
-    return sorted(_KINDS)
+    from lbtune.tune.knobs import FAMILY_OF_KIND
 
-
-def _load_builtin() -> None:
-    if _KINDS:
-        return
-    from lbtune.tune.sysctl import SysctlKnob
-
-    register(SysctlKnob.kind, SysctlKnob)
-    import importlib
-
-    try:  # NIC/IRQ/boot knobs live in their own module
-        knobs = importlib.import_module("lbtune.tune.knobs")
-    except ImportError:
-        return
-    knobs.register_all(register)
+    return sorted(set(FAMILY_OF_KIND) | set(_KINDS))

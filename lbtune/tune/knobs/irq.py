@@ -1,0 +1,351 @@
+"""IRQ and queue-steering knobs: IRQ affinity, RPS/XPS per queue, irqbalance.
+
+Objects: `irq_affinity` `96` (IRQ number; CPU list `12-15,36`); `rps_cpus` `eth0:rx-3`,
+`xps_cpus` `eth0:tx-3` (CPU list, "" = off; `0x<mask>` in the kernel's 32-bit words accepted
+too; written as the kernel's hex mask); `rps_flow_cnt` `eth0:rx-3` (0 or a power of two);
+`irqbalance` `service` (`running` | `stopped`, optionally `,enabled` | `,disabled`);
+`irqbalance_ban` `banned_cpus` (CPU list, or `0x<mask>` for the IRQBALANCE_BANNED_CPUS form).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import ClassVar, Optional
+
+from lbtune.errors import BadInput
+from lbtune.host.cpulist import CpuListError, format_cpulist, format_cpumask, parse_cpumask
+from lbtune.host.host import Host
+from lbtune.host.irqbalance import CONFIG_FILES, UNIT_WANTS, find_process
+from lbtune.tune.knob import Knob, KnobError
+from lbtune.tune.knobs.common import (
+    NET_SYS,
+    AttrKnob,
+    IntValued,
+    cpuset_normalize,
+    nr_possible,
+    online_cpus,
+    parse_count,
+    parse_cpuset,
+    split_dev,
+    write_attr,
+    write_config,
+)
+
+
+class IrqAffinityKnob(AttrKnob):
+    """`/proc/irq/N/smp_affinity_list`: only online CPUs, never empty."""
+
+    kind = "irq_affinity"
+
+    def __init__(self, obj: str) -> None:
+        super().__init__(obj)
+        if not obj.isdigit() or not obj.isascii() or len(obj) > 7:
+            raise BadInput(f"{self.kind} {obj!r}: not an IRQ number")
+        self.irq = int(obj)
+        self.path = f"/proc/irq/{self.irq}/smp_affinity_list"
+
+    def normalize(self, value: str) -> str:
+        return cpuset_normalize(value)
+
+    def check(self, host: Host, value: str) -> None:
+        cpus = parse_cpuset(value, self.ident)
+        if not cpus:
+            raise BadInput(f"{self.ident}: empty CPU list")
+        offline = cpus - online_cpus(host)
+        if offline:
+            raise BadInput(f"{self.ident}: CPU(s) {format_cpulist(offline)} are not online")
+
+    def write(self, host: Host, value: str) -> None:
+        text = value.strip()
+        if text.lower().startswith("0x"):
+            text = format_cpulist(parse_cpuset(text, self.ident))
+        write_attr(host, self.path, text, self.ident)
+
+
+class _QueueKnob(AttrKnob):
+    """A per-queue attribute under /sys/class/net/DEV/queues/{rx,tx}-N/."""
+
+    per_netns = True  # the device lives in the namespace
+
+    direction: ClassVar[str]
+    attr: ClassVar[str]
+
+    def __init__(self, obj: str) -> None:
+        super().__init__(obj)
+        self.dev, queue = split_dev(obj, self.kind)
+        prefix = self.direction + "-"
+        idx = queue[len(prefix) :]
+        if not queue.startswith(prefix) or not idx.isdigit() or not idx.isascii():
+            raise BadInput(f"{self.kind} {obj!r}: expected DEVICE:{prefix}N")
+        self.queue = int(idx)
+        self.path = f"{NET_SYS}/{self.dev}/queues/{prefix}{self.queue}/{self.attr}"
+
+    @property
+    def interface(self) -> Optional[str]:
+        return self.dev
+
+    def queue_of(self) -> Optional[tuple[str, str, int]]:
+        return self.dev, self.direction, self.queue
+
+
+class RpsCpusKnob(_QueueKnob):
+    """RPS CPUs of one rx queue. Values are CPU lists; the kernel's hex mask is converted."""
+
+    kind = "rps_cpus"
+    direction = "rx"
+    attr = "rps_cpus"
+
+    def read(self, host: Host) -> Optional[str]:
+        text = host.fs.read(self.path)
+        if text is None:
+            return None
+        try:
+            return format_cpulist(parse_cpumask(text))
+        except CpuListError:
+            return text
+
+    def normalize(self, value: str) -> str:
+        return cpuset_normalize(value)
+
+    def check(self, host: Host, value: str) -> None:
+        cpus = parse_cpuset(value, self.ident)
+        offline = cpus - online_cpus(host)
+        if offline:
+            raise BadInput(f"{self.ident}: CPU(s) {format_cpulist(offline)} are not online")
+
+    def write(self, host: Host, value: str) -> None:
+        try:
+            cpus = parse_cpuset(value, self.ident)
+        except BadInput as e:
+            raise KnobError(str(e)) from None
+        write_attr(host, self.path, format_cpumask(cpus, nr_possible(host)), self.ident)
+
+
+class XpsCpusKnob(RpsCpusKnob):
+    kind = "xps_cpus"
+    direction = "tx"
+    attr = "xps_cpus"
+
+
+class RpsFlowCntKnob(IntValued, _QueueKnob):
+    """`rps_flow_cnt`: the kernel rounds up to a power of two, so only those are accepted."""
+
+    kind = "rps_flow_cnt"
+    direction = "rx"
+    attr = "rps_flow_cnt"
+
+    def check(self, host: Host, value: str) -> None:
+        n = parse_count(value, self.ident)
+        if n and (n & (n - 1) or n > 1 << 31):
+            raise BadInput(
+                f"{self.ident}: {n} is not 0 or a power of two up to 2^31 "
+                "(the kernel would round it up)"
+            )
+
+
+# ------------------------------------------------------------------ irqbalance
+
+UNIT_FILES = (
+    "/etc/systemd/system/irqbalance.service",
+    "/usr/lib/systemd/system/irqbalance.service",
+    "/lib/systemd/system/irqbalance.service",
+)
+_UNIT = "irqbalance.service"
+
+
+class IrqbalanceKnob(Knob):
+    """Whether irqbalance runs (and starts at boot).
+
+    Values: `running` (started and enabled) or `stopped` (stopped and disabled); a state
+    that differs from its boot setting reads as `running,disabled` / `stopped,enabled`, and
+    writing that restores it exactly. Live host: `systemctl start|stop` and
+    `systemctl enable|disable` (argument lists through host.runner); the running state is read
+    from /proc (a process named irqbalance), the boot state from the `*.target.wants` link.
+
+    A host tree (not live) has nothing to start or stop: like `systemctl --root=DIR`, the
+    knob then manages only the boot state, the `multi-user.target.wants/irqbalance.service`
+    link, and reads `running`/`stopped` from that link alone (the /proc process list of a
+    capture is a record, not something to change). Mixed values are refused there.
+    """
+
+    kind = "irqbalance"
+
+    def __init__(self, obj: str) -> None:
+        if obj != "service":
+            raise BadInput(f"{self.kind} {obj!r}: the only object is 'service'")
+        super().__init__(obj)
+
+    @staticmethod
+    def _parse(value: str, what: str) -> tuple[bool, bool]:
+        parts = [p.strip() for p in value.strip().split(",")]
+        if not parts or parts[0] not in ("running", "stopped"):
+            raise BadInput(f"{what}: {value!r} must be 'running' or 'stopped'")
+        run = parts[0] == "running"
+        if len(parts) == 1:
+            return run, run
+        if len(parts) == 2 and parts[1] in ("enabled", "disabled"):
+            return run, parts[1] == "enabled"
+        raise BadInput(f"{what}: {value!r}: expected running|stopped[,enabled|disabled]")
+
+    @staticmethod
+    def _format(run: bool, enabled: bool) -> str:
+        state = "running" if run else "stopped"
+        if run == enabled:
+            return state
+        return f"{state},{'enabled' if enabled else 'disabled'}"
+
+    def normalize(self, value: str) -> str:
+        try:
+            return self._format(*self._parse(value, self.ident))
+        except BadInput:
+            return " ".join(value.split())
+
+    @staticmethod
+    def _installed(host: Host) -> bool:
+        return any(host.fs.exists(p) for p in UNIT_FILES) or any(
+            host.fs.islink(p) for p in UNIT_WANTS
+        )
+
+    @staticmethod
+    def _enabled(host: Host) -> bool:
+        return any(host.fs.islink(p) or host.fs.exists(p) for p in UNIT_WANTS)
+
+    def read(self, host: Host) -> Optional[str]:
+        running = find_process(host.fs, "irqbalance") is not None
+        if not self._installed(host) and not running:
+            return None
+        enabled = self._enabled(host)
+        if not host.is_live:
+            return self._format(enabled, enabled)
+        return self._format(running, enabled)
+
+    def check(self, host: Host, value: str) -> None:
+        run, enabled = self._parse(value, self.ident)
+        if not host.is_live and run != enabled:
+            raise BadInput(f"{self.ident}: a host tree only has the boot state; use {value!r}")
+
+    def write(self, host: Host, value: str) -> None:
+        try:
+            run, enabled = self._parse(value, self.ident)
+        except BadInput as e:
+            raise KnobError(str(e)) from None
+        if host.is_live:
+            for argv in (
+                ["systemctl", "start" if run else "stop", _UNIT],
+                ["systemctl", "enable" if enabled else "disable", _UNIT],
+            ):
+                res = host.runner.run(argv)
+                if not res.ok:
+                    detail = (res.stderr or res.stdout).strip()
+                    raise KnobError(f"{self.ident}: {' '.join(argv)} failed: {detail}")
+            return
+        self._set_link(host, enabled)
+
+    @staticmethod
+    def _set_link(host: Host, enabled: bool) -> None:
+        link = UNIT_WANTS[0]
+        for p in UNIT_WANTS:
+            parent = posixpath.dirname(p)
+            if host.fs.exists(parent) and host.fs.realpath(parent) != parent:
+                raise KnobError(f"irqbalance: {parent} is a link in this host tree; refusing")
+        try:
+            if not enabled:
+                for p in UNIT_WANTS:
+                    if host.fs.islink(p):
+                        host.fs.remove_file(p)  # the link itself, never its target
+                return
+            if IrqbalanceKnob._enabled(host):
+                return
+            unit = next((p for p in UNIT_FILES[1:] if host.fs.exists(p)), UNIT_FILES[1])
+            # relative, so the link resolves inside a host tree as well
+            host.fs.symlink(posixpath.relpath(unit, posixpath.dirname(link)), link)
+        except OSError as e:
+            raise KnobError(f"irqbalance: {link}: {e.strerror or e}") from None
+
+
+_BAN_LINE = re.compile(
+    r"^(?P<pre>\s*(?:export\s+)?)(?P<key>IRQBALANCE_BANNED_CPU(?:S|LIST))(?P<eq>\s*=\s*)"
+    r"(?P<q>[\"']?)(?P<val>[^\"'#\s]*)(?P=q)(?P<post>[^\r\n]*)(?P<nl>\r?\n?)$"
+)
+
+
+class IrqbalanceBanKnob(Knob):
+    """The CPUs irqbalance leaves alone, in its environment file.
+
+    The value is a CPU list, written as `IRQBALANCE_BANNED_CPULIST` (and a conflicting
+    `IRQBALANCE_BANNED_CPUS` line is replaced). A file that uses the older mask form reads as
+    `0x<mask>` with the file's digits, and writing such a value writes the mask form back, so a
+    rollback restores the file byte for byte. Every other line is kept byte-identical; "" (no
+    CPUs banned) removes the assignment. On a live host a running irqbalance is restarted
+    (`systemctl try-restart`) to pick the change up.
+    """
+
+    kind = "irqbalance_ban"
+
+    def __init__(self, obj: str) -> None:
+        if obj != "banned_cpus":
+            raise BadInput(f"{self.kind} {obj!r}: the only object is 'banned_cpus'")
+        super().__init__(obj)
+
+    @staticmethod
+    def config_file(host: Host) -> Optional[str]:
+        return next((p for p in CONFIG_FILES if host.fs.exists(p)), None)
+
+    def read(self, host: Host) -> Optional[str]:
+        path = self.config_file(host)
+        if path is None:
+            return None
+        found: dict[str, str] = {}
+        for line in (host.fs.read_bytes(path) or b"").decode(errors="replace").splitlines(True):
+            m = _BAN_LINE.match(line)
+            if m:
+                found[m.group("key")] = m.group("val")
+        if found.get("IRQBALANCE_BANNED_CPULIST"):
+            return found["IRQBALANCE_BANNED_CPULIST"]
+        if found.get("IRQBALANCE_BANNED_CPUS"):
+            return "0x" + found["IRQBALANCE_BANNED_CPUS"]
+        return ""
+
+    def normalize(self, value: str) -> str:
+        return cpuset_normalize(value)
+
+    def check(self, host: Host, value: str) -> None:
+        cpus = parse_cpuset(value, self.ident)
+        online = online_cpus(host)
+        if online and cpus >= online:
+            raise BadInput(f"{self.ident}: {value!r} bans every online CPU")
+
+    def write(self, host: Host, value: str) -> None:
+        path = self.config_file(host)
+        if path is None:
+            raise KnobError(f"{self.ident}: no irqbalance configuration file")
+        text = value.strip()
+        if text.lower().startswith("0x"):
+            key, val = "IRQBALANCE_BANNED_CPUS", text[2:]
+        else:
+            key, val = "IRQBALANCE_BANNED_CPULIST", text
+        if not re.fullmatch(r"[0-9A-Fa-f,\-:/]*", val):
+            raise KnobError(f"{self.ident}: bad value {value!r}")
+        original = (host.fs.read_bytes(path) or b"").decode(errors="surrogateescape")
+        out: list[str] = []
+        done = False
+        for line in original.splitlines(True):
+            m = _BAN_LINE.match(line)
+            if m is None:
+                out.append(line)
+                continue
+            if done or not val:
+                continue  # a conflicting or now empty assignment goes
+            q = m.group("q") or '"'
+            out.append(f"{m.group('pre')}{key}{m.group('eq')}{q}{val}{q}{m.group('post')}")
+            out[-1] += m.group("nl")
+            done = True
+        if not done and val:
+            if out and not out[-1].endswith("\n"):
+                out[-1] += "\n"
+            out.append(f'{key}="{val}"\n')
+        content = "".join(out).encode(errors="surrogateescape")
+        write_config(host, path, content, self.ident)
+        if host.is_live:
+            host.runner.run(["systemctl", "try-restart", _UNIT])

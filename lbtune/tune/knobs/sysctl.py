@@ -1,0 +1,76 @@
+"""The sysctl knob: one `/proc/sys/<dotted key>` value (key validation in host/sysctl.py)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from lbtune.errors import BadInput
+from lbtune.host.host import Host
+from lbtune.host.sysctl import sysctl_path
+from lbtune.tune.knob import Knob, KnobError
+
+MAX_VALUE_LEN = 4096
+
+
+class SysctlKnob(Knob):
+    kind = "sysctl"
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.path = sysctl_path(key)
+
+    @property
+    def per_netns(self) -> bool:  # type: ignore[override]
+        # net.* entries visible inside a namespace are that namespace's own; fs., vm.,
+        # kernel. are global even when read from inside one.
+        return self.obj.startswith("net.")
+
+    def netns_scoped(self, host: Host) -> bool:
+        # Global net.* entries (net.core.rmem_max, ...) show up read-only (0444) inside a
+        # namespace: they are the host's, not the namespace's.
+        mode = host.fs.file_mode(self.path)
+        return self.per_netns and (mode is None or bool(mode & 0o222))
+
+    @property
+    def interface(self) -> Optional[str]:
+        parts = self.obj.split(".")
+        if len(parts) >= 5 and parts[0] == "net" and parts[2] in ("conf", "neigh"):
+            name = parts[3].replace("/", ".")
+            return None if name in ("all", "default") else name
+        return None
+
+    def read(self, host: Host) -> Optional[str]:
+        return host.fs.read(self.path)
+
+    def check(self, host: Host, value: str) -> None:
+        if len(value) > MAX_VALUE_LEN or "\n" in value or "\0" in value:
+            raise BadInput(f"sysctl {self.obj}: value must be one short line")
+        real = host.fs.realpath(self.path)
+        if not real.startswith("/proc/sys/"):
+            raise BadInput(f"sysctl {self.obj}: resolves outside /proc/sys; refusing")
+        # An absent key (older kernel, module not loaded) is planned as "missing", not fatal;
+        # but one that is one typo away from a key this kernel has is an error naming both.
+        if not host.fs.exists(self.path):
+            near = self.near_miss(host)
+            if near is not None:
+                raise BadInput(
+                    f"sysctl {self.obj}: no such sysctl on this host; did you mean {near}?"
+                )
+
+    def near_miss(self, host: Host) -> Optional[str]:
+        """A key of this host that `obj` is most likely a misspelling of, or None."""
+        import difflib
+
+        parent, _, leaf = self.path.rpartition("/")
+        if not host.fs.isdir(parent):
+            return None  # the whole family is absent (module not loaded): not a typo
+        match = difflib.get_close_matches(leaf, host.fs.listdir(parent), n=1, cutoff=0.85)
+        if not match:
+            return None
+        return self.obj.rpartition(".")[0] + "." + match[0]
+
+    def write(self, host: Host, value: str) -> None:
+        try:
+            host.fs.write_attr(self.path, value)
+        except OSError as e:
+            raise KnobError(f"sysctl {self.obj}={value}: {e.strerror or e}") from None

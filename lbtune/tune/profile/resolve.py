@@ -1,0 +1,354 @@
+"""Resolving a profile against one host's topology: the knob targets it wants there, with the
+values computed from topology (CPU sets, "max" ring sizes, one channel per data CPU)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from lbtune.errors import BadInput
+from lbtune.host.cpulist import format_cpulist
+from lbtune.host.ifname import is_ifname
+from lbtune.host.inventory import Inventory
+from lbtune.tune.knobs.sysctl import SysctlKnob
+from lbtune.tune.plan import Mode, Target
+from lbtune.tune.profile.cpuexpr import NODE_NAME, eval_cpu_expr, parse_cpu_expr
+from lbtune.tune.profile.limits import FORWARDING
+
+if TYPE_CHECKING:
+    from lbtune.host.nic import Nic
+    from lbtune.host.topology import CpuTopology
+from lbtune.tune.profile.model import DATA, LB_ROLES, NIC_ROLES, Profile, Setting, show_value
+
+
+class _Resolver:
+    def __init__(self, profile: Profile, inv: Inventory, iface: Optional[str]) -> None:
+        self.p = profile
+        self.inv = inv
+        self.data: Optional[Nic] = None
+        if iface is not None:
+            self.data = self._nic(iface, "--iface")
+        elif profile.needs_iface:
+            raise BadInput(
+                f'profile {profile.name} has settings for the data interface ([nic."data"] or '
+                "{data}): pass --iface IF"
+            )
+        self.targets: list[Target] = []
+
+    # CPUs are read on first use: a sysctl-only profile never needs the topology.
+    @property
+    def topo(self) -> CpuTopology:
+        return self.inv.cpus
+
+    @property
+    def online(self) -> frozenset[int]:
+        return self.inv.cpus.online
+
+    # -- helpers
+    def _nic(self, name: str, what: str) -> Nic:
+        if not is_ifname(name):
+            raise BadInput(f"{what} {show_value(name)}: not an interface name")
+        try:
+            return self.inv.nic(name)
+        except KeyError:
+            have = ", ".join(n.name for n in self.inv.nics) or "none"
+            raise BadInput(
+                f"{what} {name}: no such interface on this host (have: {have})"
+            ) from None
+
+    def _nic_local(self, nic: Optional[Nic]) -> frozenset[int]:
+        if nic is None:
+            raise BadInput(
+                f"profile {self.p.name}: nic-local needs the data interface: pass --iface IF"
+            )
+        if nic.local_cpus:
+            local = nic.local_cpus & self.online
+        elif nic.numa_node is not None and nic.numa_node >= 0:
+            local = self.topo.node_cpus(nic.numa_node) & self.online
+        else:
+            local = self.online
+        return local or self.online
+
+    def cpus(
+        self, text: str, key: str, nic: Optional[Nic], allow_empty: bool = False
+    ) -> frozenset[int]:
+        """Evaluate a CPU expression for `key`; refuse empty sets and offline CPUs."""
+        active: list[str] = []
+
+        def lookup(name: str) -> frozenset[int]:
+            if name in self.p.cpu and name not in active:
+                active.append(name)
+                try:
+                    return eval_cpu_expr(parse_cpu_expr(self.p.cpu[name].value), lookup)
+                finally:
+                    active.pop()
+            if name in ("online", "all"):
+                return self.online
+            if name == "isolated":
+                return self.topo.isolated
+            if name == "housekeeping":
+                return self.topo.housekeeping
+            if name == "nic-local":
+                return self._nic_local(nic)
+            m = NODE_NAME.match(name)
+            if m:
+                return self.topo.node_cpus(int(m.group(1)))
+            raise BadInput(f"{self.p.name}: {key}: unknown CPU set {name!r}")
+
+        cpus = eval_cpu_expr(parse_cpu_expr(text), lookup)
+        if not cpus and not allow_empty:
+            raise BadInput(f"{self.p.name}: {key} = {text!r} selects no CPU on this host")
+        offline = cpus - self.online
+        if offline:
+            raise BadInput(
+                f"{self.p.name}: {key} = {text!r} selects offline or absent CPUs "
+                f"{format_cpulist(offline)}"
+            )
+        return cpus
+
+    def add(self, knob: Any, value: str, s: Setting, key: str, mode: Optional[Mode] = None) -> None:
+        self.targets.append(Target(knob, value, s.reason, key, s.mode if mode is None else mode))
+
+    # -- sections
+    def sysctl(self) -> None:
+        for key, s in self.p.sysctl.items():
+            real = key
+            if DATA in key:
+                assert self.data is not None
+                real = key.replace(DATA, self.data.name.replace(".", "/"))
+            forwarding = key in FORWARDING or key.endswith(".forwarding")
+            if self.p.role in LB_ROLES and forwarding and s.value.split() == ["0"]:
+                raise BadInput(
+                    f"{self.p.name}: sysctl.{key} = 0: a {self.p.role} host must keep forwarding"
+                )
+            self.add(SysctlKnob(real), s.value, s, f"sysctl.{key}")
+
+    def governor(self) -> None:
+        if not self.p.governor:
+            return
+        from lbtune.tune import knobs as k
+
+        wanted: dict[int, tuple[str, Setting]] = {}
+        for expr, s in self.p.governor.items():
+            for cpu in self.cpus(expr, f"governor.{expr}", self.data):
+                wanted[cpu] = (expr, s)
+        for cpu in sorted(wanted):
+            expr, s = wanted[cpu]
+            self.add(k.GovernorKnob(f"cpu{cpu}"), s.value, s, f"governor.{expr}")
+
+    def irqbalance(self) -> None:
+        if not self.p.irqbalance:
+            return
+        from lbtune.tune import knobs as k
+
+        if "state" in self.p.irqbalance:
+            s = self.p.irqbalance["state"]
+            self.add(k.IrqbalanceKnob("service"), s.value, s, "irqbalance.state")
+        if "ban" in self.p.irqbalance:
+            s = self.p.irqbalance["ban"]
+            banned = self.cpus(s.value, "irqbalance.ban", self.data)
+            if banned >= self.online:
+                raise BadInput(
+                    f'{self.p.name}: irqbalance.ban bans every CPU; set state = "stopped" instead'
+                )
+            self.add(
+                k.IrqbalanceBanKnob("banned_cpus"), format_cpulist(banned), s, "irqbalance.ban"
+            )
+
+    def placement_cpus(self, spec: Mapping[str, Any], key: str, nic: Nic) -> frozenset[int]:
+        """CPUs a NIC's queue IRQs go to under `irq_affinity` (= the `channels = "cpus"` count).
+
+        The strategy's candidates (lbtune.tune.placement), narrowed to `cpus` when given.
+        """
+        from lbtune.tune.placement import candidate_cpus
+
+        strategy = spec["strategy"]
+        given = self.cpus(spec["cpus"], f"{key}.cpus", nic) if "cpus" in spec else None
+        try:
+            cpus = candidate_cpus(self.inv, nic, strategy, given, bool(spec.get("skip_smt")))
+        except BadInput as e:
+            raise BadInput(f"{self.p.name}: {key}: {e}") from None
+        if given is not None:
+            cpus &= given
+        if not cpus:
+            raise BadInput(f"{self.p.name}: {key} selects no CPU on this host")
+        return cpus
+
+    def nics(self) -> None:
+        defaults = self.p.nic.get("", {})
+        seen: dict[str, str] = {}
+        for sel, section in self.p.nic.items():
+            if sel == "":
+                continue
+            if sel in NIC_ROLES:
+                assert self.data is not None
+                nic = self.data
+            else:
+                nic = self._nic(sel, f"nic.{sel}:")
+            if nic.name in seen:
+                raise BadInput(
+                    f"{self.p.name}: nic.{seen[nic.name]} and nic.{sel} both name {nic.name}"
+                )
+            seen[nic.name] = sel
+            self.nic(sel, nic, {**defaults, **section})
+
+    def nic(self, sel: str, nic: Nic, sec: Mapping[str, Setting]) -> None:
+        from lbtune.tune import knobs as k
+        from lbtune.tune.placement import irq_cpus, xps_for
+
+        prefix = f"nic.{sel}"
+        name = nic.name
+        if "txqueuelen" in sec:
+            s = sec["txqueuelen"]
+            self.add(k.TxqueuelenKnob(name), str(s.value), s, f"{prefix}.txqueuelen")
+        placed: Optional[frozenset[int]] = None
+        if "irq_affinity" in sec:
+            placed = self.placement_cpus(sec["irq_affinity"].value, f"{prefix}.irq_affinity", nic)
+        queues = len(nic.rx_queues)
+        if "channels" in sec:
+            s = sec["channels"]
+            ch = nic.channels
+            kind = "combined" if ch is None or ch.combined_max else "rx/tx"
+            limit = (
+                (ch.combined_max if kind == "combined" else min(ch.rx_max or 0, ch.tx_max or 0))
+                if ch
+                else None
+            )
+            if s.value == "cpus":
+                count = len(placed if placed is not None else self._nic_local(nic))
+                if limit:
+                    count = min(count, limit)
+            else:
+                count = s.value
+                if limit is not None and count > limit:
+                    raise BadInput(
+                        f"{self.p.name}: {prefix}.channels = {count}: "
+                        f"{name} supports at most {limit}"
+                    )
+            kinds = ("combined",) if kind == "combined" else ("rx", "tx")
+            for kd in kinds:
+                self.add(k.ChannelsKnob(f"{name}:{kd}"), str(count), s, f"{prefix}.channels")
+            if s.mode is Mode.SET:
+                queues = count
+        if "rings" in sec:
+            s = sec["rings"]
+            rings = nic.rings
+            for d in ("rx", "tx"):
+                cur = getattr(rings, d) if rings else None
+                limit = getattr(rings, f"{d}_max") if rings else None
+                if s.value == "max":
+                    if limit is None:
+                        if d == "rx":
+                            raise BadInput(
+                                f'{self.p.name}: {prefix}.rings = "max": '
+                                f"{name} reports no ring sizes"
+                            )
+                        continue
+                    value = limit
+                else:
+                    value = s.value
+                    if limit is not None and value > limit:
+                        raise BadInput(
+                            f"{self.p.name}: {prefix}.rings = {value}: "
+                            f"{name} {d} ring max is {limit}"
+                        )
+                    if rings is not None and cur is None and limit is None:
+                        continue
+                self.add(k.RingKnob(f"{name}:{d}"), str(value), s, f"{prefix}.rings")
+        irq_map: Optional[dict[int, int]] = None
+        if "irq_affinity" in sec:
+            s = sec["irq_affinity"]
+            spec = s.value
+            assert placed is not None
+            irq_map = irq_cpus(self.inv, nic, "list", cpus=placed, use_hint=spec["use_hint"])
+            for irq, cpu in sorted(irq_map.items()):
+                if cpu not in self.online:
+                    raise BadInput(
+                        f"{self.p.name}: {prefix}.irq_affinity puts IRQ {irq} on offline CPU {cpu}"
+                    )
+                self.add(
+                    k.IrqAffinityKnob(str(irq)), format_cpulist({cpu}), s, f"{prefix}.irq_affinity"
+                )
+        if "rps" in sec:
+            s = sec["rps"]
+            rps = s.value
+            if "cpus" in rps:
+                how = rps["cpus"]
+                if how == "same":
+                    if irq_map is None:
+                        raise BadInput(
+                            f'{self.p.name}: {prefix}.rps.cpus = "same" needs irq_affinity'
+                        )
+                    cpus = frozenset(irq_map.values())
+                elif how == "local":
+                    cpus = self._nic_local(nic)
+                elif how == "none":
+                    cpus = frozenset()
+                else:
+                    cpus = self.cpus(how, f"{prefix}.rps.cpus", nic)
+                for q in range(queues):
+                    self.add(
+                        k.RpsCpusKnob(f"{name}:rx-{q}"), format_cpulist(cpus), s, f"{prefix}.rps"
+                    )
+            if "flow_cnt" in rps:
+                for q in range(queues):
+                    self.add(
+                        k.RpsFlowCntKnob(f"{name}:rx-{q}"), str(rps["flow_cnt"]), s, f"{prefix}.rps"
+                    )
+        if "xps" in sec:
+            s = sec["xps"]
+            if s.value == "none":
+                for tq in nic.tx_queues:
+                    self.add(k.XpsCpusKnob(f"{name}:tx-{tq.index}"), "", s, f"{prefix}.xps")
+            else:
+                if irq_map is None:
+                    raise BadInput(f'{self.p.name}: {prefix}.xps = "match-irqs" needs irq_affinity')
+                for txq, cpus in xps_for(irq_map, nic).items():
+                    xps = format_cpulist(cpus)
+                    self.add(k.XpsCpusKnob(f"{name}:tx-{txq}"), xps, s, f"{prefix}.xps")
+
+    def cmdline(self) -> None:
+        if not self.p.cmdline:
+            return
+        from lbtune.tune import knobs as k
+
+        isolating: set[int] = set()
+        for param, s in self.p.cmdline.items():
+            cpus = self.cpus(s.value["cpus"], f"cmdline.{param}", self.data)
+            if param in ("isolcpus", "nohz_full"):
+                isolating |= cpus
+            text = format_cpulist(cpus)
+            if param == "isolcpus" and s.value.get("flags"):
+                text = ",".join((*s.value["flags"], text))
+            self.add(k.CmdlineKnob(param), text, s, f"cmdline.{param}")
+        if isolating >= self.online:
+            raise BadInput(
+                f"{self.p.name}: cmdline isolates every CPU ({format_cpulist(isolating)}); "
+                "leave at least one housekeeping CPU"
+            )
+
+    def run(self) -> list[Target]:
+        self.sysctl()
+        self.governor()
+        self.irqbalance()
+        self.nics()
+        self.cmdline()
+        return self.targets
+
+
+def resolve(profile: Profile, inv: Inventory, iface: Optional[str] = None) -> list[Target]:
+    """The knob targets `profile` wants on the host described by `inv`, in apply order.
+
+    `iface` names the data interface (`[nic."data"]`, `{data}`, `nic-local`). Raises BadInput
+    for unknown interfaces, CPU sets that are empty or offline, values the hardware cannot take.
+    """
+    return _Resolver(profile, inv, iface).run()
+
+
+def cpu_values(
+    profile: Profile, inv: Inventory, expr: str, iface: Optional[str] = None
+) -> frozenset[int]:
+    """Evaluate a CPU expression with the profile's `[cpu]` names on this host (BadInput if
+    it selects no CPU, offline CPUs, or needs the data interface that `iface` does not give)."""
+    r = _Resolver(replace(profile, nic={}, sysctl={}), inv, iface)
+    return r.cpus(expr, "cpu expression", r.data)

@@ -1,0 +1,219 @@
+"""The tuning commands as engine calls: plan, apply, verify, rollback and history of a
+profile on the host a `Runtime` names, with every policy decided here, not in a front end.
+
+Policy: a capture (tarball) root is read-only; `--netns` with `--persist` is refused (the
+boot-time files are the host's, not the namespace's); changing the live host needs root;
+kernel command line changes need `--persist`; at boot (`--boot`) the command line is left to
+the bootloader; link-resetting changes on the management interface need a confirmation,
+returned as `NeedsConfirmation` for the front end to ask (or refuse). Apply takes the lock
+FIRST, then reads state, discovers, plans, journals and applies, so two runs never both
+apply. Front ends (CLI, TUI, tests) parse, call and render; nothing here prompts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Union
+
+from lbtune.errors import BadInput, NeedsPrivilege
+from lbtune.host.host import Host
+from lbtune.host.runtime import Runtime
+from lbtune.tune.engine import (
+    FaultHook,
+    KnobCheck,
+    PersistHook,
+    Transaction,
+    apply_plan,
+    last_applied,
+    rollback,
+    verify_journal,
+    verify_targets,
+)
+from lbtune.tune.journal import Journal, StateDir
+from lbtune.tune.knob import Knob
+from lbtune.tune.plan import Plan, Target, make_plan
+
+if TYPE_CHECKING:
+    from lbtune.tune.profile import Profile
+
+# Test hook (tests/cli/test_apply_signals.py): "INDEX:FIFO" makes apply write INDEX to the
+# FIFO and wait just before change INDEX (len(changes) = before persisting, +1 = after), so a
+# test can kill the process at an exact point. Never set in production.
+PAUSE_ENV = "LBTUNE_TEST_PAUSE"
+
+
+@dataclass(frozen=True)
+class NeedsConfirmation:
+    """Apply stopped before changing anything: a person must agree first (or pass --yes)."""
+
+    question: str  # for an interactive front end
+    refusal: str  # the one-line error when nobody can be asked
+    interfaces: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    profile: str
+    plan: Plan
+    journal: Optional[Journal]  # None: nothing to change
+    persisted: bool
+
+
+def _writable_host(runtime: Runtime, verb: str) -> Host:
+    """The host `verb` may change: never a capture, root privilege for the live one."""
+    if runtime.tree.is_capture:
+        raise BadInput(
+            f"{verb}: {runtime.tree.source} is a capture, which is read-only: "
+            "unpack it to a directory to experiment on a copy"
+        )
+    host: Host = runtime.host()  # refuses --netns with a --root tree
+    if host.is_live and os.geteuid() != 0:
+        raise NeedsPrivilege(f"{verb} changes kernel settings: run as root")
+    return host
+
+
+def state_dir(runtime: Runtime, host: Host) -> StateDir:
+    return StateDir(host, runtime.state_dir)
+
+
+def targets(runtime: Runtime, name: str, iface: Optional[str]) -> tuple[Profile, list[Target]]:
+    """The profile and its targets on the runtime's host (discovering only what it needs)."""
+    from lbtune.host.inventory import LazyInventory
+    from lbtune.tune.profile import load_profile, resolve
+
+    host = runtime.host()
+    profile = load_profile(name, root=host.fs.root)
+    return profile, resolve(profile, LazyInventory(host), iface)
+
+
+def plan_profile(runtime: Runtime, name: str, iface: Optional[str]) -> Plan:
+    host = runtime.host()
+    profile, tgts = targets(runtime, name, iface)
+    return make_plan(host, profile.name, tgts)
+
+
+def _management_guard(host: Host, plan: Plan) -> Optional[NeedsConfirmation]:
+    from lbtune.host.mgmt import management_interfaces
+
+    risky = {c.knob.interface for c in plan.to_apply if c.knob.disruptive and c.knob.interface}
+    if not risky:
+        return None
+    hit = tuple(sorted(str(i) for i in risky & management_interfaces(host)))
+    if not hit:
+        return None
+    what = ", ".join(hit)
+    return NeedsConfirmation(
+        question=f"Ring/channel changes reset the link on {what}, which carries the default "
+        "route or this SSH session. Continue?",
+        refusal=f"ring/channel changes would reset the management link {what}: pass --yes",
+        interfaces=hit,
+    )
+
+
+def _pause_hook(runtime: Runtime) -> Optional[tuple[int, str]]:
+    spec = runtime.environ.get(PAUSE_ENV)
+    if not spec:
+        return None
+    index, _, fifo = spec.partition(":")
+    return int(index), fifo
+
+
+def _pause(point: Optional[tuple[int, str]], i: int) -> None:
+    if point is not None and point[0] == i:
+        with open(point[1], "w") as f:  # the test reads this, then sends its signal
+            f.write(f"{i}\n")
+        time.sleep(60)
+
+
+def apply_profile(
+    runtime: Runtime,
+    name: str,
+    iface: Optional[str] = None,
+    persist: bool = False,
+    yes: bool = False,
+    boot: bool = False,
+) -> Union[ApplyResult, NeedsConfirmation]:
+    """Apply profile `name` on the runtime's host, or say why a person must confirm first.
+
+    Raises BadInput (capture root, --netns with --persist, cmdline without --persist, a bad
+    profile), NeedsPrivilege, Busy (another run holds the lock), Interrupted (an earlier apply
+    must be rolled back first), RolledBack / RollbackIncomplete (a change failed).
+    """
+    if persist and runtime.netns is not None:
+        raise BadInput(
+            "--persist cannot be used with --netns: the boot-time files (sysctl.d, the boot "
+            "unit, the bootloader) belong to the host, and a namespace does not outlive a "
+            "reboot; re-apply in the namespace when it is created instead"
+        )
+    from lbtune.host.inventory import LazyInventory
+    from lbtune.tune.profile import load_profile, resolve
+
+    host = _writable_host(runtime, "apply")
+    profile = load_profile(name, root=host.fs.root)
+    state = state_dir(runtime, host)
+    with state.lock():  # before reading anything the plan depends on
+        stale = state.interrupted()
+        if stale is not None:
+            from lbtune.tune.engine import Interrupted
+
+            raise Interrupted(
+                f"apply {stale.id} ({stale.profile}) was interrupted; run `lbtune rollback` first"
+            )
+        plan = make_plan(host, profile.name, resolve(profile, LazyInventory(host), iface))
+        if plan.needs_reboot and not persist and not boot:
+            raise BadInput(
+                "the plan changes the kernel command line, which only takes effect through the "
+                "bootloader: add --persist (or remove [cmdline] from the profile)"
+            )
+        if boot:  # at boot the bootloader already has the command line; never rewrite it
+            plan = Plan(plan.profile, tuple(c for c in plan.changes if c.knob.kind != "cmdline"))
+        if not (yes or boot):
+            confirm = _management_guard(host, plan)
+            if confirm is not None:
+                return confirm
+        point = _pause_hook(runtime)
+        n = len(plan.to_apply)
+        fault: Optional[FaultHook] = None
+        if point is not None:
+
+            def fault(i: int, knob: Knob) -> None:
+                _pause(point, i)
+
+        hook: Optional[PersistHook] = None
+        if persist:
+            from lbtune.tune.persist import persist_plan
+
+            def hook(txn: Transaction, p: Plan) -> None:
+                _pause(point, n)
+                persist_plan(txn, p)
+                _pause(point, n + 1)
+
+        journal = apply_plan(host, plan, state, fault=fault, persist=hook)
+    return ApplyResult(profile.name, plan, journal, bool(persist and journal))
+
+
+def verify_profile(
+    runtime: Runtime, name: Optional[str], iface: Optional[str]
+) -> tuple[str, list[KnobCheck]]:
+    """(what was checked, one check per knob): profile `name`, else the last apply."""
+    host = runtime.host()
+    if name:
+        profile, tgts = targets(runtime, name, iface)
+        return profile.name, verify_targets(host, tgts)
+    journal = last_applied(state_dir(runtime, host))
+    if journal is None:
+        raise BadInput("nothing applied yet: name a profile (`lbtune verify PROFILE`)")
+    return f"{journal.profile} ({journal.id})", verify_journal(host, journal)
+
+
+def rollback_applies(runtime: Runtime, to: Optional[str] = None) -> list[Journal]:
+    """Restore what the newest apply (or every apply back to `to`) replaced."""
+    host = _writable_host(runtime, "rollback")
+    return rollback(host, state_dir(runtime, host), to=to)
+
+
+def history(runtime: Runtime) -> list[Journal]:
+    host = runtime.host()
+    return state_dir(runtime, host).journals()
