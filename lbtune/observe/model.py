@@ -13,7 +13,7 @@ from typing import Mapping, Optional
 
 from lbtune.host.interrupts import IrqLine
 from lbtune.host.qdisc import QdiscStats
-from lbtune.host.sockdiag import ListenSocket, UdpSocket
+from lbtune.host.sockdiag import ListenSocket, TcpReceiver, UdpSocket
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,13 @@ class Sample:
     # TCP sockets holding a port of ip_local_port_range; counted (sock_diag) only when
     # sockstat says the range may be nearly full, None otherwise or on recorded trees.
     ephemeral_in_use: Optional[int] = None
+    # Configuration the sampler was asked for (observe/config.py): kernel path -> value, and
+    # the paths that are read-only here (host-global sysctls seen from a namespace).
+    config: Mapping[str, str] = field(default_factory=dict)
+    config_readonly: frozenset[str] = frozenset()
+    # Connected TCP sockets under receive pressure, when the sampler was asked for them
+    # (None: not asked, or no source).
+    tcp_receivers: Optional[tuple[TcpReceiver, ...]] = None
 
 
 __all__ = [
@@ -156,5 +163,6 @@ __all__ = [
     "SockStat",
     "Softirqs",
     "SoftnetCpu",
+    "TcpReceiver",
     "UdpSocket",
 ]

@@ -8,11 +8,12 @@ sees ~2000 names and must not run every pattern over every one each second.
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from lbtune.errors import BadInput
 from lbtune.host.ethtool import EthtoolSource
 from lbtune.host.fs import HostFS
+from lbtune.host.ifname import check_ifname
 from lbtune.host.nic import nic_names
 from lbtune.observe.model import NicCounters, QueueCounters
 from lbtune.observe.nicmaps import DriverMap, driver_map
@@ -101,42 +102,62 @@ def _driver(fs: HostFS, ethtool: EthtoolSource, dev: str) -> Optional[str]:
     return info.driver if info is not None and info.driver else None
 
 
-def read_nic_counters(fs: HostFS, ethtool: EthtoolSource, dev: str) -> NicCounters:
+def read_nic_counters(
+    fs: HostFS, ethtool: EthtoolSource, dev: str, stats: Optional[Mapping[str, int]] = None
+) -> NicCounters:
     """Counters of one interface; BadInput when it does not exist.
 
     The driver is the name of the `device/driver` link, else what `ethtool -i` says; ethtool
     statistics may be unavailable (lo, bond, vlan), then `ethtool` is empty and so are
-    `queues` and `nic_drops`.
+    `queues` and `nic_drops`. `stats` are the interface's counters when the caller has them
+    already (one netlink dump for every link, `Host.link_stats`); else they are read from
+    its statistics directory.
     """
-    if not dev or "/" in dev or dev in (".", "..") or not fs.isdir(f"{CLASS_NET}/{dev}"):
+    if stats is None and (
+        not dev or "/" in dev or dev in (".", "..") or not fs.isdir(f"{CLASS_NET}/{dev}")
+    ):
         raise BadInput(f"no such interface: {dev}")
+    if stats is None:
+        stats = fs.read_int_dir(f"{CLASS_NET}/{dev}/statistics")
     driver = _driver(fs, ethtool, dev)
     raw = ethtool.stats(dev) or {}
     return NicCounters(
         dev=dev,
         driver=driver,
-        stats=fs.read_int_dir(f"{CLASS_NET}/{dev}/statistics"),
+        stats=dict(stats),
         queues=map_queue_counters(driver, raw),
         nic_drops=nic_drop_counters(driver, raw),
         ethtool=raw,
     )
 
 
-def check_interfaces(fs: HostFS, names: Sequence[str]) -> list[str]:
-    """`names` without duplicates; BadInput("no such interface: X") for one that is not there."""
-    known = set(nic_names(fs))
+def check_interfaces(
+    fs: HostFS, names: Sequence[str], known: Optional[Iterable[str]] = None
+) -> list[str]:
+    """`names` without duplicates; BadInput("no such interface: X") for one that is not there
+    (among `known`, default: the interfaces below /sys/class/net)."""
+    known = set(nic_names(fs) if known is None else known)
     for name in names:
+        check_ifname(name, "--iface")
         if name not in known:
             raise BadInput(f"no such interface: {name}")
     return list(dict.fromkeys(names))
 
 
 def read_all_nics(
-    fs: HostFS, ethtool: EthtoolSource, only: Optional[Sequence[str]] = None
+    fs: HostFS,
+    ethtool: EthtoolSource,
+    only: Optional[Sequence[str]] = None,
+    links: Optional[Mapping[str, Mapping[str, int]]] = None,
 ) -> dict[str, NicCounters]:
     """Counters of every interface except `lo`, or of the ones in `only` (any, lo included).
 
+    `links` is every interface's counters from one netlink dump (`Host.link_stats`), which
+    then also says which interfaces there are; without it both come from /sys/class/net.
     A name in `only` that is not an interface raises BadInput("no such interface: X").
     """
-    names = check_interfaces(fs, only) if only else [n for n in nic_names(fs) if n != "lo"]
-    return {name: read_nic_counters(fs, ethtool, name) for name in names}
+    if links is None:
+        names = check_interfaces(fs, only) if only else [n for n in nic_names(fs) if n != "lo"]
+        return {name: read_nic_counters(fs, ethtool, name) for name in names}
+    names = check_interfaces(fs, only, links) if only else sorted(n for n in links if n != "lo")
+    return {name: read_nic_counters(fs, ethtool, name, links[name]) for name in names}

@@ -1,20 +1,24 @@
 """The sampler: one call reads every counter source of a host into a `Sample`.
 
 The same sampler feeds `lbtune diagnose` (two samples a window apart, or one capture read as
-"since boot") and the live monitor (a sample per refresh). A source that cannot be read (no
-conntrack, no permission, a namespace without sysfs, an old capture) does not stop the
-others: it is recorded in `Sample.missing` with the reason, and rules that need it stay quiet.
+"since boot") and the live monitor (a sample per refresh); `lbtune.observe.clock` decides
+when. A source that cannot be read (no conntrack, no permission, a namespace without sysfs,
+an old capture) does not stop the others: it is recorded in `Sample.missing` with the reason,
+and rules that need it stay quiet. What a consumer needs beyond the counters (configuration
+values, connected sockets under receive pressure) it names in a `SampleSpec`.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, TypeVar
 
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.host import Host
 from lbtune.host.interrupts import IrqLine, read_interrupts
 from lbtune.host.sockdiag import count_tcp_local_ports
+from lbtune.observe.clock import SYSTEM_CLOCK, Clock
+from lbtune.observe.config import ConfigValues, read_config
 from lbtune.observe.conntrack import read_conntrack
 from lbtune.observe.ipvs_stats import read_ipvs_stats
 from lbtune.observe.model import Sample, SnmpCounters, SockStat, SoftnetCpu
@@ -26,12 +30,44 @@ from lbtune.observe.softnet import read_softnet
 T = TypeVar("T")
 
 
-class Sampler:
-    """Reads one `Sample` per `take()` from `host`; `ifaces` limits the NICs read."""
+@dataclass(frozen=True)
+class SampleSpec:
+    """What a sample holds besides the counters every tick reads.
 
-    def __init__(self, host: Host, ifaces: Optional[Sequence[str]] = None) -> None:
+    `config`: kernel paths of configuration files (a `*` component for every entry of a
+    directory), read into `Sample.config`. `receivers`: dump connected TCP sockets under
+    receive pressure into `Sample.tcp_receivers` (walks every TCP connection: costly on a
+    host with very many, so only when asked).
+    """
+
+    config: tuple[str, ...] = ()
+    receivers: bool = False
+
+
+class Sampler:
+    """Reads one `Sample` per `take()` from `host`; `ifaces` limits the NICs read, `spec`
+    adds configuration and sockets, `clock` times the samples (injectable for tests).
+
+    `config_every` (seconds) lets a sampler that runs every second (the monitor) read the
+    configuration values again only that often: they are limits an operator changes by
+    hand, and reading dozens of sysctl files was a sixth of a monitor tick. 0 (diagnose,
+    captures) reads them on every `take()`.
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        ifaces: Optional[Sequence[str]] = None,
+        spec: SampleSpec = SampleSpec(),
+        clock: Clock = SYSTEM_CLOCK,
+        config_every: float = 0.0,
+    ) -> None:
         self.host = host
         self.ifaces = list(ifaces) if ifaces else None
+        self.spec = spec
+        self.clock = clock
+        self.config_every = config_every
+        self._config: Optional[tuple[float, ConfigValues]] = None
         if self.ifaces:
             # Fail on a typo before the window starts, not after it.
             check_interfaces(host.fs, self.ifaces)
@@ -71,8 +107,14 @@ class Sampler:
         softnet = get("softnet", lambda: read_softnet(fs), no_softnet)
         softirqs = optional("softirqs", lambda: read_softirqs(fs), "no /proc/softirqs")
         interrupts: dict[int, IrqLine] = get("interrupts", lambda: read_interrupts(fs), {})
+        # One netlink dump for every link's counters on the live host (24 files per
+        # interface otherwise); a tree, or a kernel that refuses, reads the files.
         try:
-            nics = read_all_nics(fs, self.host.ethtool, self.ifaces)
+            links = self.host.link_stats()
+        except OSError:
+            links = None
+        try:
+            nics = read_all_nics(fs, self.host.ethtool, self.ifaces, links)
         except BadInput:
             raise  # an --iface that vanished mid-run is the user's to know
         except (MalformedHostFile, OSError) as e:
@@ -87,11 +129,16 @@ class Sampler:
         ephemeral = None
         if live and sockstat is not None:
             ephemeral = get("ephemeral", lambda: self._ephemeral(sockstat), None)
-        now_mono = time.monotonic()
+        receivers = None
+        if self.spec.receivers:
+            found = optional("tcp receivers", self.host.tcp_receivers, "no sock_diag and no ss")
+            receivers = None if found is None else tuple(found)
+        now_mono = self.clock.monotonic()
+        config = self._read_config(now_mono)
         return Sample(
             # A recorded tree has no clock of its own: its uptime orders two captures.
             monotonic=now_mono if live else (uptime or 0.0),
-            wallclock=time.time() if live else 0.0,
+            wallclock=self.clock.time() if live else 0.0,
             uptime=uptime,
             snmp=snmp,
             softnet=softnet,
@@ -106,7 +153,18 @@ class Sampler:
             ipvs=ipvs,
             missing=missing,
             ephemeral_in_use=ephemeral,
+            config=config.values,
+            config_readonly=config.readonly,
+            tcp_receivers=receivers,
         )
+
+    def _read_config(self, now: float) -> ConfigValues:
+        kept = self._config
+        if kept is not None and now - kept[0] < self.config_every:
+            return kept[1]
+        config = read_config(self.host.fs, self.spec.config)
+        self._config = (now, config)
+        return config
 
     def _ephemeral(self, st: SockStat) -> Optional[int]:
         """Count ports of ip_local_port_range in use, when sockstat says it may be full."""

@@ -19,6 +19,7 @@ from lbtune.observe.model import (
     QueueCounters,
     Sample,
     SoftnetCpu,
+    TcpReceiver,
     UdpSocket,
 )
 
@@ -72,6 +73,12 @@ class UdpDelta:
 
 
 @dataclass(frozen=True)
+class ReceiverDelta:
+    sock: TcpReceiver  # as seen at the end of the window
+    drops: Optional[int]  # segments it dropped over the window
+
+
+@dataclass(frozen=True)
 class QdiscDelta:
     qdisc: QdiscStats  # as seen at the end of the window
     packets: int
@@ -79,30 +86,42 @@ class QdiscDelta:
     overlimits: int
 
 
-S = TypeVar("S", ListenSocket, UdpSocket)
+S = TypeVar("S", ListenSocket, UdpSocket, TcpReceiver)
+
+
+def _key(s: S) -> tuple[int, str, int, int, str]:
+    # Orphaned TCP sockets have inode 0: the peer tells connections of one port apart.
+    return (s.family, s.addr, s.port, s.inode, getattr(s, "peer", ""))
 
 
 def _socket_drops(before: Iterable[S], after: Iterable[S]) -> list[tuple[S, Optional[int]]]:
-    """Each socket at the end of the window with its drops over it; a socket opened during
-    the window (no earlier sample) brings all of its drops."""
-    old = {(s.family, s.addr, s.port, s.inode): s.drops for s in before}
+    """Each socket at the end of the window with its drops over it; a socket not in the
+    earlier sample (opened since, or not yet under pressure: then it had dropped nothing)
+    brings all of its drops."""
+    old = {_key(s): s.drops for s in before}
     return [
-        (
-            s,
-            None
-            if s.drops is None
-            else counter_delta(old.get((s.family, s.addr, s.port, s.inode)), s.drops),
-        )
-        for s in after
+        (s, None if s.drops is None else counter_delta(old.get(_key(s)), s.drops)) for s in after
     ]
 
 
 @dataclass(frozen=True)
 class Window:
-    """What changed between `before` and `after`; `before=None` means since boot."""
+    """What changed between `before` and `after`; `before=None` means since boot.
+
+    `ticks` are the samples a live window took in between (every second by default), in
+    order: `steps()` gives one window per tick, for per-second series.
+    """
 
     before: Optional[Sample]
     after: Sample
+    ticks: tuple[Sample, ...] = ()
+
+    def steps(self) -> list[Window]:
+        """One window per tick, from each sample to the next (empty since boot)."""
+        if self.before is None:
+            return []
+        samples = (self.before, *self.ticks, self.after)
+        return [Window(a, b) for a, b in zip(samples, samples[1:])]
 
     @property
     def cumulative(self) -> bool:
@@ -216,6 +235,15 @@ class Window:
     def udp(self) -> list[UdpDelta]:
         before = self.before.udp if self.before else ()
         return [UdpDelta(s, d) for s, d in _socket_drops(before, self.after.udp)]
+
+    def receivers(self) -> Optional[list[ReceiverDelta]]:
+        """Connected TCP sockets under receive pressure at the end of the window, with their
+        drops over it; None when the samples do not hold them."""
+        after = self.after.tcp_receivers
+        if after is None:
+            return None
+        before = (self.before.tcp_receivers or ()) if self.before else ()
+        return [ReceiverDelta(s, d) for s, d in _socket_drops(before, after)]
 
     def qdiscs(self) -> list[QdiscDelta]:
         old = {(q.dev, q.handle, q.parent): q for q in self.before.qdiscs} if self.before else {}

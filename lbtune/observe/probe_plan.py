@@ -1,0 +1,288 @@
+"""Planning a probe run: check the kernel, pick the interfaces, name the reasons, build the C.
+
+`plan_probes` does everything that comes before loading: it mounts tracefs when needed (in a
+private mount namespace), reads each tracepoint's format and checks the fields the probes
+read, resolves drop-reason names from the running kernel, chooses the interfaces (and,
+per interface and direction, whether its own per-queue counters win over the queues probe),
+computes the interface filter's perfect hash and the map bounds, and builds the final C.
+Nothing is loaded; `--print-c` stops here. `lbtune.observe.probes.ProbeSession` loads a plan.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from lbtune.errors import BadInput, NeedsPrivilege
+from lbtune.host.btf import kernel_enums
+from lbtune.host.host import Host
+from lbtune.host.nic import nic_names
+from lbtune.host.tracefs import TracepointFormat, ensure_tracefs, read_format
+from lbtune.observe.dropreasons import CONSUMED, NOT_DROPPED_YET, DropReasons, resolve_drop_reasons
+from lbtune.observe.probe_source import (
+    NEEDS,
+    PROBES,
+    NameHash,
+    ProbeSource,
+    build_source,
+    check_needs,
+    perfect_hash,
+    probes_dir,
+)
+
+# Bounds of every map (the kernel allocates them up front; nothing grows while running).
+MAX_IFACES = 256
+MAX_SLOTS = 65536
+DROP_CACHE_BITS = 12  # direct-mapped per-CPU drop table: 4096 (reason, location) entries
+MAX_DROP_KEYS = 4096  # the per-CPU hash behind it, for keys whose entry is taken
+NAPI_CACHE_BITS = 10  # direct-mapped per-CPU NAPI table: 1024 instances
+MAX_NAPI = 4096  # the per-CPU hash behind it
+NAPI_ID_CACHE = 1024  # rx: NAPI id -> interface, remembered (see probes/queues.bpf.c)
+# skb length buckets of the queues probe: < 128, < 512, < 1024, < 1600 (one MTU-sized
+# frame), < 16384, and larger (GSO/GRO aggregates).
+SIZE_BOUNDS = (128, 512, 1024, 1600, 16384)
+SIZE_LABELS = ("<128", "<512", "<1024", "<1600", "<16K", ">=16K")
+BACKLOG = "(no_device)"  # napi_poll's dev_name for the per-CPU backlog (RPS, netif_rx)
+# Drivers that hand packets up with queue_mapping = the rx queue itself. Every other driver
+# records rx queue N as N + 1 (skb_record_rx_queue) and 0 means "not recorded".
+RX_QUEUE_AS_IS = frozenset({"veth"})
+# Drivers whose ethtool per-queue packet counters count only part of the traffic: veth's
+# rx_queue_N_xdp_packets count only while its NAPI path is active.
+PARTIAL_QUEUE_COUNTERS = frozenset({"veth"})
+Status = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class InterfacePlan:
+    """One interface in the probes' filter, and where its per-queue numbers come from."""
+
+    name: str
+    id: int
+    ifindex: Optional[int]
+    driver: Optional[str]
+    base: int  # first slot in the per-queue arrays
+    nrx: int  # rx queues counted by the probe (0: counters win, or not a queues target)
+    ntx: int
+    rx_off: int
+    rx_queues: int  # rx queues the interface has (sysfs)
+    rx_source: str  # "probe", "ethtool", "netlink qstats", "" when not a queues target
+    tx_source: str
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """Everything decided before loading: the C, the filter, the names, the notes."""
+
+    probes: tuple[str, ...]
+    kernel: str
+    netns: Optional[str]
+    source: ProbeSource
+    ifaces: tuple[InterfacePlan, ...]
+    slots: int
+    names: NameHash  # the filter's perfect hash of the interfaces' names
+    reasons: Optional[DropReasons]
+    has_reason: bool
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def text(self) -> str:
+        return self.source.text
+
+
+def _read_formats(host: Host, probes: Sequence[str]) -> dict[str, Optional[TracepointFormat]]:
+    out: dict[str, Optional[TracepointFormat]] = {}
+    for probe in probes:
+        for need in NEEDS[probe]:
+            if need.name not in out:
+                out[need.name] = read_format(host.fs, need.system, need.event)
+    return out
+
+
+def _queue_count(host: Host, dev: str, kind: str) -> int:
+    return sum(1 for q in host.fs.listdir(f"/sys/class/net/{dev}/queues") if q.startswith(kind))
+
+
+def _counter_sources(host: Host, devs: Sequence[str]) -> dict[tuple[str, str], str]:
+    """(dev, direction) -> "netlink qstats" or "ethtool" where per-queue counters exist."""
+    from lbtune.host.qstats import queue_stats
+    from lbtune.observe.nicstats import read_nic_counters
+
+    out: dict[tuple[str, str], str] = {}
+    by_index = {host.fs.read_int(f"/sys/class/net/{d}/ifindex"): d for d in devs}
+    for q in queue_stats() or []:
+        dev = by_index.get(q.ifindex)
+        if dev is not None and q.packets is not None:
+            out[(dev, q.direction)] = "netlink qstats"
+    for dev in devs:
+        counters = read_nic_counters(host.fs, host.ethtool, dev)
+        if counters.driver in PARTIAL_QUEUE_COUNTERS:
+            continue
+        for qc in counters.queues:
+            if qc.packets is not None:
+                out.setdefault((dev, qc.direction), "ethtool")
+    return out
+
+
+def _plan_ifaces(
+    host: Host, probes: Sequence[str], only: Optional[Sequence[str]]
+) -> tuple[tuple[InterfacePlan, ...], int]:
+    from lbtune.observe.nicstats import read_nic_counters
+
+    known = nic_names(host.fs)
+    if only:
+        for name in only:
+            if name not in known:
+                raise BadInput(f"--iface {name}: no such interface")
+        names = list(dict.fromkeys(only))
+    else:
+        names = [n for n in known if n != "lo"]
+    if len(names) + 1 > MAX_IFACES:
+        raise BadInput(f"{len(names)} interfaces: probes filter at most {MAX_IFACES - 1}")
+    sources = _counter_sources(host, names) if "queues" in probes else {}
+    plans: list[InterfacePlan] = []
+    base = 0
+    for i, name in enumerate(names):
+        driver = read_nic_counters(host.fs, host.ethtool, name).driver
+        nrx = ntx = 0
+        rx_src = tx_src = ""
+        if "queues" in probes:
+            rx_src = sources.get((name, "rx"), "probe")
+            tx_src = sources.get((name, "tx"), "probe")
+            nrx = max(_queue_count(host, name, "rx-"), 1) if rx_src == "probe" else 0
+            ntx = max(_queue_count(host, name, "tx-"), 1) if tx_src == "probe" else 0
+        plans.append(
+            InterfacePlan(
+                name=name,
+                id=i + 1,
+                ifindex=host.fs.read_int(f"/sys/class/net/{name}/ifindex"),
+                driver=driver,
+                base=base,
+                nrx=nrx,
+                ntx=ntx,
+                rx_off=0 if driver in RX_QUEUE_AS_IS else 1,
+                rx_queues=max(_queue_count(host, name, "rx-"), 1),
+                rx_source=rx_src,
+                tx_source=tx_src,
+            )
+        )
+        if nrx or ntx:
+            base += max(nrx, ntx) + 1
+    if base > MAX_SLOTS:
+        raise BadInput(f"{base} queues to count: at most {MAX_SLOTS}; choose with --iface")
+    if "napi" in probes and not only:
+        plans.append(InterfacePlan(BACKLOG, len(plans) + 1, None, None, 0, 0, 0, 0, 0, "", ""))
+    return tuple(plans), max(base, 1)
+
+
+def _host_namespace_names(host: Host) -> set[str]:
+    """Interface names of the host's namespace (PID 1's), read through procfs."""
+    out = set()
+    for line in (host.fs.read("/proc/1/net/dev") or "").splitlines()[2:]:
+        name, _, _ = line.partition(":")
+        if name.strip():
+            out.add(name.strip())
+    return out
+
+
+def plan_probes(
+    host: Host,
+    probes: Sequence[str],
+    ifaces: Optional[Sequence[str]] = None,
+    status: Optional[Status] = None,
+) -> ProbePlan:
+    """Check the kernel and build the C for `probes`; nothing is loaded yet.
+
+    BadInput for an unknown probe or interface, or a host tree that is not the running
+    machine; NeedsPrivilege when not root, or when the kernel lacks a tracepoint or field
+    (the message names each missing piece).
+    """
+    wanted = tuple(p for p in PROBES if p in probes)
+    unknown = [p for p in probes if p not in PROBES]
+    if unknown or not wanted:
+        raise BadInput(f"unknown probe {unknown[0] if unknown else ''!r}: choose from "
+                       + ", ".join(PROBES))  # fmt: skip
+    if not host.is_live:
+        raise BadInput("probes run on the running kernel; --root reads recorded files")
+    if os.geteuid() != 0:
+        raise NeedsPrivilege("probes need root (BPF and tracefs): run lbtune as root")
+    if status:
+        status("reading tracepoint formats")
+    ensure_tracefs(host.fs)
+    formats = _read_formats(host, wanted)
+    problems = check_needs(wanted, formats)
+    if problems:
+        raise NeedsPrivilege("; ".join(problems))
+    notes: list[str] = []
+    defines: dict[str, Any] = {}
+    reasons: Optional[DropReasons] = None
+    has_reason = False
+    if "drops" in wanted:
+        kfree = formats["skb:kfree_skb"]
+        assert kfree is not None
+        has_reason = kfree.field("reason") is not None
+        defines["LBT_D_MAX"] = MAX_DROP_KEYS
+        if has_reason:
+            reasons = resolve_drop_reasons(kfree.symbols("reason"), kernel_enums(host.fs))
+            defines["LBT_D_REASON"] = None
+            # Frees that are not drops, by this kernel's numbers (5.17 has neither: its 0 is
+            # NOT_SPECIFIED, a real drop).
+            for name, define in ((NOT_DROPPED_YET, "LBT_D_NOT_DROPPED_YET"),
+                                 (CONSUMED, "LBT_D_CONSUMED")):  # fmt: skip
+                value = reasons.value(name)
+                if value is not None:
+                    defines[define] = value
+            notes.append(f"drop reason names from {reasons.source}")
+        else:
+            notes.append("this kernel's kfree_skb has no drop reason (< 5.17): by location only")
+        if host.netns:
+            notes.append(
+                "drops are host-wide: kfree_skb carries no device or namespace, so drops of "
+                "every namespace are counted"
+            )
+    plans: tuple[InterfacePlan, ...] = ()
+    slots = 1
+    if "queues" in wanted or "napi" in wanted:
+        plans, slots = _plan_ifaces(host, wanted, ifaces)
+        if host.netns:
+            clash = sorted({p.name for p in plans} & _host_namespace_names(host) - {BACKLOG})
+            notes.append(
+                "interfaces are matched by name (the only device identity these tracepoints "
+                "carry)" + (f"; also in the host namespace: {', '.join(clash)}" if clash else "")
+            )
+    names = perfect_hash([p.name for p in plans] or ["lo"])
+    defines.update(
+        {
+            "LBT_IF_SLOTS": names.size,
+            "LBT_IF_H1": f"0x{names.h1:016x}ULL",
+            "LBT_IF_H2": f"0x{names.h2:016x}ULL",
+            "LBT_IF_SHIFT": 64 - names.bits,
+            "LBT_IF_LENS": hex(sum({1 << (len(p.name.encode()) + 1) for p in plans})),
+            "LBT_D_CACHE": 1 << DROP_CACHE_BITS,
+            "LBT_D_SHIFT": 64 - DROP_CACHE_BITS,
+            "LBT_Q_NAPI_IDS": NAPI_ID_CACHE,
+            "LBT_MIN_NAPI_ID": _min_napi_id(host),
+            "LBT_Q_SLOTS": slots,
+            "LBT_Q_NSIZES": len(SIZE_LABELS),
+            **{f"LBT_Q_SIZE_{i}": b for i, b in enumerate(SIZE_BOUNDS)},
+            "LBT_N_MAX": MAX_NAPI,
+            "LBT_N_CACHE": 1 << NAPI_CACHE_BITS,
+            "LBT_N_SHIFT": 64 - NAPI_CACHE_BITS,
+        }
+    )
+    c_dir = probes_dir()
+    if c_dir is None:
+        raise NeedsPrivilege("the probes' C files are missing from this lbtune installation")
+    kernel = host.fs.read("/proc/sys/kernel/osrelease") or os.uname().release
+    where = f", netns {host.netns}" if host.netns else ""
+    header = f"lbtune probes {', '.join(wanted)} for Linux {kernel}{where}"
+    source = build_source(wanted, formats, defines, c_dir, header)
+    return ProbePlan(wanted, kernel, host.netns, source, plans, slots, names, reasons,
+                     has_reason, tuple(notes))  # fmt: skip
+
+
+def _min_napi_id(host: Host) -> int:
+    """The kernel's MIN_NAPI_ID, NR_CPUS + 1: smaller values in skb->napi_id are a sending
+    CPU, not a NAPI id. `kernel_max` is NR_CPUS - 1; unknown: never trust the field."""
+    kernel_max = host.fs.read_int("/sys/devices/system/cpu/kernel_max")
+    return kernel_max + 2 if kernel_max is not None else 0xFFFFFFFF
