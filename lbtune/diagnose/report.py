@@ -1,30 +1,43 @@
 """A diagnosis run and its report: sample a window (or read captures), apply the rules.
 
-`diagnose()` is what `lbtune diagnose` calls; the renderers here (JSON document, Markdown,
-HTML) need no UI library. The terminal rendering lives in `lbtune.cli.diagnose`.
+`diagnose()` is what `lbtune diagnose` calls. The clock belongs to `lbtune.observe.schedule`
+(the window, or the captures); this module only chooses the rules, asks the sampler for what
+they declared, and runs them on the window. The report keeps what the pictures of a report
+need from the window: each evidence counter tick by tick (a live window samples every
+second), or before and between two captures, and the per-CPU and per-queue counts.
+Rendering is elsewhere: `lbtune.diagnose.view` (the one layout) feeding
+`lbtune.diagnose.render` (JSON, Markdown, HTML) and the terminal renderer in
+`lbtune.cli.diagnose`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import html
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
-import lbtune
+from lbtune.diagnose import probe_evidence as pe
 from lbtune.diagnose.context import Context
-from lbtune.diagnose.finding import Finding, Fix, Severity
-from lbtune.diagnose.rules import run_rules
-from lbtune.errors import BadInput, MalformedHostFile
+from lbtune.diagnose.finding import Finding
+from lbtune.diagnose.rules import run_rules, sample_spec, select
+from lbtune.errors import MalformedHostFile
+from lbtune.host.bpf import probe_problem
 from lbtune.host.host import Host
 from lbtune.host.inventory import discover_host
 from lbtune.host.nic import Nic
 from lbtune.host.topology import CpuTopology
+from lbtune.observe.clock import SYSTEM_CLOCK, Clock
+from lbtune.observe.counters import BeforeAfter, CounterRef, Series, before_after, series
+from lbtune.observe.probe_loader import BackgroundProbes
+from lbtune.observe.probe_plan import Status
+from lbtune.observe.probes import ProbeSample
 from lbtune.observe.sampler import Sampler
-from lbtune.observe.window import Window
+from lbtune.observe.schedule import Progress, capture_window, tick_for, window
+from lbtune.observe.window import QueueDelta, SoftnetDelta, Window
+from lbtune.vocab import Level
 
-Progress = Callable[[float, float], None]  # (elapsed, total) seconds
+LIVE = "live"  # a sampled window
+CAPTURE = "capture"  # one recorded tree: counters since boot
+CAPTURES = "captures"  # two recorded trees: the window between them
 
 
 @dataclass(frozen=True)
@@ -32,19 +45,26 @@ class Report:
     hostname: Optional[str]
     kernel: Optional[str]
     netns: Optional[str]
-    root: str
-    mode: str  # "live" (a sampled window), "capture" (since boot), "captures" (two captures)
+    root: str  # what the user named: "/", a directory, the capture tarball
+    mode: str  # LIVE, CAPTURE or CAPTURES
     seconds: Optional[float]
     findings: tuple[Finding, ...]
     missing: Mapping[str, str] = field(default_factory=dict)
     ifaces: tuple[str, ...] = ()
     generated: float = 0.0
+    probes: Optional[pe.ProbeRun] = None  # whether the eBPF probes ran, what they saw
+    # Evidence counters tick by tick over a live window, and before/between two captures.
+    series: Mapping[CounterRef, Series] = field(default_factory=dict)
+    before_after: Mapping[CounterRef, BeforeAfter] = field(default_factory=dict)
+    softnet: tuple[SoftnetDelta, ...] = ()  # per CPU over the window
+    queues: Mapping[str, tuple[QueueDelta, ...]] = field(default_factory=dict)  # per NIC
 
     @property
     def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in Severity}
+        """Findings per level word (fail, warn, info)."""
+        out = {lv.value: 0 for lv in (Level.FAIL, Level.WARN, Level.INFO)}
         for f in self.findings:
-            out[f.severity.value] += 1
+            out[f.level.value] += 1
         return out
 
 
@@ -66,223 +86,124 @@ def diagnose(
     baseline: Optional[Host] = None,
     progress: Optional[Progress] = None,
     rules: Optional[Sequence[str]] = None,
+    source: Optional[str] = None,
+    display: Callable[[str], str] = str,
+    clock: Clock = SYSTEM_CLOCK,
+    probes: bool = True,
+    probe_status: Optional[Status] = None,
 ) -> Report:
     """Sample `host` for `duration` seconds (live) or read it as a capture, and run the rules.
 
     A host tree (`--root`) is read once: its counters count since boot. With `baseline` (an
-    earlier capture of the same host) the window is the time between the two captures.
+    earlier capture of the same namespace, boot and host) the window is the time between the
+    two captures. `rules` limits the rules (BadInput for an unknown id). `source` is what the
+    user named as the root (a capture's tarball, shown instead of its unpack directory) and
+    `display` rewrites any other text that may carry such a temporary path.
+
+    On the live host, as root with bcc, the drops and napi probes (`probes=False` skips
+    them) are compiled and attached in the background while the window already runs; what
+    they count until the window closes is added to the findings it explains
+    (`probe_evidence.explain`). `probe_status` hears their progress ("attached" when
+    they count). Without root or bcc the report says what is missing and how to get it.
     """
-    sampler = Sampler(host, ifaces)
-    before = None
+    chosen = select(rules)
+    spec = sample_spec(chosen)
+    sampler = Sampler(host, ifaces, spec, clock)
+    run: Optional[pe.ProbeRun] = pe.ProbeRun(pe.NOT_APPLICABLE)
+    sample = None
     if host.is_live:
-        if duration <= 0:
-            raise BadInput("--duration must be more than 0 seconds")
-        before = sampler.take()
-        start = time.monotonic()
-        step = min(0.25, duration)
-        while True:
-            elapsed = time.monotonic() - start
-            if progress:
-                progress(min(elapsed, duration), duration)
-            if elapsed >= duration:
-                break
-            time.sleep(min(step, duration - elapsed))
-        mode = "live"
-    elif baseline is not None:
-        before = Sampler(baseline, ifaces).take()
-        mode = "captures"
+        run, loader = _start_probes(host, probes, ifaces, probe_status)
+        try:
+            win = window(sampler, duration, progress, tick=tick_for(duration))
+            if loader is not None:
+                sample = loader.read()
+                run = _finish_probes(loader, sample, win.seconds)
+        finally:
+            if loader is not None:
+                loader.close()
+        mode = LIVE
     else:
-        mode = "capture"
-    after = sampler.take()
-    if before is not None and not host.is_live:
-        assert baseline is not None
-        boots = [h.fs.read("/proc/sys/kernel/random/boot_id") for h in (baseline, host)]
-        if None not in boots and boots[0] != boots[1]:
-            raise BadInput("the two captures are from different boots: counters restarted")
-        if before.uptime is None or after.uptime is None:
-            raise BadInput("both captures need /proc/uptime to be compared")
-        if after.uptime <= before.uptime:
-            raise BadInput(
-                f"the baseline capture (uptime {before.uptime:.0f} s) is not older than the "
-                f"capture (uptime {after.uptime:.0f} s) of the same boot"
-            )
-    window = Window(before, after)
+        base = None if baseline is None else Sampler(baseline, ifaces, spec, clock)
+        win = capture_window(sampler, base)
+        mode = CAPTURE if baseline is None else CAPTURES
+    return report_of(host, win, mode, rules, ifaces, source, display, clock, run, sample)
+
+
+def report_of(
+    host: Host,
+    win: Window,
+    mode: str,
+    rules: Optional[Sequence[str]] = None,
+    ifaces: Optional[Sequence[str]] = None,
+    source: Optional[str] = None,
+    display: Callable[[str], str] = str,
+    clock: Clock = SYSTEM_CLOCK,
+    run: Optional[pe.ProbeRun] = None,
+    sample: Optional[ProbeSample] = None,
+) -> Report:
+    """The report of a window already taken on `host` (LIVE, CAPTURE or CAPTURES): the
+    rules' findings and what the pictures need. `diagnose()` samples, then calls this.
+    `run` says whether the probes ran; what they counted (`sample`) is added to the
+    findings it explains."""
+    chosen = select(rules)
     topology, nics, missing = _inventory(host, ifaces)
-    ctx = Context(window=window, fs=host.fs, topology=topology, nics=nics, netns=host.netns)
-    findings = run_rules(ctx, rules)
-    missing.update(window.missing())
+    ctx = Context(window=win, topology=topology, nics=nics, netns=host.netns)
+    findings = run_rules(ctx, chosen)
+    if sample is not None:
+        findings = list(pe.explain(findings, sample))
+    missing.update(win.missing())
+    refs = list(dict.fromkeys(e.ref for f in findings for e in f.evidence if e.ref is not None))
     return Report(
         hostname=host.fs.read("/proc/sys/kernel/hostname"),
         kernel=host.fs.read("/proc/sys/kernel/osrelease"),
         netns=host.netns,
-        root=host.fs.root,
+        root=display(source if source is not None else host.fs.root),
         mode=mode,
-        seconds=None if window.seconds is None else round(window.seconds, 3),
+        seconds=None if win.seconds is None else round(win.seconds, 3),
         findings=tuple(findings),
-        missing=missing,
+        missing={k: display(v) for k, v in missing.items()},
         ifaces=tuple(ifaces or ()),
-        generated=time.time(),
+        generated=clock.time(),
+        probes=run,
+        series={r: s for r in refs for s in [series(r, win)] if s is not None},
+        before_after=_compared(win, refs) if mode == CAPTURES else {},
+        softnet=tuple(win.softnet()),
+        queues={d.dev: d.queues for d in win.nics() if d.queues},
     )
 
 
-# ---------------------------------------------------------------------------- renderers
+def _start_probes(
+    host: Host, wanted: bool, ifaces: Optional[Sequence[str]], status: Optional[Status]
+) -> tuple[pe.ProbeRun, Optional[BackgroundProbes]]:
+    """Start loading the probes (when wanted and possible) without waiting for them."""
+    if not wanted:
+        return pe.ProbeRun(pe.OFF), None
+    problem = probe_problem()
+    if problem is not None:
+        return pe.ProbeRun(pe.UNAVAILABLE, missing=problem.missing, fix=problem.fix), None
+    loader = BackgroundProbes.start(host, pe.DIAGNOSE_PROBES, ifaces, status)
+    return pe.ProbeRun(pe.NOT_READY), loader
 
 
-def _finding_dict(f: Finding) -> dict[str, Any]:
-    d = dataclasses.asdict(f)
-    d["severity"] = f.severity.value
-    return d
-
-
-def to_document(report: Report) -> dict[str, Any]:
-    """The JSON document of `lbtune diagnose --json` (stable keys, documented)."""
-    return {
-        "lbtune": lbtune.__version__,
-        "hostname": report.hostname,
-        "kernel": report.kernel,
-        "netns": report.netns,
-        "root": report.root,
-        "mode": report.mode,
-        "window_seconds": report.seconds,
-        "ifaces": list(report.ifaces),
-        "summary": report.counts,
-        "findings": [_finding_dict(f) for f in report.findings],
-        "missing": dict(report.missing),
-    }
-
-
-def describe_window(report: Report) -> str:
-    if report.mode == "live":
-        return f"live, {report.seconds or 0:.1f} s window"
-    if report.mode == "captures":
-        return f"two captures {report.seconds or 0:.0f} s apart"
-    up = report.seconds
-    return "one capture: counters since boot" + (f" ({up / 3600:.1f} h)" if up else "")
-
-
-def rate_text(r: Optional[float]) -> str:
-    if r is None:
-        return "-"
-    if r >= 100:
-        return f"{r:,.0f}/s"
-    return f"{r:.2f}/s"
-
-
-def fix_text(fx: Fix) -> str:
-    parts = [f"{fx.knob}"]
-    if fx.current is not None or fx.needed is not None:
-        parts.append(
-            f": {fx.current if fx.current is not None else '?'} -> "
-            f"{fx.needed if fx.needed is not None else '?'}"
+def _finish_probes(
+    loader: BackgroundProbes, sample: Optional[ProbeSample], seconds: Optional[float]
+) -> pe.ProbeRun:
+    """How the probes' part of the window went, read right after it closed."""
+    if sample is not None:
+        return pe.ran(sample, None if seconds is None else round(seconds, 3))
+    if loader.failure is not None:
+        return pe.ProbeRun(
+            pe.FAILED, missing=loader.failure, fix="`lbtune doctor` shows what the probes need"
         )
-    return "".join(parts)
+    return pe.ProbeRun(
+        pe.NOT_READY,
+        missing=f"the probes were still compiling when the {seconds or 0:.1f} s window closed",
+        fix="a longer --duration (compiling takes seconds)",
+    )
 
 
-def render_markdown(report: Report) -> str:
-    who = report.hostname or "host"
-    lines = [
-        f"# lbtune diagnose: {who}",
-        "",
-        f"- kernel: {report.kernel or '?'}",
-        f"- window: {describe_window(report)}",
-    ]
-    if report.netns:
-        lines.append(f"- network namespace: {report.netns}")
-    c = report.counts
-    lines += [
-        f"- findings: {len(report.findings)} ({c['critical']} critical, {c['warning']} "
-        f"warning, {c['info']} info)",
-        "",
-    ]
-    if not report.findings:
-        lines += ["No packet loss or limit reached in the window.", ""]
-    else:
-        lines += ["| # | severity | object | finding | count | rate |", "|---|---|---|---|---|---|"]
-        for i, f in enumerate(report.findings, 1):
-            lines.append(
-                f"| {i} | {f.severity.value} | `{f.object}` | {f.title} | {f.count:,} | "
-                f"{rate_text(f.rate)} |"
-            )
-        lines.append("")
-        for i, f in enumerate(report.findings, 1):
-            lines += [f"## {i}. {f.title}", "", f"**{f.rule}** on `{f.object}`: {f.cause}", ""]
-            lines.append("Evidence:")
-            for e in f.evidence:
-                lines.append(f"- `{e.counter}` = {e.value:,} ({rate_text(e.rate)}) from {e.source}")
-            lines += ["", "Fix:"]
-            for fx in f.fixes:
-                lines.append(f"- {fix_text(fx)}")
-                if fx.profile_key:
-                    lines.append(f"  - profile: `{fx.profile_key}`")
-                if fx.command:
-                    lines.append(f"  - now: `{fx.command}`")
-                if fx.note:
-                    lines.append(f"  - {fx.note}")
-            lines.append("")
-    if report.missing:
-        lines += ["## Not read", ""]
-        lines += [f"- {k}: {v}" for k, v in sorted(report.missing.items())]
-        lines.append("")
-    return "\n".join(lines)
-
-
-_CSS = (
-    "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}"
-    "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}"
-    ".critical{color:#b00020;font-weight:bold}.warning{color:#a65e00}.info{color:#555}"
-    "code{background:#f4f4f4;padding:0 .2em}"
-)
-
-
-def render_html(report: Report) -> str:
-    e = html.escape
-    who = e(report.hostname or "host")
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>lbtune diagnose: {who}</title><style>{_CSS}</style></head><body>",
-        f"<h1>lbtune diagnose: {who}</h1>",
-        f"<p>kernel {e(report.kernel or '?')}; {e(describe_window(report))}"
-        + (f"; netns {e(report.netns)}" if report.netns else "")
-        + f"; {len(report.findings)} findings</p>",
-    ]
-    if not report.findings:
-        out.append("<p>No packet loss or limit reached in the window.</p>")
-    else:
-        out.append(
-            "<table><tr><th>#</th><th>severity</th><th>object</th><th>finding</th>"
-            "<th>count</th><th>rate</th></tr>"
-        )
-        for i, f in enumerate(report.findings, 1):
-            out.append(
-                f'<tr><td>{i}</td><td class="{f.severity.value}">{f.severity.value}</td>'
-                f"<td><code>{e(f.object)}</code></td><td>{e(f.title)}</td>"
-                f"<td>{f.count:,}</td><td>{e(rate_text(f.rate))}</td></tr>"
-            )
-        out.append("</table>")
-        for i, f in enumerate(report.findings, 1):
-            out.append(f'<h2 class="{f.severity.value}">{i}. {e(f.title)}</h2>')
-            out.append(f"<p><b>{e(f.rule)}</b> on <code>{e(f.object)}</code>: {e(f.cause)}</p>")
-            out.append("<p>Evidence:</p><ul>")
-            for ev in f.evidence:
-                out.append(
-                    f"<li><code>{e(ev.counter)}</code> = {ev.value:,} ({e(rate_text(ev.rate))}) "
-                    f"from {e(ev.source)}</li>"
-                )
-            out.append("</ul><p>Fix:</p><ul>")
-            for fx in f.fixes:
-                extra = ""
-                if fx.profile_key:
-                    extra += f"<br>profile: <code>{e(fx.profile_key)}</code>"
-                if fx.command:
-                    extra += f"<br>now: <code>{e(fx.command)}</code>"
-                if fx.note:
-                    extra += f"<br>{e(fx.note)}"
-                out.append(f"<li>{e(fix_text(fx))}{extra}</li>")
-            out.append("</ul>")
-    if report.missing:
-        out.append("<h2>Not read</h2><ul>")
-        out += [f"<li>{e(k)}: {e(v)}</li>" for k, v in sorted(report.missing.items())]
-        out.append("</ul>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+def _compared(win: Window, refs: Sequence[CounterRef]) -> dict[CounterRef, BeforeAfter]:
+    """Each evidence counter since boot up to the baseline capture and between the two."""
+    if win.before is None or win.before.uptime is None:
+        return {}
+    return {r: c for r in refs for c in [before_after(r, win)] if c is not None}

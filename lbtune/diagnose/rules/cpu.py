@@ -1,0 +1,282 @@
+"""Rules for the receive path on the CPUs: backlog drops, time squeeze, IRQ spread/placement.
+
+softnet_stat, /proc/softirqs and /proc/interrupts are per host even inside a network
+namespace, and so are the sysctls that size this path (netdev_max_backlog, netdev_budget*):
+a namespace does not even show them, so from one these fixes are HOST fixes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Optional
+
+from lbtune.diagnose.context import Context
+from lbtune.diagnose.finding import MANUAL, Finding, Fix, ProfileSetting
+from lbtune.diagnose.rules.base import finding, moved, nic_setting, shown, since, sysctl_fix
+from lbtune.diagnose.rules.registry import rule
+from lbtune.host.cpulist import format_cpulist
+from lbtune.observe import counters as C
+from lbtune.observe.counters import CounterRef
+from lbtune.observe.softnet import SOFTNET
+from lbtune.tune.lint import NETDEV_BUDGET_MAX, NETDEV_MAX_BACKLOG_MAX
+from lbtune.vocab import Level
+
+# The kernel's defaults, used to size a fix when the value cannot be read (a namespace).
+_NETDEV_MAX_BACKLOG = 1000
+_NETDEV_BUDGET = 300
+_NETDEV_BUDGET_USECS = 2000
+
+
+@rule(
+    "cpu-backlog-drop",
+    "per-CPU input backlog full (netdev_max_backlog): packets dropped",
+    sysctls=("net.core.netdev_max_backlog",),
+)
+def cpu_backlog_drop(ctx: Context) -> Iterator[Finding]:
+    current = ctx.sysctl_int("net.core.netdev_max_backlog")
+    for d in ctx.window.softnet():
+        if d.dropped <= 0:
+            continue
+        yield finding(
+            ctx,
+            "cpu-backlog-drop",
+            f"CPU {d.cpu} input backlog overflow",
+            Level.FAIL,
+            f"cpu {d.cpu}",
+            f"{d.dropped} packets dropped {since(ctx)} on CPU {d.cpu} because its input "
+            f"backlog (RPS/RFS, veth, loopback, non-NAPI drivers) held "
+            f"net.core.netdev_max_backlog = {shown(current)} packets; it processed "
+            f"{d.processed}.",
+            d.dropped,
+            "packets",
+            [
+                moved(
+                    ctx,
+                    f"softnet[cpu{d.cpu}].dropped",
+                    d.dropped,
+                    SOFTNET,
+                    CounterRef(C.SOFTNET, (d.cpu, "dropped")),
+                )
+            ],
+            [_backlog_fix(ctx, current, d.cpu)],
+        )
+
+
+def _backlog_fix(ctx: Context, current: Optional[int], cpu: int) -> Fix:
+    """A deeper backlog, up to what `profile lint` accepts; beyond that depth only adds
+    latency, and the fix is to give the CPU less to do."""
+    needed = min(NETDEV_MAX_BACKLOG_MAX, max(4 * (current or _NETDEV_MAX_BACKLOG), 16384))
+    if current is not None and needed <= current:
+        return Fix(
+            knob=f"receive work on CPU {cpu}",
+            current=None,
+            desired=None,
+            note=f"net.core.netdev_max_backlog is already {current}: a deeper queue only adds "
+            "latency; spread the receive work (RPS, more queues) or make the CPU less busy",
+            scope=MANUAL,
+        )
+    return sysctl_fix(ctx, "net.core.netdev_max_backlog", needed)
+
+
+_MIN_SQUEEZE = 10
+
+
+@rule(
+    "time-squeeze",
+    "NAPI ran out of budget or time with work left (per CPU)",
+    sysctls=("net.core.netdev_budget", "net.core.netdev_budget_usecs"),
+)
+def time_squeeze(ctx: Context) -> Iterator[Finding]:
+    budget = ctx.sysctl_int("net.core.netdev_budget")
+    usecs = ctx.sysctl_int("net.core.netdev_budget_usecs")
+    for d in ctx.window.softnet():
+        # A rare squeeze is normal scheduling noise: report ten or more, and at least one
+        # per 10,000 packets processed.
+        if d.time_squeeze < _MIN_SQUEEZE or d.time_squeeze * 10000 < d.processed:
+            continue
+        yield finding(
+            ctx,
+            "time-squeeze",
+            f"CPU {d.cpu} softirq time squeeze",
+            Level.WARN,
+            f"cpu {d.cpu}",
+            f"{d.time_squeeze} times {since(ctx)} the receive softirq on CPU {d.cpu} stopped "
+            f"with packets still waiting (net.core.netdev_budget = {shown(budget)} packets or "
+            f"netdev_budget_usecs = {shown(usecs)} us used up); the rest waits for ksoftirqd "
+            "and the NIC ring fills meanwhile.",
+            d.time_squeeze,
+            "squeezes",
+            [
+                moved(
+                    ctx,
+                    f"softnet[cpu{d.cpu}].time_squeeze",
+                    d.time_squeeze,
+                    SOFTNET,
+                    CounterRef(C.SOFTNET, (d.cpu, "time_squeeze")),
+                )
+            ],
+            [
+                sysctl_fix(
+                    ctx,
+                    "net.core.netdev_budget",
+                    min(NETDEV_BUDGET_MAX, max(600, 2 * (budget or _NETDEV_BUDGET))),
+                ),
+                sysctl_fix(
+                    ctx,
+                    "net.core.netdev_budget_usecs",
+                    max(4000, 2 * (usecs or _NETDEV_BUDGET_USECS)),
+                ),
+            ],
+        )
+
+
+_MIN_NET_RX = 2000  # NET_RX softirqs in the window below which balance does not matter
+
+
+@rule("irq-imbalance", "one CPU takes most of the receive softirq work")
+def irq_imbalance(ctx: Context) -> Iterator[Finding]:
+    per_cpu = ctx.window.softirq("NET_RX")
+    total = sum(per_cpu.values())
+    if len(per_cpu) < 4 or total < _MIN_NET_RX:
+        return
+    cpu, top = max(per_cpu.items(), key=lambda kv: kv[1])
+    share = top / total
+    if share < 0.5:
+        return
+    yield finding(
+        ctx,
+        "irq-imbalance",
+        f"CPU {cpu} handles {share:.0%} of NET_RX softirqs",
+        Level.WARN,
+        f"cpu {cpu}",
+        f"{top} of {total} receive softirqs {since(ctx)} ran on CPU {cpu} out of "
+        f"{len(per_cpu)} CPUs: receive work is not spread (single queue, IRQs pinned to one "
+        "core, or RSS hashing few flows to one queue).",
+        top,
+        "softirqs",
+        [
+            moved(
+                ctx,
+                f"softirqs NET_RX cpu{cpu}",
+                top,
+                "/proc/softirqs",
+                CounterRef(C.SOFTIRQ, ("NET_RX", cpu)),
+            )
+        ],
+        [
+            Fix(
+                knob="queue IRQ affinity / RPS",
+                current=None,
+                desired=None,
+                settings=_local_irqs(_nics_on(ctx, cpu) or ["data"]),
+                note="one queue per core with IRQs spread over NUMA-local cores; RPS when the "
+                "NIC has a single queue"
+                + ("" if _nics_on(ctx, cpu) else " (the NIC is not known here: --iface IF)"),
+            )
+        ],
+    )
+
+
+def _nics_on(ctx: Context, cpu: int) -> list[str]:
+    """NICs whose queue IRQs fired on `cpu` in the window."""
+    return sorted(
+        nic.name
+        for nic in ctx.nics.values()
+        if any(ctx.window.irq(qi.irq).get(cpu, 0) > 0 for qi in nic.irqs)
+    )
+
+
+@rule("irq-placement", "NIC queue IRQs running on isolated or remote-NUMA CPUs")
+def irq_placement(ctx: Context) -> Iterator[Finding]:
+    topo = ctx.topology
+    if topo is None:
+        return
+    for nic in ctx.nics.values():
+        node = nic.numa_node
+        local = topo.node_cpus(node) if node is not None and node >= 0 else frozenset()
+        isolated: list[tuple[Any, int, set[int]]] = []
+        remote: list[tuple[Any, int, set[int]]] = []
+        for qi in nic.irqs:
+            fired = ctx.window.irq(qi.irq)
+            busy = {cpu for cpu, n in fired.items() if n > 0}
+            if not busy:
+                continue
+            count = sum(fired.values())
+            if busy & topo.isolated:
+                isolated.append((qi, count, busy & topo.isolated))
+            elif len(topo.nodes) > 1 and local and not (busy & local):
+                remote.append((qi, count, busy))
+        for group, problem in ((isolated, "isolated"), (remote, "remote")):
+            if not group:
+                continue
+            count = sum(c for _, c, _ in group)
+            cpus_hit = sorted(set().union(*(b for _, _, b in group)))
+            irqs = ", ".join(f"{qi.irq} (queue {qi.queue})" for qi, _, _ in group)
+            if problem == "isolated":
+                title = f"{nic.name}: {len(group)} queue IRQs run on isolated CPUs"
+                cause = (
+                    f"IRQs {irqs} of {nic.name} fired {count} times {since(ctx)} on isolated "
+                    f"CPU(s) {_cpus(cpus_hit)}, which should run only the pinned workload."
+                )
+                needed = (local or topo.online) - topo.isolated
+                note = "and ban the isolated CPUs in irqbalance ([irqbalance] ban)"
+            else:
+                title = f"{nic.name}: {len(group)} queue IRQs run on a remote NUMA node"
+                cause = (
+                    f"IRQs {irqs} of {nic.name} (NUMA node {node}) fired {count} times "
+                    f"{since(ctx)} only on CPU(s) {_cpus(cpus_hit)} of another node: every "
+                    "packet crosses the socket interconnect."
+                )
+                needed = local - topo.isolated
+                note = ""
+            current = sorted(
+                set().union(*((qi.effective or qi.affinity or set()) for qi, _, _ in group))
+            )
+            if ctx.window.cumulative and current and set(current) <= needed:
+                # Counted since boot, but placed right now (irqbalance or an earlier tune
+                # moved them): history, nothing to fix.
+                continue
+            yield finding(
+                ctx,
+                "irq-placement",
+                title,
+                Level.WARN,
+                f"{nic.name} irqs",
+                cause,
+                count,
+                "interrupts",
+                [
+                    moved(
+                        ctx,
+                        f"/proc/interrupts irq {qi.irq}",
+                        c,
+                        "/proc/interrupts",
+                        CounterRef(C.IRQ, (qi.irq,)),
+                    )
+                    for qi, c, _ in group
+                ],
+                [
+                    Fix(
+                        knob=f"{nic.name} queue IRQ affinity",
+                        current=_cpus(current),
+                        desired=_cpus(needed),
+                        settings=_local_irqs([nic.name]),
+                        note=note,
+                    )
+                ],
+            )
+
+
+def _local_irqs(devs: list[str]) -> tuple[ProfileSetting, ...]:
+    """Queue IRQs over NUMA-local cores, and irqbalance stopped so it does not move them back
+    (`profile lint` flags affinity that irqbalance would undo)."""
+    return (
+        *(nic_setting(dev, "irq_affinity", ("strategy", "local")) for dev in devs),
+        IRQBALANCE_STOPPED,
+    )
+
+
+IRQBALANCE_STOPPED = ProfileSetting(("irqbalance",), "state", (("value", "stopped"),))
+
+
+def _cpus(cpus: Optional[Iterable[int]]) -> Optional[str]:
+    return None if cpus is None else format_cpulist(frozenset(cpus))
