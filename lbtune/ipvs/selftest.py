@@ -1,0 +1,240 @@
+"""The DR self-test: connect to every VIP service like a client and judge what happened.
+
+For each service of a config: N exchanges from a client (another network namespace, or
+this host when it is not the director), which real server answered each one, the
+failures, and whether the traffic really took the DR path:
+
+- the director scheduled it: the service's IPVS connection and packet counters grew;
+- replies bypassed the director: its OutPkts stayed 0 (in DR it only sees client->server);
+- nobody else answers ARP for the VIP: a real server with the kernel's default ARP
+  settings answers too, and then some clients (or the router) send straight to it.
+
+Which real server answered: the first configured real-server address found in the reply
+(a web server that prints its own address, a TCP banner), else the real server whose IPVS
+connection count grew during that exchange. IPVS statistics are updated by the kernel's
+rate estimator every 2 seconds, so the counters after the run are read once that period
+has passed.
+
+`client_exchanges` is the client side alone, for callers that bring their own director
+(the embedded lab).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from lbtune.errors import BadInput
+from lbtune.host import addr as addrs
+from lbtune.host.arp import ArpAnswer, arp_probe
+from lbtune.host.host import Host
+from lbtune.host.ipvs import Destination, Service, ipvs_of
+from lbtune.host.netns import NetnsThread
+from lbtune.host.probe import Exchange, exchange
+from lbtune.ipvs.config import DirectorConfig, VirtualService
+from lbtune.vocab import Level
+
+ESTIMATOR_PERIOD_S = 2.0  # net/netfilter/ipvs/ip_vs_est.c: counters are folded in every 2 s
+
+
+def http_request(addr: str) -> bytes:
+    host = f"[{addr}]" if ":" in addr else addr
+    return f"GET / HTTP/1.0\r\nHost: {host}\r\nUser-Agent: lbtune-selftest\r\n\r\n".encode()
+
+
+def client_exchanges(
+    protocol: str,
+    addr: str,
+    port: int,
+    n: int,
+    request: Optional[bytes] = None,
+    timeout: float = 2.0,
+    netns: Optional[str] = None,
+) -> list[Exchange]:
+    """N exchanges with addr:port from network namespace `netns` (None: here), one after
+    the other. `request` defaults to an HTTP/1.0 GET; b"" sends nothing (banner services)."""
+    req = http_request(addr) if request is None else request
+    with NetnsThread(netns) as client:
+        return [client.call(exchange, protocol, addr, port, req, timeout) for _ in range(n)]
+
+
+@dataclass(frozen=True)
+class ServiceResult:
+    service: str
+    attempts: int
+    ok: int
+    errors: tuple[tuple[str, int], ...]  # (error, how many)
+    distribution: tuple[tuple[str, int], ...]  # (real server address, answers)
+    unattributed: int  # answered, but by which real server could not be told
+    director: bool  # this host holds the service in IPVS (counters below are known)
+    conns: Optional[int]  # deltas of the service's IPVS counters over the run
+    inpkts: Optional[int]
+    outpkts: Optional[int]
+    arp: tuple[str, ...]  # MACs that answered ARP for the VIP from the client
+    level: Level
+    reason: str
+
+
+@dataclass(frozen=True)
+class SelftestReport:
+    source: str
+    client: str  # "netns NAME" or "this host"
+    results: tuple[ServiceResult, ...]
+
+    @property
+    def level(self) -> Level:
+        return min((r.level for r in self.results), key=lambda lv: lv.rank, default=Level.SKIP)
+
+
+def _who(reply: bytes, servers: Sequence[str]) -> Optional[str]:
+    text = reply.decode("latin-1")
+    for s in servers:
+        if re.search(rf"(?<![0-9A-Za-z.:]){re.escape(s)}(?![0-9A-Za-z:]|\.[0-9])", text):
+            return s
+    return None
+
+
+def _conn_counts(dests: Optional[Sequence[Destination]]) -> dict[str, int]:
+    return {d.key.addr: d.active + d.inactive for d in dests or ()}
+
+
+def _grown(before: dict[str, int], after: dict[str, int]) -> Optional[str]:
+    grown = [a for a, c in after.items() if c > before.get(a, 0)]
+    return grown[0] if len(grown) == 1 else None
+
+
+def _probe_service(
+    host: Host, client: NetnsThread, svc: VirtualService, n: int, request: Optional[bytes],
+    timeout: float, director: bool,
+) -> tuple[list[Exchange], list[Optional[str]]]:
+    key = svc.key
+    servers = [rs.address for rs in svc.servers]
+    req = http_request(key.addr) if request is None else request
+    session = ipvs_of(host)
+    got: list[Exchange] = []
+    who: list[Optional[str]] = []
+    for _ in range(n):
+        before = _conn_counts(session.destinations(key)) if director else {}
+        ex = client.call(exchange, key.protocol, key.addr, key.port, req, timeout)
+        after = _conn_counts(session.destinations(key)) if director else {}
+        got.append(ex)
+        if not ex.ok:
+            who.append(None)
+            continue
+        who.append(_who(ex.reply, servers) or _grown(before, after))
+    return got, who
+
+
+def _arp(client: NetnsThread, vip: str) -> tuple[str, ...]:
+    try:
+        answers: list[ArpAnswer] = client.call(arp_probe, vip, None, 0.6)
+    except (BadInput, OSError):
+        return ()
+    return tuple(a.mac for a in answers)
+
+
+def _director_macs(host: Host, vip: str) -> set[str]:
+    macs = set()
+    for a in addrs.addresses(host):
+        if a.addr == vip:
+            mac = addrs.link_mac(host, a.ifname)
+            if mac:
+                macs.add(mac)
+    return macs
+
+
+def _counter_deltas(
+    before: Optional[Service], after: Optional[Service]
+) -> tuple[Optional[int], Optional[int], Optional[int]]:
+    if before is None or after is None:
+        return None, None, None
+    b, a = before.counters, after.counters
+    return a.conns - b.conns, a.inpkts - b.inpkts, a.outpkts - b.outpkts
+
+
+def _judge(svc: VirtualService, exs: Sequence[Exchange], who: Sequence[Optional[str]],
+           deltas: tuple[Optional[int], Optional[int], Optional[int]], arp: tuple[str, ...],
+           director_macs: set[str], director: bool) -> tuple[Level, str]:
+    ok = sum(1 for e in exs if e.ok)
+    _conns, inpkts, outpkts = deltas
+    strangers = [m for m in arp if director_macs and m not in director_macs]
+    if strangers:
+        return Level.FAIL, (f"VIP {svc.key.addr} is also answered on ARP by {', '.join(strangers)}"
+                            " (a real server without arp_ignore=1/arp_announce=2?): those "
+                            "clients bypass the director")
+    if len(arp) > 1 and not director_macs:
+        return Level.FAIL, (f"{len(arp)} hosts answer ARP for VIP {svc.key.addr} "
+                            f"({', '.join(arp)}): a real server is taking the VIP's traffic")
+    if ok < len(exs):
+        return Level.FAIL, f"{len(exs) - ok} of {len(exs)} exchanges failed"
+    if director and inpkts == 0:
+        return Level.FAIL, ("answered, but not through this director (its IPVS counters did not "
+                            "move): the VIP reaches another host")
+    if director and outpkts:
+        return Level.WARN, (f"{outpkts} reply packet(s) went through the director: not direct "
+                            "routing (NAT, or real servers route replies via the director)")
+    answered = {w for w in who if w}
+    idle = [rs.address for rs in svc.servers if rs.weight > 0 and rs.address not in answered]
+    if idle and len(exs) >= 3 * max(1, len(svc.servers)):
+        return Level.WARN, f"real server(s) {', '.join(idle)} never answered in {len(exs)} tries"
+    if director:
+        return Level.PASS, (f"{ok}/{len(exs)} answered via the director, replies bypassed it "
+                            f"(IPVS in {inpkts} / out {outpkts} packets)")
+    return Level.PASS, f"{ok}/{len(exs)} answered"
+
+
+def run_selftest(
+    host: Host,
+    cfg: DirectorConfig,
+    n: int = 10,
+    from_netns: Optional[str] = None,
+    request: Optional[bytes] = None,
+    timeout: float = 2.0,
+) -> SelftestReport:
+    """Probe every address:port service of `cfg` n times from `from_netns` (None: here)."""
+    if n < 1 or n > 100000:
+        raise BadInput(f"-n {n}: expected 1 to 100000 exchanges per service")
+    session = ipvs_of(host)
+    table = session.table() if host.is_live and session.available() else {}
+    services = [s for s in cfg.services if s.key.protocol in ("tcp", "udp")]
+    if not services:
+        raise BadInput(f"{cfg.source}: no tcp or udp service to probe (fwmark and sctp "
+                       "services are not probed)")
+    local = addrs.local_addresses(host)
+    if from_netns is None and any(s.key.addr in local and s.key in table for s in services):
+        raise BadInput("this host is the director of these services and cannot test its own "
+                       "VIP through IPVS: run from a client (--from-netns NS, or another host)")
+    results = []
+    with NetnsThread(from_netns) as client:
+        before = {s.key: session.service(s.key, fresh=True) if s.key in table else None
+                  for s in services}
+        runs = []
+        for svc in services:
+            director = svc.key in table
+            exs, who = _probe_service(host, client, svc, n, request, timeout, director)
+            arp = _arp(client, svc.key.addr) if svc.key.family == 4 else ()
+            runs.append((svc, exs, who, arp, director))
+        if any(before.values()):
+            time.sleep(ESTIMATOR_PERIOD_S + 0.2)
+    for svc, exs, who, arp, director in runs:
+        after = ipvs_of(host).service(svc.key, fresh=True) if director else None
+        deltas = _counter_deltas(before[svc.key], after)
+        level, reason = _judge(svc, exs, who, deltas, arp, _director_macs(host, svc.key.addr),
+                               director)
+        errors: dict[str, int] = {}
+        for e in exs:
+            if not e.ok:
+                errors[e.error] = errors.get(e.error, 0) + 1
+        dist: dict[str, int] = {}
+        for w in who:
+            if w:
+                dist[w] = dist.get(w, 0) + 1
+        results.append(ServiceResult(
+            svc.key.ident, len(exs), sum(1 for e in exs if e.ok), tuple(errors.items()),
+            tuple(sorted(dist.items())), sum(1 for e, w in zip(exs, who) if e.ok and not w),
+            director, *deltas, arp, level, reason,
+        ))
+    client_name = f"netns {from_netns}" if from_netns else "this host"
+    return SelftestReport(cfg.source, client_name, tuple(results))
