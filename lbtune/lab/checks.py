@@ -7,7 +7,6 @@ modules: inside the lab that is harmless, on a real host it is a change to the m
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import subprocess
@@ -16,8 +15,6 @@ from typing import Any
 from lbtune.errors import NeedsPrivilege
 from lbtune.lab.guest import running_on_uml
 
-IPVS_CMD_GET_INFO = 15  # include/uapi/linux/ip_vs.h
-IPVS_GENL_VERSION = 1
 PROC_IP_VS = "/proc/net/ip_vs"
 
 _PROC_VERSION_RE = re.compile(r"IP Virtual Server version (\d+)\.(\d+)\.(\d+) \(size=(\d+)\)")
@@ -61,58 +58,23 @@ def load_module(name: str, timeout: float = 60.0) -> None:
         raise KernelFeatureMissing(f"modprobe {name} failed: {detail}")
 
 
-def format_ipvs_version(code: int) -> str:
-    """IPVS packs its version as 0x00MMmmpp: 0x010201 -> "1.2.1"."""
-    return f"{(code >> 16) & 0xFF}.{(code >> 8) & 0xFF}.{code & 0xFF}"
-
-
-@functools.cache
-def _ipvs_info_msg() -> Any:
-    """Message class for IPVS_CMD_GET_INFO replies.
-
-    pyroute2's ipvsmsg maps top-level attributes as IPVS_CMD_ATTR_* (1 = a nested service),
-    but GET_INFO replies carry IPVS_INFO_ATTR_VERSION (1) and _CONN_TAB_SIZE (2), both u32.
-    """
-    from pyroute2.netlink import genlmsg
-
-    class ipvs_info_msg(genlmsg):  # type: ignore[misc]
-        prefix = "IPVS_INFO_ATTR_"
-        nla_map = (
-            ("IPVS_INFO_ATTR_UNSPEC", "none"),
-            ("IPVS_INFO_ATTR_VERSION", "uint32"),
-            ("IPVS_INFO_ATTR_CONN_TAB_SIZE", "uint32"),
-        )
-
-    return ipvs_info_msg
-
-
 def ipvs_info_netlink() -> dict[str, Any]:
     """IPVS version and connection table size via generic netlink (IPVS_CMD_GET_INFO)."""
-    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
-    from pyroute2.netlink.generic import GenericNetlinkSocket
+    from lbtune.host.ipvs import IpvsSocket, IpvsUnavailable, read_info
 
-    msg_class = _ipvs_info_msg()
-    sock = GenericNetlinkSocket()
     try:
-        try:
-            sock.bind("IPVS", msg_class)
-        except Exception as exc:  # pyroute2 raises NetlinkError(ENOENT) when ip_vs is absent
-            raise KernelFeatureMissing(f"IPVS generic netlink family not available: {exc}") from exc
-        msg = msg_class()
-        msg["cmd"] = IPVS_CMD_GET_INFO
-        msg["version"] = IPVS_GENL_VERSION
-        replies = sock.nlm_request(msg, msg_type=sock.prid, msg_flags=NLM_F_REQUEST | NLM_F_ACK)
-        for reply in replies:
-            code = reply.get_attr("IPVS_INFO_ATTR_VERSION")
-            if code is not None:
-                return {
-                    "version": format_ipvs_version(int(code)),
-                    "version_code": int(code),
-                    "conn_tab_size": int(reply.get_attr("IPVS_INFO_ATTR_CONN_TAB_SIZE") or 0),
-                }
+        sock = IpvsSocket()
+    except IpvsUnavailable as exc:
+        raise KernelFeatureMissing(f"IPVS generic netlink family not available: {exc}") from exc
+    try:
+        info = read_info(sock)
     finally:
         sock.close()
-    raise KernelFeatureMissing("IPVS_CMD_GET_INFO returned no version")
+    return {
+        "version": info.version,
+        "version_code": info.version_code,
+        "conn_tab_size": info.conn_tab_size,
+    }
 
 
 def ipvs_version() -> dict[str, Any]:

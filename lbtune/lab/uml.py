@@ -53,7 +53,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping, Optional, Sequence
+from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from lbtune.errors import ExitCode, LbtuneError, NeedsPrivilege
 from lbtune.lab.guest import IN_LAB_ENV, split_target
@@ -62,6 +62,11 @@ ENV_KERNEL = "LBTUNE_LAB_KERNEL"
 ENV_MODULES = "LBTUNE_LAB_MODULES"
 ENV_FPU = "LBTUNE_LAB_FPU"
 ENV_KEEP = "LBTUNE_LAB_KEEP"
+ENV_WORKDIR = "LBTUNE_LAB_WORKDIR"  # inside the guest: the run's work directory (hostfs)
+WATCH_INTERVAL = 0.25  # seconds between calls of a run's watch callback
+
+# Called with the work directory while the guest runs (progress files the guest writes).
+Watch = Callable[[Path], None]
 
 DEFAULT_KERNEL = "/usr/bin/linux.uml"
 DEFAULT_MODULES_ROOT = "/usr/lib/uml/modules"
@@ -570,6 +575,7 @@ def _boot(
     cwd: Optional[str],
     env: Optional[Mapping[str, str]],
     label: str,
+    watch: Optional[Watch] = None,
 ) -> _Boot:
     wd = str(workdir)
     _check_mount_path(wd)
@@ -588,6 +594,7 @@ def _boot(
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         IN_LAB_ENV: "1",
+        ENV_WORKDIR: wd,
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(pythonpath),
@@ -647,7 +654,7 @@ def _boot(
         proc = _spawn(cmdline, console_fh, _host_env(host_extra), wd)
         finished = False
         try:
-            finished = _wait_exit_nowait(proc.pid, timeout)
+            finished = _wait_for_guest(proc.pid, timeout, workdir, watch)
         finally:
             survivors = _reap_group(proc)
     duration = time.monotonic() - start
@@ -675,6 +682,19 @@ def _boot(
             result=_result_of(boot, label, None),
         )
     return boot
+
+
+def _wait_for_guest(pid: int, timeout: float, workdir: Path, watch: Optional[Watch]) -> bool:
+    """Wait for UML to exit (False on timeout), calling watch every WATCH_INTERVAL."""
+    if watch is None:
+        return _wait_exit_nowait(pid, timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        finished = _wait_exit_nowait(pid, min(WATCH_INTERVAL, max(0.0, remaining)))
+        watch(workdir)
+        if finished or remaining <= 0:
+            return finished
 
 
 def _spawn(
@@ -715,6 +735,7 @@ def run_in_lab(
     kernel: Optional[LabKernel] = None,
     cwd: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
+    watch: Optional[Watch] = None,
 ) -> LabResult:
     """Call ``target(*args)`` inside a freshly booted lab kernel and return its result.
 
@@ -722,6 +743,8 @@ def run_in_lab(
     and the return value must be JSON-serialisable. An exception inside the guest raises
     LabError carrying the guest traceback; a run longer than timeout seconds raises LabTimeout
     after killing the UML process group; LabUnavailable when there is no usable lab kernel.
+    ``watch(workdir)`` is called every WATCH_INTERVAL seconds while the guest runs (the guest
+    finds that directory in ``$LBTUNE_LAB_WORKDIR``: progress files it writes there).
     """
     split_target(target)  # ValueError before booting anything
     json_args = json.dumps(list(args))
@@ -729,7 +752,11 @@ def run_in_lab(
     with _Workdir() as workdir:
         result_file = workdir / "result.json"
         argv = [sys.executable, "-m", "lbtune.lab.guest", target, json_args, str(result_file)]
-        boot = _boot(lab, workdir, argv, timeout=timeout, cwd=cwd, env=env, label=target)
+        boot = _boot(
+            lab, workdir, argv, timeout=timeout, cwd=cwd, env=env, label=target, watch=watch
+        )
+        if watch is not None:
+            watch(workdir)  # the last lines the guest wrote before powering off
         raw = _read_text(result_file)
         if not raw:
             raise LabError(
