@@ -1,0 +1,405 @@
+"""The monitor app: panels over a feed, keys, and the worker threads that keep the UI free.
+
+A worker thread iterates the `Feed` (sampling, probe reads) and builds each `Frame`
+(`FrameBuilder`: rules included); it reaches the widgets only through typed messages
+(`FrameReady`, `FeedEnded`), as harlequin does with its data sources. Writing a report is
+another worker (`ReportWritten`). The UI thread only lays frames out, so it never waits for
+the kernel, bcc or the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from functools import lru_cache
+from typing import Any, Callable, Optional
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.strip import Strip
+from textual.widget import Widget
+from textual.widgets import Footer, Static
+
+from lbtune.tui.feed import Feed
+from lbtune.tui.frame import Frame, FrameBuilder
+from lbtune.tui.lines import Line, line
+from lbtune.tui.panels import conntrack, cpus, drops, findings, listen, queues
+from lbtune.tui.screens import HelpScreen, InterfaceScreen, ReportRequest, ReportScreen
+
+INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+@lru_cache(maxsize=64)
+def _style(name: str) -> Style:
+    return Style.parse(name)
+
+
+class FrameReady(Message):
+    """A new frame from the feed's worker."""
+
+    def __init__(self, frame: Frame) -> None:
+        super().__init__()
+        self.frame = frame
+
+
+class FeedEnded(Message):
+    """The feed has no more ticks (a replay's end, a recorded tree) or failed."""
+
+    def __init__(self, error: Optional[str]) -> None:
+        super().__init__()
+        self.error = error
+
+
+class ReportWritten(Message):
+    def __init__(self, path: Optional[str], findings: int, error: Optional[str]) -> None:
+        super().__init__()
+        self.path = path
+        self.findings = findings
+        self.error = error
+
+
+Draw = Callable[["Frame", "MonitorApp", int], list[Line]]
+
+
+class PanelView(Widget):
+    """One panel: the lines a draw function makes of the latest frame for the panel's width.
+
+    A new frame redraws only the lines that changed (the strips of the others are kept), and
+    the layout is refreshed only when the number of lines changes: most of a refresh is the
+    same text as a second ago, and measuring and rendering it all again every second was
+    where the monitor spent most of its CPU.
+    """
+
+    DEFAULT_CSS = "PanelView { height: auto; }"
+
+    def __init__(self, title: str, draw: Draw, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.title = title
+        self.draw = draw
+        self._source: Optional[tuple[Frame, MonitorApp]] = None
+        self._lines: list[Line] = [line(("waiting for the first refresh...", ""))]
+        self._width = 0  # the width self._lines were made for (0: not laid out yet)
+        self._strips: dict[int, Strip] = {}
+
+    def show(self, frame: Frame, app: MonitorApp) -> None:
+        self._source = (frame, app)
+        width = self.size.width
+        if width <= 0:
+            self._width = 0
+            self.refresh(layout=True)
+            return
+        old = self._lines
+        new = self.draw(frame, app, width)
+        self._lines, self._width = new, width
+        if len(new) != len(old):
+            self._strips.clear()
+            self.refresh(layout=True)
+            return
+        changed = [y for y, (a, b) in enumerate(zip(old, new)) if a != b]
+        for y in changed:
+            self._strips.pop(y, None)
+        if changed:
+            self.refresh(*(Region(0, y, width, 1) for y in changed))
+
+    def _layout_for(self, width: int) -> None:
+        if width != self._width and width > 0:
+            if self._source is not None:
+                self._lines = self.draw(self._source[0], self._source[1], width)
+            self._width = width
+            self._strips.clear()
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        self._layout_for(width)
+        return len(self._lines)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        self._layout_for(width)
+        strip = self._strips.get(y)
+        if strip is None:
+            base = self.visual_style.rich_style
+            spans = self._lines[y] if y < len(self._lines) else ()
+            segments = [Segment(t, base + _style(s) if s else base) for t, s in spans]
+            strip = Strip(segments).extend_cell_length(width, base).crop(0, width)
+            self._strips[y] = strip
+        return strip
+
+    @property
+    def content(self) -> Text:
+        """The panel as rich text (what is on screen, for tests and reports)."""
+        out = Text()
+        for i, spans in enumerate(self._lines):
+            if i:
+                out.append("\n")
+            for t, s in spans:
+                out.append(t, style=s)
+        return out
+
+
+class MonitorApp(App[int]):
+    """`lbtune monitor`: see docs/monitor.md for every panel and key."""
+
+    TITLE = "lbtune monitor"
+    CSS = """
+    Screen { layout: vertical; }
+    #header { height: 1; background: $panel; color: $text; padding: 0 1; }
+    #status { height: 1; padding: 0 1; color: $text-muted; }
+    #body { height: 1fr; }
+    #left { width: 1fr; }
+    #right { width: 1fr; }
+    .panel { border: round $primary-darken-2; padding: 0 1; height: auto; }
+    #drops-box { height: auto; max-height: 45%; }
+    #listen-box { height: auto; max-height: 25%; }
+    #conntrack-box { height: auto; }
+    #findings-box { height: 1fr; min-height: 5; }
+    #queues-box { height: 1fr; min-height: 6; }
+    #cpus-box { height: 1fr; min-height: 6; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("p", "pause", "Pause"),
+        Binding("i", "choose_iface", "Interface"),
+        Binding("b", "toggle_probes", "Probes"),
+        Binding("plus,equals_sign", "interval(-1)", "Faster", key_display="+"),
+        Binding("minus", "interval(1)", "Slower", key_display="-"),
+        Binding("w", "write_report", "Report"),
+        Binding("c", "condense", "Condense"),
+        Binding("question_mark,h,f1", "help", "Help", key_display="?"),
+    ]
+
+    def __init__(
+        self,
+        feed: Feed,
+        iface: Optional[str] = None,
+        report_dir: Optional[str] = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.feed = feed
+        self.iface = iface
+        self.paused = False
+        self.condensed = len(feed.host.topology.cpus) > 16 if feed.host.topology else False
+        self.frame: Optional[Frame] = None
+        self.frames = 0  # frames received (shown or not)
+        self.ended: Optional[str] = None
+        self.report_dir = report_dir or os.getcwd()
+        self.last_report: Optional[str] = None
+        self._clock = clock
+        self._stop = threading.Event()
+        self._builder = FrameBuilder(feed.host)
+        self._builder_lock = threading.Lock()
+        self._shown_header: Optional[Text] = None
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._header_text(), id="header")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield self._box("drops", "drops by cause",
+                                lambda f, a, w: drops.render(f, a.condensed, w))  # fmt: skip
+                yield self._box("listen", "listen queues",
+                                lambda f, a, w: listen.render(f, a.condensed, w))  # fmt: skip
+                yield self._box("conntrack", "conntrack",
+                                lambda f, a, w: conntrack.render(f, a.condensed, w))  # fmt: skip
+                yield self._box("findings", "findings (diagnose rules) and fixes",
+                                lambda f, a, w: findings.render(f, a.condensed, w))  # fmt: skip
+            with Vertical(id="right"):
+                yield self._box("queues", "NIC queues",
+                                lambda f, a, w: queues.render(f, a.iface, a.condensed,
+                                                              w))  # fmt: skip
+                yield self._box("cpus", "CPUs: softnet, NET_RX, IRQs",
+                                lambda f, a, w: cpus.render(f, a.condensed, w))  # fmt: skip
+        yield Static("", id="status")
+        yield Footer()
+
+    def _box(self, name: str, title: str, draw: Draw) -> VerticalScroll:
+        box = VerticalScroll(PanelView(title, draw, id=name), id=f"{name}-box", classes="panel")
+        box.border_title = title
+        box.can_focus = True
+        return box
+
+    def on_mount(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGTERM, self.stop)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (tests): nothing to catch
+        self._run_feed()
+
+    # ------------------------------------------------------------------ workers
+
+    @work(thread=True, exclusive=True, group="feed", exit_on_error=False)
+    def _run_feed(self) -> None:
+        error: Optional[str] = None
+        try:
+            for tick in self.feed.ticks(self._stop):
+                with self._builder_lock:
+                    frame = self._builder.frame(tick)
+                self.post_message(FrameReady(frame))
+                if self._stop.is_set():
+                    break
+        except Exception as e:  # shown in the status line; the last frame stays up
+            error = f"{type(e).__name__}: {e}".splitlines()[0]
+        self.post_message(FeedEnded(error))
+
+    @work(thread=True, group="report", exit_on_error=False)
+    def _write_report(self, request: ReportRequest) -> None:
+        from lbtune.diagnose.render import render_html, render_json, render_markdown
+        from lbtune.diagnose.view import report_view
+        from lbtune.host.outfile import write_output
+
+        renderers = {"md": render_markdown, "html": render_html, "json": render_json}
+        state = self.frame.probe_state if self.frame else "off"
+        try:
+            with self._builder_lock:
+                report = self._builder.report(request.seconds, state, self._clock())
+            fmt = request.fmt
+            text = renderers[fmt](report_view(report))
+            path = write_output(request.path, text.encode("utf-8"), request.force)
+        except Exception as e:  # BadInput (a path we must not write), no window yet
+            self.post_message(ReportWritten(None, 0, str(e)))
+            return
+        self.post_message(ReportWritten(path, len(report.findings), None))
+
+    # ------------------------------------------------------------------ messages
+
+    def on_frame_ready(self, message: FrameReady) -> None:
+        self.frames += 1
+        self.frame = message.frame
+        if not self.paused:
+            self._show()
+
+    def on_feed_ended(self, message: FeedEnded) -> None:
+        self.ended = message.error or "end"
+        if message.error:
+            self._status(f"sampling stopped: {message.error}", "red")
+        elif self.frame is not None and self.frame.cumulative:
+            self._status("a recorded tree: counters since boot (one window)")
+        else:
+            self._status("replay finished: q quits")
+        self._header()
+
+    def on_report_written(self, message: ReportWritten) -> None:
+        if message.error:
+            self._status(f"report not written: {message.error}", "red")
+            return
+        self.last_report = message.path
+        n = message.findings
+        self._status(f"wrote {message.path} ({n} finding{'' if n == 1 else 's'})", "green")
+
+    def _show(self) -> None:
+        if self.frame is None:
+            return
+        for panel in self.query(PanelView):
+            panel.show(self.frame, self)
+        self._header()
+
+    def _header(self) -> None:
+        text = self._header_text()
+        if text != self._shown_header:  # the same line every second: not redrawn
+            self._shown_header = text
+            self.query_one("#header", Static).update(text)
+
+    def _status(self, text: str, style: str = "") -> None:
+        self.query_one("#status", Static).update(Text(text, style=style))
+
+    def _header_text(self) -> Text:
+        h = self.feed.host
+        t = Text()
+        if self.paused:  # first: a long source path must not push it off the line
+            t.append("PAUSED", style="bold reverse")
+            t.append("  ")
+        t.append_text(Text.assemble(("lbtune monitor", "bold"), f"  {h.hostname or '?'}",
+                          f"  kernel {h.kernel or '?'}", f"  {h.source}"))  # fmt: skip
+        if h.netns:
+            t.append(f"  netns {h.netns}")
+        t.append(f"  every {self.feed.interval:g} s")
+        f = self.frame
+        if f is not None:
+            state = f.probe_state
+            t.append("  probes ")
+            t.append(state, style="green" if state in ("on", "recorded") else "yellow")
+            if f.probe_note and state not in ("on", "recorded"):
+                t.append(f" ({f.probe_note})", style="dim")
+        return t
+
+    # ------------------------------------------------------------------ actions
+
+    async def action_quit(self) -> None:
+        self.stop()
+
+    def stop(self, code: int = 0) -> None:
+        """Stop sampling and leave (q, Ctrl-C, SIGTERM): the terminal is restored by Textual,
+        the probes are detached by the caller's `feed.close()`."""
+        self._stop.set()
+        self.feed.wake()
+        self.exit(code)
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused:
+            self._show()
+        self._header()
+
+    def action_toggle_probes(self) -> None:
+        self.feed.want_probes = not self.feed.want_probes
+        self._status("probes " + ("requested: they load in the background"
+                                  if self.feed.want_probes else "switched off"))  # fmt: skip
+
+    def action_interval(self, step: int) -> None:
+        now = self.feed.interval
+        options = sorted(set(INTERVALS) | {now})
+        i = options.index(now) + step
+        new = options[max(0, min(len(options) - 1, i))]
+        if new != now:
+            self.feed.set_interval(new)
+        self._status(f"refresh every {new:g} s")
+        self._header()
+
+    def action_condense(self) -> None:
+        self.condensed = not self.condensed
+        self._show()
+
+    def action_choose_iface(self) -> None:
+        names = [n.dev for n in self.frame.nics] if self.frame else sorted(self.feed.host.nics)
+        if not names:
+            self._status("no NIC to choose")
+            return
+
+        def chosen(name: Optional[str]) -> None:
+            if name:
+                self.iface = name
+                self._show()
+
+        current = queues.chosen(self.frame, self.iface) if self.frame else None
+        self.push_screen(InterfaceScreen(names, current.dev if current else None), chosen)
+
+    def action_write_report(self) -> None:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self._clock()))
+        default = os.path.join(self.report_dir, f"lbtune-monitor-{stamp}.md")
+
+        def submitted(request: Optional[ReportRequest]) -> None:
+            if request is not None:
+                self._status(f"writing a report of the last {request.seconds:g} s...")
+                self._write_report(request)
+
+        self.push_screen(ReportScreen(default), submitted)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        self.feed.wake()
