@@ -6,7 +6,7 @@ import os
 
 import click
 
-from lbtune.cli.main import common_options, settings_of
+from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console, emit_json
 from lbtune.errors import BadInput
 
@@ -38,9 +38,9 @@ def capture_command(ctx: click.Context, output: str, force: bool) -> int:
     Reads only; secrets (tcp_fastopen_key, stable_secret) and unreadable files are skipped
     and listed in the tarball's lbtune-capture.json.
     """  # fmt: skip
-    from lbtune.observe.capture import write_capture
+    from lbtune.host.capture import write_capture
 
-    s = settings_of(ctx)
+    s = runtime_of(ctx)
     if s.root != "/" and os.path.realpath(s.root) != "/":
         raise BadInput("capture reads the running host: --root cannot be used with it")
     result = write_capture(s.host(), output, force=force)

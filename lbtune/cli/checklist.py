@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import click
 
-from lbtune.cli.main import common_options, settings_of
+from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console, emit_json
 from lbtune.errors import BadInput, ExitCode
 
@@ -39,7 +39,7 @@ def checklist_command(
 
     if role is None:
         raise BadInput(f"--role is required (one of {', '.join(KNOWN)})")
-    s = settings_of(ctx)
+    s = runtime_of(ctx)
     result = run_checklist(s.host(), role, vip=vip, load=load, iface=iface)
     if s.json:
         emit_json(
@@ -48,7 +48,7 @@ def checklist_command(
                 "profile": result.profile,
                 "iface": result.iface,
                 "checks": [
-                    {"name": c.name, "status": c.status.value, "reason": c.reason, "fix": c.fix}
+                    {"name": c.name, "level": c.level.value, "reason": c.reason, "fix": c.fix}
                     for c in result.checks
                 ],
                 "summary": result.summary(),
@@ -60,21 +60,23 @@ def checklist_command(
 
 
 def _render(result: Any) -> None:
-    from rich.markup import escape
+    """The checklist table; every data string goes in as a `Text`, never as markup."""
     from rich.table import Table
     from rich.text import Text
 
     t = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
-    t.add_column("status", no_wrap=True)
+    t.add_column("level", no_wrap=True)
     t.add_column("check", no_wrap=True)
     t.add_column("reason", overflow="fold", ratio=3)
     t.add_column("fix", overflow="fold", ratio=2)
     for c in result.checks:
-        st = c.status.value
-        t.add_row(Text(st.upper(), style=_STYLE[st]), c.name, Text(c.reason), Text(c.fix))
+        lv = c.level.value
+        t.add_row(Text(lv.upper(), style=_STYLE[lv]), Text(c.name), Text(c.reason), Text(c.fix))
     out = console()
-    iface = f", data interface {escape(result.iface)}: {result.iface_how}" if result.iface else ""
-    out.print(f"[bold]checklist[/bold] role {result.role} (profile {result.profile}{iface})")
+    iface = f", data interface {result.iface}: {result.iface_how}" if result.iface else ""
+    head = Text("checklist", style="bold")
+    head.append(f" role {result.role} (profile {result.profile}{iface})")
+    out.print(head)
     out.print(t)
     n = result.summary()
     verdict = "NOT READY" if result.failed else "ready"

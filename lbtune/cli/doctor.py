@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from lbtune.cli.main import common_options, settings_of
+from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console, emit_json
 from lbtune.errors import BadInput
 
@@ -34,7 +34,7 @@ def command(ctx: click.Context, no_compile: bool) -> int:
     kprobes, IPVS, sock_diag, ethtool per NIC, and the UML lab. Changes nothing."""
     from lbtune.host.capabilities import check_host
 
-    s = settings_of(ctx)
+    s = runtime_of(ctx)
     host = s.host()
     if not host.is_live:
         raise BadInput("doctor inspects the running machine; it does not take --root")

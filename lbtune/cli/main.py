@@ -1,6 +1,7 @@
 """The `lbtune` click group: global options, error-to-exit-code mapping, command registry.
 
-Only click and lbtune.errors are imported at module level so that `lbtune --help` stays fast;
+Only click, lbtune.errors and the runtime context are imported at module level so that
+`lbtune --help` stays fast;
 each command imports what it needs when it runs.
 """
 
@@ -13,81 +14,23 @@ from typing import Any, Optional
 import click
 
 from lbtune import __version__
-from lbtune.errors import BadInput, ExitCode, LbtuneError
-
-
-class Settings:
-    """Global options, shared by every command through the click context.
-
-    A plain class, not a dataclass: importing dataclasses costs `lbtune --help` ~8 ms.
-    """
-
-    def __init__(
-        self,
-        root: str = "/",
-        netns: Optional[str] = None,
-        json: bool = False,
-        verbose: int = 0,
-        debug: bool = False,
-    ) -> None:
-        self.root = root
-        self.netns = netns
-        self.json = json
-        self.verbose = verbose
-        self.debug = debug
-        self._host: Any = None
-        self._entered = False
-        self._tempdirs: list[str] = []
-
-    def tree(self, path: str, what: str = "--root") -> str:
-        """A host tree directory for `path`: the directory itself, or a capture/sosreport
-        tarball unpacked (safely) into a temporary directory removed when the command ends."""
-        if os.path.isdir(path):
-            return path
-        if not os.path.isfile(path):
-            raise BadInput(f"{what} {path}: no such directory or capture file")
-        import tempfile
-
-        from lbtune.observe.capture import unpack_capture
-
-        tmp = tempfile.mkdtemp(prefix="lbtune-root-")
-        self._tempdirs.append(tmp)
-        return unpack_capture(path, os.path.join(tmp, "root"))
-
-    def close(self) -> None:
-        if self._host is not None:
-            self._host.close()
-        import shutil
-
-        for d in self._tempdirs:
-            shutil.rmtree(d, ignore_errors=True)
-        self._tempdirs.clear()
-
-    def host(self) -> Any:
-        """The `Host` these options name, opened on first use (joining --netns then)."""
-        if self._host is None:
-            from lbtune.host.host import Host
-
-            root = self.tree(self.root) if self.root != "/" else "/"
-            if self.netns is not None and not self._entered:
-                from lbtune.host.netns import enter_netns
-
-                enter_netns(self.netns)
-                self._entered = True
-            self._host = Host.open(root, netns=self.netns)
-        return self._host
+from lbtune.errors import ExitCode, LbtuneError
+from lbtune.host.runtime import Runtime
 
 
 def _setter(attr: str) -> Any:
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
         if value is not None and value is not False and value != 0:
-            setattr(ctx.find_root().obj, attr, value)
+            obj = ctx.find_root().obj
+            if attr == "verbose":  # `lbtune -v show -v` is -vv
+                value += obj.verbose
+            setattr(obj, attr, value)
 
     return callback
 
 
 def common_options(f: Any) -> Any:
-    """The global options, accepted after the subcommand too (`lbtune show --json`)."""
+    """The global options, accepted after the subcommand too (`lbtune show --json -v`)."""
     opts = [
         click.option("--root", metavar="DIR", expose_value=False, callback=_setter("root"),
                      help="Read /proc, /sys and /etc below DIR."),
@@ -95,6 +38,10 @@ def common_options(f: Any) -> Any:
                      help="Operate inside network namespace NAME."),
         click.option("--json", is_flag=True, default=None, expose_value=False,
                      callback=_setter("json"), help="Machine-readable JSON on stdout."),
+        click.option("-v", "--verbose", count=True, expose_value=False,
+                     callback=_setter("verbose"), help="More detail (repeat for more)."),
+        click.option("--debug", is_flag=True, default=None, expose_value=False,
+                     callback=_setter("debug"), help="Show tracebacks on errors."),
     ]  # fmt: skip
     for opt in opts:
         f = opt(f)
@@ -114,6 +61,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diagnose": ("lbtune.cli.diagnose:diagnose_command", "Find where packets die and the fix."),
     "capture": ("lbtune.cli.capture:capture_command", "Save what lbtune reads, for --root."),
     "checklist": ("lbtune.cli.checklist:checklist_command", "Is this host ready for a load test?"),
+    "lab": ("lbtune.cli.lab:lab_group", "The IPVS DR lab (UML kernel): load, spread, diagnosis."),
+    "probe": ("lbtune.cli.probe", "Count drops by kernel reason, per-queue packets, NAPI (eBPF)."),
+    "ipvs": ("lbtune.cli.ipvs:ipvs_group", "IPVS DR director, real servers, self-test."),
+    "monitor": ("lbtune.cli.monitor", "Live TUI: drops by cause, queues, CPUs, findings."),
 }
 
 
@@ -159,16 +110,28 @@ def cli(
     """Tune and diagnose Linux load-balancer and web-server hosts.
 
     Exit codes: 0 ok, 1 findings or drift, 2 bad input, 3 needs root or a kernel
-    capability, 4 a change failed and was rolled back, 70 internal error.
+    capability, 4 a change failed (or was interrupted) and everything was restored,
+    5 restoring failed too (`lbtune rollback` retries), 6 another run holds the lock,
+    70 internal error, 130 interrupted (Ctrl-C) outside a change.
     """
-    settings = Settings(root=root, netns=netns, json=as_json, verbose=verbose, debug=debug)
-    ctx.obj = settings
-    ctx.call_on_close(settings.close)
+    runtime = Runtime(root=root, netns=netns, json=as_json, verbose=verbose, debug=debug)
+    if isinstance(ctx.obj, _Slot):
+        ctx.obj.runtime = runtime  # invoke() maps errors with it after the context closed
+    ctx.obj = runtime
+    ctx.call_on_close(runtime.close)
 
 
-def settings_of(ctx: click.Context) -> Settings:
+class _Slot:
+    """Carries the Runtime out of click, so errors can be shown the way it says (paths of
+    unpacked captures replaced by the capture's name)."""
+
+    runtime: Optional[Runtime] = None
+
+
+def runtime_of(ctx: click.Context) -> Runtime:
+    """The runtime context the global options built (root, netns, streams, options)."""
     obj = ctx.find_root().obj
-    assert isinstance(obj, Settings)
+    assert isinstance(obj, Runtime)
     return obj
 
 
@@ -177,16 +140,52 @@ def main(argv: Optional[list[str]] = None) -> None:
     sys.exit(invoke(argv))
 
 
+def _wants_json(args: list[str]) -> bool:
+    """--json anywhere among the options (before a `--`), even when parsing failed."""
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _error_type(e: BaseException) -> str:
+    """`BadInput` -> "bad-input": the JSON error's `type`."""
+    import re
+
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", type(e).__name__).lower()
+
+
+def _fail(code: int, kind: str, message: str, as_json: bool) -> int:
+    if as_json:
+        import json
+
+        doc = {"error": {"code": code, "type": kind, "message": message}}
+        sys.stdout.write(json.dumps(doc) + "\n")
+    click.echo(f"lbtune: {message}", err=True)
+    return code
+
+
 def invoke(argv: Optional[list[str]] = None) -> int:
-    """Run the CLI and return its exit code instead of exiting (used by tests and main)."""
+    """Run the CLI and return its exit code instead of exiting (used by tests and main).
+
+    Every error becomes its documented exit code and one line on stderr; under --json also
+    `{"error": {"code", "type", "message"}}` on stdout.
+    """
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args or os.environ.get("LBTUNE_DEBUG") == "1"
+    as_json = _wants_json(args)
+    slot = _Slot()
+
+    def shown(text: str) -> str:
+        return slot.runtime.display(text) if slot.runtime is not None else text
+
     try:
-        rv = cli.main(args=args, prog_name="lbtune", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("lbtune: aborted", err=True)
-        return int(ExitCode.USAGE)
+        rv = cli.main(args=args, prog_name="lbtune", standalone_mode=False, obj=slot)
+    except click.exceptions.Abort as e:
+        # click turns Ctrl-C into Abort; a "no" at a confirmation prompt is an Abort too.
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            return _fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted", as_json)
+        return _fail(int(ExitCode.USAGE), "aborted", "aborted", as_json)
     except click.ClickException as e:
+        if as_json:
+            return _fail(int(ExitCode.USAGE), "usage", e.format_message(), True)
         e.show()
         return int(ExitCode.USAGE)
     except click.exceptions.Exit as e:
@@ -194,22 +193,17 @@ def invoke(argv: Optional[list[str]] = None) -> int:
     except LbtuneError as e:
         if debug:
             _print_traceback()
-        click.echo(f"lbtune: {e}", err=True)
-        return int(e.exit_code)
+        return _fail(int(e.exit_code), _error_type(e), shown(str(e)), as_json)
     except KeyboardInterrupt:
-        click.echo("lbtune: interrupted", err=True)
-        return 130
+        return _fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted", as_json)
     except BrokenPipeError:
         return 0
     except Exception as e:
         if debug:
             _print_traceback()
-        else:
-            click.echo(
-                f"lbtune: internal error: {type(e).__name__}: {e} (run with --debug for details)",
-                err=True,
-            )
-        return int(ExitCode.INTERNAL)
+            return int(ExitCode.INTERNAL)
+        message = shown(f"internal error: {type(e).__name__}: {e} (run with --debug for details)")
+        return _fail(int(ExitCode.INTERNAL), "internal", message, as_json)
     return int(rv) if isinstance(rv, int) else 0
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import sys
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from lbtune.host.cpulist import format_cpulist
 
@@ -30,9 +29,38 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
+def _shown(text: str) -> str:
+    """`text` as the user should see it: paths of an unpacked capture replaced by the
+    capture's own name (Runtime.display of the running command)."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    runtime = ctx.find_root().obj if ctx is not None else None
+    display = getattr(runtime, "display", None)
+    return display(text) if callable(display) else text
+
+
 def emit_json(data: Any) -> None:
-    json.dump(jsonable(data), sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
+    import json  # only --json output needs it (start-up of every command)
+
+    sys.stdout.write(_shown(json.dumps(jsonable(data), indent=2, sort_keys=False)) + "\n")
+
+
+def echo(text: str = "") -> None:
+    """One line of plain text on stdout: data printed as it is (no markup to escape)."""
+    sys.stdout.write(_shown(text) + "\n")
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Rows in left-aligned columns under `headers`, two spaces apart, no trailing blanks.
+
+    Plain text rather than a rich Table for the tuning commands: they run at boot and in
+    scripts, and importing rich costs them about a fifth of their time.
+    """
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+             for r in [headers, *rows]]  # fmt: skip
+    return "\n".join(lines)
 
 
 def console() -> Any:

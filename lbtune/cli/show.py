@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import click
 
-from lbtune.cli.main import common_options, settings_of
+from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console, cpus, emit_json
 from lbtune.errors import BadInput
 
@@ -18,9 +18,12 @@ from lbtune.errors import BadInput
 @click.pass_context
 def command(ctx: click.Context, ifaces: tuple[str, ...], show_all: bool) -> int:
     """Show CPU/NUMA topology, each NIC's queues -> IRQ -> CPUs, rings, channels, irqbalance."""
+    from lbtune.host.ifname import check_ifname
     from lbtune.host.inventory import discover_host
 
-    s = settings_of(ctx)
+    for name in ifaces:
+        check_ifname(name, "--iface")
+    s = runtime_of(ctx)
     inv = discover_host(s.host(), only=list(ifaces) or None)
     missing = sorted(set(ifaces) - {n.name for n in inv.nics})
     if missing:

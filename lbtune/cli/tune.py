@@ -1,37 +1,22 @@
-"""`lbtune plan|apply|verify|rollback|history` and `lbtune profile list|show|lint`."""
+"""`lbtune plan|apply|verify|rollback|history` and `lbtune profile list|show|lint`.
+
+Parse, call `lbtune.tune.service`, render. Every policy (root, capture roots, --persist,
+--boot, the management-link guard, the lock) is the service's.
+"""
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any, Optional
 
 import click
 
-from lbtune.cli.main import common_options, settings_of
-from lbtune.cli.output import console, emit_json
-from lbtune.errors import BadInput, ExitCode, NeedsPrivilege
+from lbtune.cli.main import common_options, runtime_of
+from lbtune.cli.output import echo, emit_json, text_table
+from lbtune.errors import BadInput, ExitCode
 
 IFACE = click.option(
     "--iface", metavar="IF", help="The data interface the profile's [nic.data] sections tune."
 )
-
-
-def _targets(ctx: click.Context, name: str, iface: Optional[str]) -> tuple[Any, Any, list[Any]]:
-    from lbtune.host.inventory import discover_host
-    from lbtune.tune.profile import load_profile, resolve
-
-    s = settings_of(ctx)
-    host = s.host()
-    profile = load_profile(name, root=host.fs.root)
-    inv = discover_host(host)
-    return host, profile, resolve(profile, inv, iface)
-
-
-def _state(host: Any) -> Any:
-    from lbtune.tune.journal import StateDir
-
-    return StateDir(host)
 
 
 def _cur(value: Optional[str]) -> str:
@@ -43,39 +28,35 @@ def _plan_rows(plan: Any) -> list[dict[str, Any]]:
         {
             "kind": c.knob.kind,
             "object": c.knob.obj,
+            "key": c.target.key,
             "current": c.current,
             "desired": c.desired,
             "action": c.action.value,
             "note": c.knob.note,
             "reason": c.target.reason,
-            "key": c.target.key,
         }
         for c in plan.changes
     ]
 
 
 def _print_plan(plan: Any, verbose: int) -> None:
-    from rich.table import Table
-
-    t = Table(box=None, pad_edge=False, title=f"plan: {plan.profile}", title_justify="left")
-    for col in ("knob", "object", "current", "", "target", "note"):
-        t.add_column(col, overflow="fold")
-    shown = 0
+    rows = []
     for c in plan.changes:
         if c.action.value in ("ok", "skipped") and not verbose:
             continue
-        shown += 1
         arrow = {"change": "->", "ok": "==", "missing": "??", "skipped": "--"}[c.action.value]
         note = c.knob.note or {
             "missing": "not on this host",
             "skipped": "host-global: not changed from a namespace",
         }.get(c.action.value, "")
-        t.add_row(c.knob.kind, c.knob.obj, _cur(c.current), arrow, c.desired, note)
-    out = console()
-    if shown:
-        out.print(t)
+        if c.action.value == "change" and c.current is None:
+            note = "created by the channel change"
+        rows.append((c.knob.kind, c.knob.obj, _cur(c.current), arrow, c.desired, note))
+    if rows:
+        echo(f"plan: {plan.profile}")
+        echo(text_table(("knob", "object", "current", "", "target", "note"), rows))
     n_ok = sum(1 for c in plan.changes if c.action.value == "ok")
-    out.print(
+    echo(
         f"{len(plan.to_apply)} change(s), {n_ok} already in place"
         + (", reboot required for kernel command line changes" if plan.needs_reboot else "")
     )
@@ -88,37 +69,16 @@ def _print_plan(plan: Any, verbose: int) -> None:
 @click.pass_context
 def plan_command(ctx: click.Context, profile: str, iface: Optional[str]) -> int:
     """Show what applying PROFILE would change: knob, object, current -> target, note."""
-    from lbtune.tune.plan import make_plan
+    from lbtune.tune.service import plan_profile
 
-    host, prof, targets = _targets(ctx, profile, iface)
-    plan = make_plan(host, prof.name, targets)
-    if settings_of(ctx).json:
-        emit_json({"profile": prof.name, "needs_reboot": plan.needs_reboot,
+    s = runtime_of(ctx)
+    plan = plan_profile(s, profile, iface)
+    if s.json:
+        emit_json({"profile": plan.profile, "needs_reboot": plan.needs_reboot,
                    "changes": _plan_rows(plan)})  # fmt: skip
     else:
-        _print_plan(plan, settings_of(ctx).verbose)
+        _print_plan(plan, s.verbose)
     return 0
-
-
-def _guard_management_link(host: Any, plan: Any, yes: bool) -> None:
-    from lbtune.host.mgmt import management_interfaces
-
-    risky = sorted(
-        {c.knob.interface for c in plan.to_apply if c.knob.disruptive and c.knob.interface}
-        & management_interfaces(host)
-    )
-    if not risky or yes:
-        return
-    what = ", ".join(risky)
-    if sys.stdin.isatty():
-        if click.confirm(
-            f"Ring/channel changes reset the link on {what}, which carries the default route "
-            "or this SSH session. Continue?",
-            default=False,
-        ):
-            return
-        raise click.exceptions.Abort()
-    raise BadInput(f"ring/channel changes would reset the management link {what}: pass --yes")
 
 
 @click.command("apply")
@@ -132,47 +92,37 @@ def _guard_management_link(host: Any, plan: Any, yes: bool) -> None:
 def apply_command(
     ctx: click.Context, profile: str, iface: Optional[str], persist: bool, yes: bool, boot: bool
 ) -> int:
-    """Apply PROFILE: journal the current values, change them, verify; undo all on failure."""
-    from lbtune.tune.engine import apply_plan
-    from lbtune.tune.plan import make_plan
+    """Apply PROFILE: journal the current values, change them, verify; undo all on failure.
 
-    s = settings_of(ctx)
-    host, prof, targets = _targets(ctx, profile, iface)
-    if host.is_live and os.geteuid() != 0:
-        raise NeedsPrivilege("apply changes kernel settings: run as root")
-    plan = make_plan(host, prof.name, targets)
-    if plan.needs_reboot and not persist and not boot:
-        raise BadInput(
-            "the plan changes the kernel command line, which only takes effect through the "
-            "bootloader: add --persist (or remove [cmdline] from the profile)"
-        )
-    if boot:  # at boot the bootloader already has the command line; never rewrite it
-        from lbtune.tune.plan import Plan
+    Ctrl-C or SIGTERM during the apply restores everything (exit 4).
+    """
+    from lbtune.tune.service import NeedsConfirmation, apply_profile
 
-        plan = Plan(plan.profile, tuple(c for c in plan.changes if c.knob.kind != "cmdline"))
-    _guard_management_link(host, plan, yes or boot)
-    hook = None
-    if persist:
-        from lbtune.tune.persist import persist_plan
-
-        hook = persist_plan
-    journal = apply_plan(host, plan, _state(host), persist=hook)
-    result = {
-        "profile": prof.name,
-        "journal": journal.id if journal else None,
-        "changed": len(plan.to_apply),
-        "persisted": bool(persist and journal),
-        "needs_reboot": plan.needs_reboot,
-        "changes": _plan_rows(plan),
-    }
+    s = runtime_of(ctx)
+    result = apply_profile(s, profile, iface, persist=persist, yes=yes, boot=boot)
+    if isinstance(result, NeedsConfirmation):
+        if not s.interactive or s.json:
+            raise BadInput(result.refusal)
+        if not click.confirm(result.question, default=False):
+            raise BadInput("not applied: the management link was not confirmed")
+        result = apply_profile(s, profile, iface, persist=persist, yes=True, boot=boot)
+        assert not isinstance(result, NeedsConfirmation)
+    plan, journal = result.plan, result.journal
     if s.json:
-        emit_json(result)
+        emit_json({
+            "profile": result.profile,
+            "journal": journal.id if journal else None,
+            "changed": len(plan.to_apply),
+            "persisted": result.persisted,
+            "needs_reboot": plan.needs_reboot,
+            "changes": _plan_rows(plan),
+        })  # fmt: skip
     elif not boot:
         if journal is None:
-            console().print(f"{prof.name}: nothing to change")
+            echo(f"{result.profile}: nothing to change")
         else:
             _print_plan(plan, s.verbose)
-            console().print(f"applied as {journal.id}; undo with `lbtune rollback`")
+            echo(f"applied as {journal.id}; undo with `lbtune rollback`")
     return 0
 
 
@@ -187,40 +137,21 @@ def verify_command(ctx: click.Context, profile: Optional[str], iface: Optional[s
     Knobs this host does not have (an older kernel, a driver without rings) are listed as
     missing but are not drift.
     """
-    from lbtune.tune.engine import last_applied, verify_journal, verify_targets
+    from lbtune.tune.service import verify_profile
 
-    s = settings_of(ctx)
-    if profile:
-        host, prof, targets = _targets(ctx, profile, iface)
-        verdicts = verify_targets(host, targets)
-        name = prof.name
-    else:
-        host = s.host()
-        journal = last_applied(_state(host))
-        if journal is None:
-            raise BadInput("nothing applied yet: name a profile (`lbtune verify PROFILE`)")
-        verdicts = verify_journal(host, journal)
-        name = f"{journal.profile} ({journal.id})"
-    bad = [v for v in verdicts if v.status.value == "drift"]
-    missing = [v for v in verdicts if v.status.value == "missing"]
+    s = runtime_of(ctx)
+    name, checks = verify_profile(s, profile, iface)
+    bad = [v for v in checks if v.status.value == "drift"]
+    missing = [v for v in checks if v.status.value == "missing"]
     if s.json:
-        emit_json({"profile": name, "in_sync": not bad, "knobs": verdicts})
+        emit_json({"profile": name, "in_sync": not bad, "knobs": checks})
     else:
-        from rich.table import Table
-
-        t = Table(box=None, pad_edge=False)
-        for col in ("status", "knob", "object", "current", "target"):
-            t.add_column(col, overflow="fold")
-        for v in verdicts:
-            if v in bad or v in missing or s.verbose:
-                t.add_row(v.status.value, v.kind, v.obj, _cur(v.current), v.desired)
-        out = console()
-        if bad or missing or s.verbose:
-            out.print(t)
-        n_ok = sum(1 for v in verdicts if v.status.value == "ok")
-        out.print(
-            f"{name}: {n_ok} ok, {len(bad)} drifted, {len(missing)} missing (not on this host)"
-        )
+        rows = [(v.status.value, v.kind, v.object, _cur(v.current), v.desired)
+                for v in checks if v in bad or v in missing or s.verbose]  # fmt: skip
+        if rows:
+            echo(text_table(("status", "knob", "object", "current", "target"), rows))
+        n_ok = sum(1 for v in checks if v.status.value == "ok")
+        echo(f"{name}: {n_ok} ok, {len(bad)} drifted, {len(missing)} missing (not on this host)")
     return int(ExitCode.FINDINGS) if bad else 0
 
 
@@ -230,19 +161,40 @@ def verify_command(ctx: click.Context, profile: Optional[str], iface: Optional[s
 @click.pass_context
 def rollback_command(ctx: click.Context, to: Optional[str]) -> int:
     """Restore the values (and files) the last apply replaced, exactly."""
-    from lbtune.tune.engine import rollback
+    from lbtune.tune.service import rollback_applies
 
-    s = settings_of(ctx)
-    host = s.host()
-    if host.is_live and os.geteuid() != 0:
-        raise NeedsPrivilege("rollback changes kernel settings: run as root")
-    done = rollback(host, _state(host), to=to)
+    s = runtime_of(ctx)
+    done = rollback_applies(s, to)
     if s.json:
         emit_json({"rolled_back": [j.id for j in done]})
     else:
         for j in done:
-            console().print(f"rolled back {j.id} ({j.profile}): {len(j.knobs)} value(s) restored")
+            echo(f"rolled back {j.id} ({j.profile}): {len(j.knobs)} value(s) restored")
     return 0
+
+
+def _journal_json(j: Any) -> dict[str, Any]:
+    return {
+        "id": j.id,
+        "profile": j.profile,
+        "created": j.created,
+        "state": j.state,
+        "hostname": j.hostname,
+        "netns": j.netns,
+        "root": j.root,
+        "error": j.error,
+        "knobs": [
+            {
+                "kind": k.kind,
+                "object": k.obj,
+                "key": k.key,
+                "original": k.original,
+                "desired": k.desired,
+            }
+            for k in j.knobs
+        ],
+        "files": [f.path for f in j.files],
+    }
 
 
 @click.command("history")
@@ -252,22 +204,29 @@ def history_command(ctx: click.Context) -> int:
     """List applies (journals), newest last, with their state."""
     import time
 
-    s = settings_of(ctx)
-    journals = _state(s.host()).journals()
+    from lbtune.tune.service import history
+
+    s = runtime_of(ctx)
+    journals = history(s)
     if s.json:
-        emit_json({"journals": journals})
+        emit_json({"journals": [_journal_json(j) for j in journals]})
         return 0
     if not journals:
-        console().print("no applies recorded")
+        echo("no applies recorded")
     for j in journals:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created))
-        console().print(f"{j.id}  {when}  {j.state:<20} {j.profile}  {len(j.knobs)} knob(s)")
+        echo(f"{j.id}  {when}  {j.state:<20} {j.profile}  {len(j.knobs)} knob(s)")
     return 0
 
 
 @click.group("profile")
 def profile_group() -> None:
     """List, show and lint tuning profiles."""
+
+
+def _profile_root(ctx: click.Context) -> str:
+    """Where profiles are looked up: the host tree --root names (a capture unpacked)."""
+    return runtime_of(ctx).tree.path
 
 
 @profile_group.command("list")
@@ -277,13 +236,14 @@ def profile_list(ctx: click.Context) -> int:
     """The profiles lbtune can apply."""
     from lbtune.tune.profile import list_profiles
 
-    s = settings_of(ctx)
-    infos = list_profiles(root=s.root)
+    s = runtime_of(ctx)
+    infos = list_profiles(root=_profile_root(ctx))
     if s.json:
         emit_json({"profiles": infos})
     else:
         for p in infos:
-            console().print(f"{p.name:<20} {p.description}")
+            text = p.description if p.error is None else f"(broken: {p.error})"
+            echo(f"{p.name:<20} {text}")
     return 0
 
 
@@ -297,50 +257,49 @@ def profile_show(ctx: click.Context, name: str, resolved: bool, iface: Optional[
     """Print a profile, with inherited values merged (and resolved for this host)."""
     from lbtune.tune.profile import load_profile
 
-    s = settings_of(ctx)
+    s = runtime_of(ctx)
     if resolved:
-        _, prof, targets = _targets(ctx, name, iface)
+        from lbtune.tune.service import targets
+
+        prof, tgts = targets(s, name, iface)
         rows = [
-            {
-                "key": t.key,
-                "kind": t.knob.kind,
-                "object": t.knob.obj,
-                "value": t.value,
-                "mode": t.mode.value,
-                "reason": t.reason,
-            }
-            for t in targets
-        ]
+            {"kind": t.knob.kind, "object": t.knob.obj, "key": t.key, "desired": t.value,
+             "mode": t.mode.value, "reason": t.reason}
+            for t in tgts
+        ]  # fmt: skip
         if s.json:
             emit_json({"profile": prof.name, "targets": rows})
         else:
             for r in rows:
-                console().print(f"{r['kind']:<12} {r['object']:<40} {r['value']:<16} {r['reason']}")
+                echo(f"{r['kind']:<12} {r['object']:<40} {r['desired']:<16} {r['reason']}")
         return 0
-    prof = load_profile(name, root=s.root)
+    prof = load_profile(name, root=_profile_root(ctx))
     if s.json:
         emit_json(prof.as_dict())
     else:
-        console().print(prof.to_text(), markup=False)
+        echo(prof.to_text())  # echo shows a capture's name, not its temporary directory
     return 0
 
 
 @profile_group.command("lint")
 @click.argument("name")
+@IFACE
 @common_options
 @click.pass_context
-def profile_lint(ctx: click.Context, name: str) -> int:
-    """Flag harmful or pointless values in a profile, with the reason. Exit 1 on findings."""
+def profile_lint(ctx: click.Context, name: str, iface: Optional[str]) -> int:
+    """Flag harmful or pointless values in a profile, with the reason, checked against the
+    host (--root) too: ring maximums, CPUs left for housekeeping. Exit 1 on findings."""
+    from lbtune.host.inventory import LazyInventory
     from lbtune.tune.lint import lint_profile
     from lbtune.tune.profile import load_profile
 
-    s = settings_of(ctx)
-    prof = load_profile(name, root=s.root)
-    findings = lint_profile(prof)
+    s = runtime_of(ctx)
+    prof = load_profile(name, root=_profile_root(ctx))
+    findings = lint_profile(prof, LazyInventory(s.host()), iface)
     if s.json:
         emit_json({"profile": prof.name, "findings": findings})
     else:
         for f in findings:
-            console().print(f"{f.severity:<5} {f.key} = {f.value}: {f.reason}", markup=False)
-        console().print(f"{prof.name}: {len(findings)} finding(s)")
+            echo(f"{f.level.value:<5} {f.key} = {f.desired}: {f.reason}")
+        echo(f"{prof.name}: {len(findings)} finding(s)")
     return int(ExitCode.FINDINGS) if findings else 0

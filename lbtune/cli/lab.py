@@ -1,0 +1,188 @@
+"""`lbtune lab up|run|down|status`: the embedded IPVS DR lab in the User-Mode-Linux kernel."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import click
+
+from lbtune.cli.main import common_options, runtime_of
+from lbtune.cli.output import console, emit_json
+from lbtune.errors import BadInput, ExitCode
+
+_STATE_STYLE = {"start": "cyan", "done": "green", "fail": "bold red", "info": "dim"}
+
+
+def _weights(text: Optional[str]) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise BadInput(f"--weights {text!r}: comma-separated integers, e.g. 1,3") from None
+
+
+class _Progress:
+    """The run's steps on stderr: a live bar for the load on a terminal, plain lines else."""
+
+    def __init__(self, quiet: bool) -> None:
+        from rich.console import Console
+
+        self.quiet = quiet
+        self.err = Console(stderr=True, highlight=False)
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __call__(self, step: Any) -> None:
+        if self.quiet:
+            return
+        if step.state == "tick":
+            self._tick(step)
+            return
+        if self.bar is not None and step.name == "load":
+            self.bar.stop()
+            self.bar = None
+        style = _STATE_STYLE.get(step.state, "")
+        detail = f" {step.detail}" if step.detail else ""
+        self.err.print(
+            f"[dim]{step.elapsed:6.1f}s[/dim] [{style}]{step.state:>5}[/{style}] "
+            f"{step.name}{detail}",
+            markup=True, soft_wrap=True,
+        )  # fmt: skip
+
+    def _tick(self, step: Any) -> None:
+        if not self.err.is_terminal:
+            return
+        if self.bar is None:
+            from rich.progress import BarColumn, Progress, TimeRemainingColumn
+
+            self.bar = Progress(
+                "[cyan]  load", BarColumn(), "{task.completed:.0f}/{task.total:.0f} s",
+                TimeRemainingColumn(), console=self.err, transient=True,
+            )  # fmt: skip
+            self.task = self.bar.add_task("load", total=step.total)
+            self.bar.start()
+        self.bar.update(self.task, completed=step.done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+@click.group("lab")
+def lab_group() -> None:
+    """The embedded lab: client, IPVS DR director and nginx real servers in the UML kernel."""
+
+
+@lab_group.command("run")
+@click.option("--mode", type=click.Choice(["dr", "proxy"]), default="dr", show_default=True,
+              help="dr: IPVS direct routing; proxy: HAProxy in the director's place.")
+@click.option("--scheduler", default="rr", show_default=True, metavar="NAME",
+              help="IPVS scheduler (rr, wrr, lc, wlc, sh, ...).")
+@click.option("--servers", type=int, default=3, show_default=True, help="Real servers (1-32).")
+@click.option("--weights", metavar="W1,W2,..", help="One weight per real server (default 1).")
+@click.option("--duration", type=float, default=10.0, show_default=True,
+              help="Seconds of load.")
+@click.option("--threads", type=int, default=1, show_default=True, help="wrk threads.")
+@click.option("--connections", type=int, default=12, show_default=True,
+              help="Concurrent keep-alive connections.")
+@click.option("--keepalive/--no-keepalive", default=True, show_default=True,
+              help="Keep connections open; --no-keepalive: a new connection per request, so "
+                   "the balancer schedules every request.")
+@click.option("--tool", type=click.Choice(["auto", "wrk", "ab"]), default="auto",
+              show_default=True, help="Load tool (auto: wrk, else ab).")
+@click.option("--fault", type=click.Choice(["wrong-arp"]),
+              help="Break something on purpose: wrong-arp resets the last real server's ARP "
+                   "sysctls (the checklist stops the run before any load).")
+@click.option("--no-diagnose", is_flag=True, help="Skip `lbtune diagnose` of the director.")
+@common_options
+@click.pass_context
+def run_command(
+    ctx: click.Context, mode: str, scheduler: str, servers: int, weights: Optional[str],
+    duration: float, threads: int, connections: int, keepalive: bool, tool: str,
+    fault: Optional[str], no_diagnose: bool,
+) -> int:  # fmt: skip
+    """Build the lab, prepare and check every role, run a bounded load, report.
+
+    Exit 0 when every real server served and no request failed, 1 when a check, the
+    self-test or the load failed, 3 when the lab kernel is unavailable.
+    """
+    from lbtune.lab.runner import run_lab
+    from lbtune.lab.scenario import ScenarioConfig
+
+    s = runtime_of(ctx)
+    if s.netns or s.root != "/":
+        raise BadInput("lab run builds its own namespaces in the lab kernel: no --netns/--root")
+    config = ScenarioConfig(
+        mode=mode, scheduler=scheduler, servers=servers, weights=_weights(weights),
+        duration=duration, threads=threads, connections=connections, keepalive=keepalive,
+        tool=tool, fault=fault, diagnose=not no_diagnose,
+    )  # fmt: skip
+    progress = _Progress(quiet=False)
+    try:
+        result = run_lab(config, progress)
+    finally:
+        progress.close()
+    if s.json:
+        emit_json(result.to_json())
+    else:
+        from lbtune.cli.labreport import render_result
+
+        render_result(console(), result)
+    return 0 if result.ok else int(ExitCode.FINDINGS)
+
+
+@lab_group.command("up")
+@common_options
+@click.pass_context
+def up_command(ctx: click.Context) -> int:
+    """Boot a lab guest that stays up: later `lab run`s use it without booting."""
+    from lbtune.lab import session
+
+    s = runtime_of(ctx)
+    lab = session.up()
+    if s.json:
+        emit_json({"up": True, "supervisor": lab.supervisor, "workdir": lab.workdir})
+    else:
+        console().print(
+            f"lab is up (supervisor pid {lab.supervisor}); `lbtune lab run` uses it, "
+            "`lbtune lab down` stops it"
+        )
+    return 0
+
+
+@lab_group.command("down")
+@common_options
+@click.pass_context
+def down_command(ctx: click.Context) -> int:
+    """Stop the lab guest that `lab up` started (nothing to do when none is up)."""
+    from lbtune.lab import session
+
+    s = runtime_of(ctx)
+    was_up = session.down()
+    if s.json:
+        emit_json({"stopped": was_up})
+    else:
+        console().print("lab stopped" if was_up else "no lab is up")
+    return 0
+
+
+@lab_group.command("status")
+@common_options
+@click.pass_context
+def status_command(ctx: click.Context) -> int:
+    """Say whether a lab is up."""
+    from lbtune.lab import session
+
+    s = runtime_of(ctx)
+    lab = session.current()
+    if s.json:
+        emit_json({"up": lab is not None, "ready": bool(lab and lab.ready),
+                   "supervisor": lab.supervisor if lab else None})  # fmt: skip
+    elif lab is None:
+        console().print("no lab is up")
+    else:
+        state = "ready" if lab.ready else "booting"
+        console().print(f"lab is up ({state}, supervisor pid {lab.supervisor})")
+    return 0
