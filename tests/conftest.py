@@ -12,7 +12,30 @@ from typing import Any, Optional
 
 import pytest
 
-HOSTS = pathlib.Path(__file__).parent / "data" / "hosts"
+# The fixture host trees (tests/data/hosts/<name>/README.md says what real host each models).
+HOSTS = pathlib.Path(__file__).resolve().parent / "data" / "hosts"
+DELL = "dell-r750-mlx5-ixgbe"  # 2-socket 48-CPU host, mlx5 + ixgbe
+KVM = "kvm-virtio-4vcpu"  # 4-vCPU virtio VM
+AWS = "aws-ena-c5n"  # cloud host with ENA
+TINY = "tiny-veth-bond"  # 1 online CPU, veth + bond
+
+
+def copy_host(
+    tmp_path: pathlib.Path, name: str, files: Optional[dict[str, str]] = None, dest: str = ""
+) -> pathlib.Path:
+    """A writable copy of fixture tree `name` below `tmp_path` (sysfs links kept as links),
+    with `files` (kernel path -> text) written over it; a symlink in the way is replaced."""
+    import shutil
+
+    root = tmp_path / (dest or name)
+    shutil.copytree(HOSTS / name, root, symlinks=True)  # sysfs trees have link cycles
+    for kpath, text in (files or {}).items():
+        target = root / kpath.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()
+        target.write_text(text)
+    return root
 
 
 @dataclass

@@ -97,3 +97,24 @@ def test_exit_codes_are_documented(code):
 
     readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
     assert f"| {int(code)} " in readme, f"exit code {code!r} missing from README table"
+
+
+
+def test_ctrl_c_during_a_diagnosis_window_exits_130_with_one_line():
+    """click turns KeyboardInterrupt into Abort; it must still read as an interruption (130),
+    not as bad input (2). diagnose only reads counters, so the live host is safe to use."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lbtune", "diagnose", "--duration", "30", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.0)  # inside the window (the first sample takes milliseconds)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == ExitCode.INTERRUPTED, err
+    assert "Traceback" not in err
+    assert json.loads(out)["error"]["type"] == "interrupted"

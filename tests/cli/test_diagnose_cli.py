@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 import pathlib
-import shutil
+import re
 
 import pytest
 
 from lbtune.cli.diagnose import parse_duration
 from lbtune.errors import BadInput
-from tests.conftest import HOSTS, run_cli
+from tests.conftest import AWS, DELL, HOSTS, copy_host, run_cli
+from tests.conftest import KVM as KVM_NAME
 
-R750 = str(HOSTS / "dell-r750-mlx5-ixgbe")
-KVM = str(HOSTS / "kvm-virtio-4vcpu")
-ENA = str(HOSTS / "aws-ena-c5n")
+R750 = str(HOSTS / DELL)
+KVM = str(HOSTS / KVM_NAME)
+ENA = str(HOSTS / AWS)
 
 
 def findings(root: str, *extra: str) -> list[dict]:
@@ -63,14 +64,16 @@ def test_mlx5_and_ixgbe_device_drops(tmp_path: pathlib.Path) -> None:
     fs = findings(R750)
     nic = {(f["object"], f["evidence"][0]["counter"]): f for f in by_rule(fs, "nic-rx-drop")}
     mlx5 = nic[("ens1f0np0", "ethtool ens1f0np0 rx_out_of_buffer")]
-    assert mlx5["severity"] == "critical" and mlx5["count"] > 0
+    assert mlx5["level"] == "fail" and mlx5["count"] > 0
     assert "rx queue 5 carried" in mlx5["cause"]  # the hot RSS queue is named
     assert ("eno1", "ethtool eno1 rx_missed_errors") in nic
-    # rings below the driver maximum: the fix is the ring, from current to max
+    # rings below the driver maximum (1024 of 8192 in the fixture's ethtool -g): the fix is
+    # the ring, from current to max
     ring = [x for x in mlx5["fixes"] if x["knob"] == "ring ens1f0np0 rx"]
-    if ring:
-        assert int(ring[0]["needed"]) > int(ring[0]["current"])
-        assert ring[0]["profile_key"] == '[nic."ens1f0np0"] rings = "max"'
+    assert len(ring) == 1, mlx5["fixes"]
+    assert (ring[0]["current"], ring[0]["desired"]) == ("1024", "8192")
+    assert ring[0]["key"] == "nic.ens1f0np0.rings"
+    assert ring[0]["profile"][0].startswith('nic."ens1f0np0".rings = { value = "max", reason = ')
 
 
 def test_virtio_per_queue_drops() -> None:
@@ -90,8 +93,7 @@ def test_ena_allowance_is_a_policer_not_a_ring() -> None:
 def test_softnet_blames_cpu_ids_from_the_file(tmp_path: pathlib.Path) -> None:
     """With CPU 1 offline, softnet_stat has no line for it: the second line is CPU 2. The
     finding must name the CPU from column 13, not the line number."""
-    tree = tmp_path / "kvm"
-    shutil.copytree(KVM, tree, symlinks=True)
+    tree = copy_host(tmp_path, KVM_NAME)
     (tree / "sys/devices/system/cpu/online").write_text("0,2-3\n")
     (tree / "sys/devices/system/cpu/cpu1/online").write_text("0\n")
     lines = (tree / "proc/net/softnet_stat").read_text().splitlines()
@@ -109,12 +111,12 @@ def test_softnet_blames_cpu_ids_from_the_file(tmp_path: pathlib.Path) -> None:
     ]
     fix = fs[0]["fixes"][0]
     assert fix["knob"] == "sysctl net.core.netdev_max_backlog"
-    assert int(fix["needed"]) > int(fix["current"])
+    assert int(fix["desired"]) > int(fix["current"])
 
 
 def test_softnet_on_the_r750() -> None:
     fs = findings(R750, "--rule", "cpu-backlog-drop")
-    text = (HOSTS / "dell-r750-mlx5-ixgbe/proc/net/softnet_stat").read_text().splitlines()
+    text = (HOSTS / DELL / "proc/net/softnet_stat").read_text().splitlines()
     expected = {
         f"cpu {int(line.split()[12], 16)}" for line in text if int(line.split()[1], 16) > 0
     }
@@ -132,12 +134,45 @@ def test_formats_and_output_file(tmp_path: pathlib.Path) -> None:
     assert r.exit_code == 1
     assert "UDP receive buffer full on port 514" in r.stdout and "fix:" in r.stdout
     js = run_cli("--root", KVM, "diagnose", "--format", "json")
-    assert json.loads(js.stdout)["summary"]["critical"] >= 1
+    assert json.loads(js.stdout)["summary"]["fail"] >= 1
+
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+def hostile_kvm(tmp_path: pathlib.Path) -> pathlib.Path:
+    """The kvm VM with markup in its hostname and a dropping UDP socket on an IPv6 address."""
+    tree = copy_host(tmp_path, KVM_NAME, {"/proc/sys/kernel/hostname": f"{SCRIPT}[red]vm[/red]\n"})
+    ss = tree / "sos_commands/networking/ss_-peaonmi"
+    ss.write_text(
+        ss.read_text()
+        + "udp   UNCONN 0      0          [fd77::2]:9443            [::]:*     ino:29001 <->\n"
+        + "\t skmem:(r0,rb8192,t0,tb212992,f0,w0,o0,bl0,d77)\n"
+    )
+    return tree
 
 
 def test_html_escapes(tmp_path: pathlib.Path) -> None:
-    r = run_cli("--root", KVM, "diagnose", "--format", "html")
+    tree = str(hostile_kvm(tmp_path))
+    r = run_cli("--root", tree, "diagnose", "--format", "html")
+    assert r.exit_code == 1, r.stderr
     assert "<script" not in r.stdout.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;[red]vm[/red]" in r.stdout
+    assert "<code>udp [fd77::2]:9443</code>" in r.stdout
+
+
+def test_ipv6_objects_and_markup_survive_text_and_markdown(tmp_path: pathlib.Path) -> None:
+    """Rich markup is never applied to data: `[fd77::2]` is an address, not a style."""
+    tree = str(hostile_kvm(tmp_path))
+    r = run_cli("--root", tree, "diagnose")
+    assert r.exit_code == 1, r.stderr
+    assert "udp [fd77::2]:9443" in r.stdout and "UDP receive buffer full on port 9443" in r.stdout
+    assert f"{SCRIPT}[red]vm[/red]" in r.stdout.splitlines()[0]
+    md = run_cli("--root", tree, "diagnose", "--format", "md")
+    assert "`udp [fd77::2]:9443`" in md.stdout and "\\<script\\>" in md.stdout
+    assert not re.search(r"(?<!\\)<script", md.stdout)  # only escaped
+    doc = run_cli("--root", tree, "diagnose", "--json").json
+    assert "udp [fd77::2]:9443" in {f["object"] for f in doc["findings"]}
 
 
 def test_rule_filter() -> None:
@@ -149,10 +184,8 @@ def test_capture_tarball_as_root_and_baseline(tmp_path: pathlib.Path) -> None:
     """Two captures of one tree: the second with more UDP drops; --baseline gives the delta."""
     import tarfile
 
-    before = tmp_path / "before"
-    after = tmp_path / "after"
-    shutil.copytree(KVM, before, symlinks=True)
-    shutil.copytree(KVM, after, symlinks=True)
+    before = copy_host(tmp_path, KVM_NAME, dest="before")
+    after = copy_host(tmp_path, KVM_NAME, dest="after")
     up = float((before / "proc/uptime").read_text().split()[0])
     (after / "proc/uptime").write_text(f"{up + 60:.2f} {up * 3:.2f}\n")
     snmp = (after / "proc/net/snmp").read_text().splitlines()

@@ -70,13 +70,13 @@ def _finding(r: dict[str, Any]) -> dict[str, Any]:
 def test_diagnose_finds_the_full_table_json(lab_run):
     r = lab_run["json"]
     f, t = _finding(r), r["truth"]
-    assert f["severity"] == "critical"
+    assert f["level"] == "fail"
     assert t["lo"] <= f["count"] <= t["hi"], (f["count"], t["lo"], t["hi"])
     ev = {e["counter"]: e["value"] for e in f["evidence"]}
     assert any("drop" in k and t["lo"] <= v <= t["hi"] for k, v in ev.items()), ev
     fix = next(x for x in f["fixes"] if "nf_conntrack_max" in x["knob"])
     assert int(fix["current"]) == MAX
-    assert int(fix["needed"]) > MAX
+    assert int(fix["desired"]) > MAX
 
 
 def test_diagnose_finds_the_full_table_text(lab_run):

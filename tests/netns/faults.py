@@ -9,13 +9,16 @@ namespace (a forked child that joined it, or the UML lab guest's init namespace)
   returns the ground truth: how much was attempted, how much the limit lets through, and the
   range the kernel's counter must move by (``lo``..``hi``);
 * ``close()``   releases sockets, threads and peer namespaces (links in the target namespace go
-  away with the namespace itself).
+  away with the namespace itself);
+* ``restart()`` restarts the "application" (a listener is closed and opened again, so that it
+  takes the limits in force now, as a restarted server does); most faults have none.
 
 ``run_fault(fault)`` does all three in the current namespace and also reads the kernel counters
 the fault names before and after the trigger (``Truth.before``/``after``/``delta``).
 ``Background(netns, fault)`` runs a fault in a forked child inside a named namespace: setup
 first, the trigger on request after a delay (so it lands inside an ``lbtune diagnose`` window
-that another forked child is sampling), the teardown when the ``with`` block ends.
+that another forked child is sampling), as often as asked (the same load again after a fix),
+a restart on request, the teardown when the ``with`` block ends.
 
 Only per-netns sysctls are written, and only in the namespace the fault runs in; the host's
 interfaces are never touched. Every fault's peer addresses live in private ranges of that
@@ -320,6 +323,9 @@ class Fault:
     def close(self) -> None:
         pass
 
+    def restart(self) -> None:
+        """Restart the application side (default: there is none)."""
+
     def snapshot(self) -> dict[str, int]:
         """The counters this fault moves, read now in the current namespace."""
         snmp = snmp_counters()
@@ -341,15 +347,26 @@ class ListenOverflow(Fault):
     counters = ("TcpExt.ListenOverflows", "TcpExt.ListenDrops")
 
     def __init__(self, port: int = 18080, backlog: int = 2, clients: int = 20,
-                 addr: str = "127.0.0.1") -> None:  # fmt: skip
+                 addr: str = "127.0.0.1", somaxconn: Optional[int] = None) -> None:  # fmt: skip
+        """`somaxconn`: set the namespace's net.core.somaxconn first (then, with a larger
+        `backlog`, somaxconn is the limit)."""
         self.addr, self.port, self.backlog, self.clients = addr, port, backlog, clients
+        self.somaxconn = somaxconn
         self.listener: Optional[socket.socket] = None
         self.socks: list[socket.socket] = []
 
     def setup(self) -> None:
         super().setup()
+        if self.somaxconn is not None:
+            write_sysctl("net.core.somaxconn", self.somaxconn)
         s = tcp_listener(self.addr, self.port, self.backlog)
         self.listener = s
+
+    def restart(self) -> None:
+        """A restarted server: a new listener, with the backlog limit in force now."""
+        if self.listener is not None:
+            self.listener.close()
+        self.listener = tcp_listener(self.addr, self.port, self.backlog)
 
     def trigger(self) -> Truth:
         somaxconn = int(read_sysctl("net.core.somaxconn"))
@@ -394,9 +411,11 @@ class SynQueueFull(Fault):
     name = "syn-queue-full"
 
     def __init__(self, cookies: bool = False, port: int = 18081, backlog: int = 4,
-                 syns: int = 40) -> None:  # fmt: skip
+                 syns: int = 40, somaxconn: Optional[int] = None) -> None:  # fmt: skip
         self.cookies, self.port, self.backlog, self.syns = cookies, port, backlog, syns
+        self.somaxconn = somaxconn
         self.addr = "10.9.0.1"
+        self.round = 0
         self.listener: Optional[socket.socket] = None
         self.counters = (
             "TcpExt.TCPReqQFullDrop", "TcpExt.TCPReqQFullDoCookies", "TcpExt.SyncookiesSent",
@@ -406,6 +425,8 @@ class SynQueueFull(Fault):
     def setup(self) -> None:
         super().setup()
         write_sysctl("net.ipv4.tcp_syncookies", 1 if self.cookies else 0)
+        if self.somaxconn is not None:
+            write_sysctl("net.core.somaxconn", self.somaxconn)
         veth("sq0", "sq1", "02:00:00:09:00:01", "02:00:00:09:00:02")
         sh("ip", "addr", "add", f"{self.addr}/24", "dev", "sq0")
         link_up("sq0", "sq1")
@@ -419,8 +440,10 @@ class SynQueueFull(Fault):
         somaxconn = int(read_sysctl("net.core.somaxconn"))
         effective = min(self.backlog, somaxconn)
         raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+        base = self.round * self.syns  # each round from new sources: no SYN is a retransmit
+        self.round += 1
         try:
-            for i in range(self.syns):
+            for i in range(base, base + self.syns):
                 src = f"10.99.{i // 250}.{i % 250 + 1}"
                 pkt = tcp_syn(src, 20000 + i, self.addr, self.port, 1000003 * (i + 1))
                 raw.sendto(pkt, (self.addr, 0))
@@ -429,7 +452,8 @@ class SynQueueFull(Fault):
         time.sleep(0.02)  # let the last SYNs through the backlog softirq
         cap = effective + 1
         over = max(self.syns - cap, 0)
-        counter = "TcpExt.TCPReqQFullDoCookies" if self.cookies else "TcpExt.TCPReqQFullDrop"
+        cookies = read_sysctl("net.ipv4.tcp_syncookies") == "1"
+        counter = "TcpExt.TCPReqQFullDoCookies" if cookies else "TcpExt.TCPReqQFullDrop"
         return Truth(
             fault=self.name + ("-cookies" if self.cookies else ""), counter=counter,
             attempted=self.syns, capacity=cap, lo=over, hi=over,
@@ -440,6 +464,12 @@ class SynQueueFull(Fault):
                 "net.ipv4.tcp_max_syn_backlog": read_sysctl("net.ipv4.tcp_max_syn_backlog"),
             },
         )  # fmt: skip
+
+    def restart(self) -> None:
+        """A restarted server: a new listener (its half-open requests die with the old one)."""
+        if self.listener is not None:
+            self.listener.close()
+        self.listener = tcp_listener(self.addr, self.port, self.backlog)
 
     def close(self) -> None:
         if self.listener is not None:
@@ -756,11 +786,18 @@ class ConntrackFull(Fault):
     counters = ()
     TABLE = "lbtune_test"
 
+    CLOSING = ("close_wait", "fin_wait", "last_ack", "time_wait", "close")
+
     def __init__(self, max_entries: Optional[int] = 16, conns: int = 24, port: int = 18083,
-                 tracker: str = "auto") -> None:  # fmt: skip
+                 tracker: str = "auto", close_timeout: Optional[int] = None) -> None:  # fmt: skip
+        """`close_timeout`: seconds an entry of a closing connection lives (the namespace's
+        nf_conntrack_tcp_timeout_{close_wait,fin_wait,...}), so that a round's connections
+        leave the table soon after it (a restart then waits for them to go)."""
         if tracker not in ("auto", "nft", "tc"):
             raise ValueError(f"tracker {tracker!r}: auto, nft or tc")
         self.max_entries, self.conns, self.port, self.tracker = max_entries, conns, port, tracker
+        self.close_timeout = close_timeout
+        self.old_timeouts: dict[str, str] = {}
         self.addr = "127.0.0.1"
         self.listener: Optional[socket.socket] = None
         self.socks: list[socket.socket] = []
@@ -806,6 +843,11 @@ class ConntrackFull(Fault):
         if self.max_entries is not None:
             self.old_max = read_sysctl("net.netfilter.nf_conntrack_max")
             write_sysctl("net.netfilter.nf_conntrack_max", self.max_entries)
+        if self.close_timeout is not None:
+            for state in self.CLOSING:
+                key = f"net.netfilter.nf_conntrack_tcp_timeout_{state}"
+                self.old_timeouts[key] = read_sysctl(key)
+                write_sysctl(key, self.close_timeout)
         s = tcp_listener(self.addr, self.port, 1024)
         self.listener = s
 
@@ -847,6 +889,17 @@ class ConntrackFull(Fault):
             knobs={"net.netfilter.nf_conntrack_max": str(self.max_entries)}, details=details,
         )  # fmt: skip
 
+    def restart(self) -> None:
+        """A restarted server: the listener closes and opens again; then waits (at most
+        20 s) until the entries of the connections it had are gone, which with
+        `close_timeout` takes a few seconds, so the next round starts from an empty table."""
+        if self.listener is not None:
+            self.listener.close()
+        self.listener = tcp_listener(self.addr, self.port, 1024)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and conntrack_stats().get("conntrack count", 0) > 2:
+            time.sleep(0.5)
+
     def _untrack(self) -> None:
         if self.used in (None, "nft"):
             subprocess.run(["nft", "delete", "table", "ip", self.TABLE], capture_output=True,
@@ -865,6 +918,9 @@ class ConntrackFull(Fault):
         if self.old_max is not None:
             write_sysctl("net.netfilter.nf_conntrack_max", self.old_max)
             self.old_max = None
+        for key, value in self.old_timeouts.items():
+            write_sysctl(key, value)
+        self.old_timeouts = {}
 
 
 class Idle(Fault):
@@ -915,8 +971,14 @@ def _child(conn: Connection, netns: Optional[str], fault: Fault) -> None:
         fault.setup()
         setup_s = time.monotonic() - t0
         conn.send(("ready", setup_s))
-        msg = conn.recv()
-        if msg[0] == "go":
+        while True:  # "go" (again and again), "restart", until "stop" or EOFError
+            msg = conn.recv()
+            if msg[0] == "restart":
+                fault.restart()
+                conn.send(("restarted", None))
+                continue
+            if msg[0] != "go":
+                break
             time.sleep(msg[1])
             before = fault.snapshot()
             t1 = time.monotonic()
@@ -925,7 +987,6 @@ def _child(conn: Connection, netns: Optional[str], fault: Fault) -> None:
             after = fault.snapshot()
             conn.send(("truth", replace(truth, setup_seconds=setup_s, seconds=t2 - t1,
                                         before=before, after=after)))  # fmt: skip
-            conn.recv()  # "stop" (or EOFError when the parent went away)
     except BaseException:
         code = 1
         with contextlib.suppress(OSError, EOFError):
@@ -945,7 +1006,9 @@ class Background:
 
     ``with Background(ns, fault) as bg:`` returns after setup; ``bg.trigger(after=0.7)``
     starts the trigger that many seconds later in the child and returns at once;
-    ``bg.truth()`` waits for it. Leaving the block closes the fault and reaps the child.
+    ``bg.truth()`` waits for it. Trigger again for the same load once more (after a fix);
+    ``bg.restart()`` restarts the fault's application. Leaving the block closes the fault
+    and reaps the child.
     """
 
     def __init__(self, netns: Optional[str], fault: Fault, timeout: float = 10.0) -> None:
@@ -983,7 +1046,13 @@ class Background:
 
     def trigger(self, after: float = 0.0) -> None:
         assert self.conn is not None
+        self._truth = None
         self.conn.send(("go", after))
+
+    def restart(self) -> None:
+        assert self.conn is not None
+        self.conn.send(("restart", None))
+        self._expect("restarted")
 
     def truth(self) -> Truth:
         if self._truth is None:
@@ -1021,3 +1090,360 @@ def run_in_netns(netns: str, fault: Fault) -> Truth:
     with Background(netns, fault) as bg:
         bg.trigger(0.0)
         return bg.truth()
+
+
+# --------------------------------------------------------------------------- faults where the
+# sysctl is not the cause (issue 9 item 10): the fix lbtune proposes must be the one that works
+
+
+class PinnedRcvbufPrune(Fault):
+    """A TCP receiver whose application pins a tiny SO_RCVBUF and never reads: pruning.
+
+    A connection over lo is accepted with the default receive buffer (so the window it
+    advertised is large), then the application sets SO_RCVBUF to `rcvbuf` on the accepted
+    socket and stops reading. The sender keeps sending inside the advertised window, the
+    receive memory passes the now tiny buffer, and the kernel prunes (PruneCalled) and drops
+    (RcvPruned, TCPRcvQDrop, the socket's own sk_drops). Measured on 6.18: 1-2 prunes per
+    trigger, then the sender's retransmits (RTO backoff) prune again while the window lasts.
+    Raising net.ipv4.tcp_rmem changes nothing for this socket: SO_RCVBUF switched its
+    autotuning off. Both ends stay open until close() so sock_diag shows the full socket.
+    """
+
+    name = "pinned-rcvbuf-prune"
+    counters = ("TcpExt.PruneCalled", "TcpExt.RcvPruned", "TcpExt.TCPRcvQDrop")
+
+    def __init__(self, port: int = 18090, rcvbuf: int = 2048, chunk: int = 1000,
+                 total: int = 200_000, addr: str = "127.0.0.1") -> None:  # fmt: skip
+        self.addr, self.port, self.rcvbuf, self.chunk, self.total = addr, port, rcvbuf, chunk, total
+        self.socks: list[socket.socket] = []
+        self.receiver: Optional[socket.socket] = None
+
+    def setup(self) -> None:
+        super().setup()
+        srv = tcp_listener(self.addr, self.port, 8)
+        tx = socket.create_connection((self.addr, self.port), timeout=2)
+        rx, _ = srv.accept()
+        srv.close()
+        tx.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tx.setblocking(False)
+        self.socks += [tx, rx]
+        self.receiver = rx
+
+    def trigger(self) -> Truth:
+        assert self.receiver is not None
+        tx = self.socks[0]
+        self.receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+        pinned = self.receiver.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        sent, deadline = 0, time.monotonic() + 0.5
+        while sent < self.total and time.monotonic() < deadline:
+            try:
+                sent += tx.send(b"x" * self.chunk)
+            except BlockingIOError:
+                time.sleep(0.005)
+        time.sleep(0.05)
+        return Truth(
+            fault=self.name, counter="TcpExt.PruneCalled", attempted=sent, capacity=pinned,
+            lo=1, hi=1_000, obj=f"{self.addr}:{self.port}",
+            knobs={"SO_RCVBUF": str(pinned),
+                   "net.ipv4.tcp_rmem": read_sysctl("net.ipv4.tcp_rmem")},
+            details={"receiver_drops": socket_drops(self.receiver)},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        self.receiver = None
+        _close_all(self.socks)
+
+
+class UdpDefaultRcvbuf(UdpRcvbufErrors):
+    """As UdpRcvbufErrors, but the application sets no SO_RCVBUF: the socket has
+    net.core.rmem_default, so that sysctl (host-global: read-only in a namespace) is the fix."""
+
+    name = "udp-default-rcvbuf"
+
+    def __init__(self, port: int = 15354, datagrams: int = 600, size: int = 1000) -> None:
+        super().__init__(port=port, rcvbuf=0, datagrams=datagrams, size=size)
+
+    def setup(self) -> None:
+        link_up("lo")
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rx.bind((self.addr, self.port))
+        rx.setblocking(False)
+        self.rx = rx
+
+    def restart(self) -> None:
+        """A restarted server: a new socket, which takes net.core.rmem_default now."""
+        self.close()
+        self.setup()
+
+
+class PortRangeExhausted(Fault):
+    """Every port of a tiny ip_local_port_range held by connections to one listener.
+
+    The namespace's range is set to `ports` ports (a per-namespace sysctl), `ports`
+    connections to one listener over lo take them all, and one more connect() fails with
+    EADDRNOTAVAIL: the range is used up, not "nearly". The connections stay open until
+    close() so the diagnose window sees them.
+    """
+
+    name = "port-range-exhausted"
+    counters = ()
+
+    def __init__(self, ports: int = 10, low: int = 40000, port: int = 18091) -> None:
+        self.ports, self.low, self.port = ports, low, port
+        self.addr = "127.0.0.1"
+        self.socks: list[socket.socket] = []
+
+    def setup(self) -> None:
+        super().setup()
+        write_sysctl("net.ipv4.ip_local_port_range", f"{self.low} {self.low + self.ports - 1}")
+        self.socks.append(tcp_listener(self.addr, self.port, 128))
+
+    def trigger(self) -> Truth:
+        errors: dict[str, int] = {}
+        for _ in range(self.ports + 1):
+            c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                c.connect((self.addr, self.port))
+            except OSError as e:
+                name = errno.errorcode.get(e.errno or 0, str(e.errno))
+                errors[name] = errors.get(name, 0) + 1
+                c.close()
+                continue
+            self.socks.append(c)
+        held = len(self.socks) - 1
+        return Truth(
+            fault=self.name, counter="ports in use", attempted=self.ports + 1,
+            capacity=self.ports, lo=self.ports, hi=self.ports, obj="ip_local_port_range",
+            knobs={"net.ipv4.ip_local_port_range": read_sysctl("net.ipv4.ip_local_port_range")},
+            details={"held": held, "connect_errors": errors},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        _close_all(self.socks)
+
+
+# --------------------------------------------------------------------------- host-global faults
+# Their sysctls belong to the kernel, not to a namespace: they run only inside the UML lab
+# guest (its init namespace), never on the host. `write_global_sysctl` refuses elsewhere.
+
+
+def write_global_sysctl(key: str, value: object) -> None:
+    """Write a host-global sysctl: only inside the lab guest (a UML kernel of its own)."""
+    from lbtune.lab.guest import running_on_uml
+
+    if not running_on_uml():
+        raise RuntimeError(f"{key} is host-global: written only inside the UML lab guest")
+    with open(sysctl_path(key), "w") as f:
+        f.write(f"{value}\n")
+
+
+def softnet_totals() -> dict[str, int]:
+    """/proc/net/softnet_stat summed over CPUs: processed, dropped, time_squeeze."""
+    out = {"softnet processed": 0, "softnet dropped": 0, "softnet time_squeeze": 0}
+    with open("/proc/net/softnet_stat") as f:
+        for line in f:
+            cols = [int(x, 16) for x in line.split()]
+            out["softnet processed"] += cols[0]
+            out["softnet dropped"] += cols[1]
+            out["softnet time_squeeze"] += cols[2]
+    return out
+
+
+class BacklogFlood(Fault):
+    """Broadcasts flooded by a bridge to `ports` veth ports fill the CPU's input backlog.
+
+    The bridge bf0 (10.13.0.1/24) has `ports` veth ports whose peers are up: one broadcast
+    sent out of bf0 is copied to every port with bottom halves off, and each copy reaches its
+    peer through netif_rx, i.e. this CPU's input backlog, before the receive softirq runs.
+    The backlog takes a packet while it holds at most net.core.netdev_max_backlog, so with
+    `max_backlog` set each broadcast loses ports - (max_backlog + 1) copies
+    (softnet_stat column 2). With `budget` set (net.core.netdev_budget), one softirq round
+    processes all `ports` copies (a backlog poll takes up to 64) and so exceeds the budget:
+    one time squeeze (column 3) per broadcast. Both sysctls are host-global: lab only.
+    """
+
+    name = "backlog-flood"
+
+    def __init__(self, ports: int = 20, broadcasts: int = 20, max_backlog: Optional[int] = None,
+                 budget: Optional[int] = None) -> None:  # fmt: skip
+        self.ports, self.broadcasts = ports, broadcasts
+        self.max_backlog, self.budget = max_backlog, budget
+
+    def setup(self) -> None:
+        super().setup()
+        sh("ip", "link", "add", "bf0", "type", "bridge")
+        write_sysctl("net.ipv6.conf.bf0.disable_ipv6", 1)
+        for i in range(self.ports):
+            a, b = f"bfa{i}", f"bfb{i}"
+            sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+            for dev in (a, b):
+                write_sysctl(f"net.ipv6.conf.{dev}.disable_ipv6", 1)
+            sh("ip", "link", "set", a, "master", "bf0")
+            link_up(a, b)
+        sh("ip", "addr", "add", "10.13.0.1/24", "dev", "bf0")
+        link_up("bf0")
+        if self.max_backlog is not None:
+            write_global_sysctl("net.core.netdev_max_backlog", self.max_backlog)
+        if self.budget is not None:
+            write_global_sysctl("net.core.netdev_budget", self.budget)
+
+    def snapshot(self) -> dict[str, int]:
+        return softnet_totals()
+
+    def trigger(self) -> Truth:
+        max_backlog = int(read_sysctl("net.core.netdev_max_backlog"))
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        try:
+            for _ in range(self.broadcasts):
+                s.sendto(b"b" * 64, ("10.13.0.255", 9))
+                time.sleep(0.005)  # one broadcast's copies drained before the next
+        finally:
+            s.close()
+        per = max(self.ports - (max_backlog + 1), 0)
+        squeeze = self.budget is not None
+        return Truth(
+            fault=self.name, counter="softnet time_squeeze" if squeeze else "softnet dropped",
+            attempted=self.broadcasts * self.ports, capacity=max_backlog + 1,
+            lo=self.broadcasts if squeeze else per * self.broadcasts,
+            hi=2 * self.broadcasts if squeeze else per * self.broadcasts, obj="cpu 0",
+            knobs={"net.core.netdev_max_backlog": str(max_backlog),
+                   "net.core.netdev_budget": read_sysctl("net.core.netdev_budget")},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        """The links go (in the lab guest no namespace takes them away)."""
+        for dev in ["bf0", *(f"bfa{i}" for i in range(self.ports))]:
+            subprocess.run(["ip", "link", "del", dev], capture_output=True, check=False,
+                           timeout=5)  # fmt: skip
+
+
+class OrphanFlood(Fault):
+    """Closed connections with unsent data become orphans; past tcp_max_orphans they reset.
+
+    A server accepts and never reads (receive buffer 4 KB); each client fills the window and
+    its own send buffer, then closes: the socket is orphaned in FIN-WAIT-1 with data queued,
+    probing a zero window. The kernel compares its orphan count (a cache refreshed every
+    100 ms) with net.ipv4.tcp_max_orphans at each close: after the first `first` closes and
+    a pause, each further close finds too many orphans, resets the connection and counts
+    TcpExt.TCPAbortOnMemory. tcp_max_orphans is host-global: lab only.
+    """
+
+    name = "orphan-flood"
+    counters = ("TcpExt.TCPAbortOnMemory",)
+
+    def __init__(self, max_orphans: Optional[int] = 4, first: int = 8, more: int = 12,
+                 port: int = 18092) -> None:  # fmt: skip
+        self.max_orphans, self.first, self.more, self.port = max_orphans, first, more, port
+        self.addr = "127.0.0.1"
+        self.listener: Optional[socket.socket] = None
+        self.accepted: list[socket.socket] = []
+        self.clients: list[socket.socket] = []
+
+    def setup(self) -> None:
+        super().setup()
+        if self.max_orphans is not None:
+            write_global_sysctl("net.ipv4.tcp_max_orphans", self.max_orphans)
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.bind((self.addr, self.port))
+        s.listen(256)
+        self.listener = s
+
+    def _filled_client(self) -> socket.socket:
+        assert self.listener is not None
+        c = socket.create_connection((self.addr, self.port), timeout=2)
+        conn, _ = self.listener.accept()
+        self.accepted.append(conn)
+        c.setblocking(False)
+        try:
+            while True:
+                c.send(b"o" * 16384)
+        except BlockingIOError:
+            pass
+        return c
+
+    def trigger(self) -> Truth:
+        clients = [self._filled_client() for _ in range(self.first + self.more)]
+        for c in clients[: self.first]:
+            c.close()
+        time.sleep(0.35)  # the orphan count cache is refreshed every 100 ms
+        for c in clients[self.first :]:
+            c.close()
+        time.sleep(0.05)
+        cap = int(read_sysctl("net.ipv4.tcp_max_orphans"))
+        over = self.more if cap < self.first else 0
+        return Truth(
+            fault=self.name, counter="TcpExt.TCPAbortOnMemory",
+            attempted=self.first + self.more, capacity=cap, lo=over,
+            hi=self.first + self.more if over else 0, obj="tcp",
+            knobs={"net.ipv4.tcp_max_orphans": str(cap)},
+            details={"orphans": sockstat().get("TCP.orphan", 0)},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        _close_all(self.accepted)  # the peers go away: the orphans' connections reset
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+
+class TcpMemPressure(Fault):
+    """TCP memory above net.ipv4.tcp_mem's pressure threshold: TCPMemoryPressures counts it.
+
+    `tcp_mem` is set low (pages: min pressure max, with max far above the load), a server
+    accepts `conns` connections and never reads, and each client sends `kbytes` KB: the data
+    waits in receive and send queues, TCP's allocated memory passes the pressure threshold
+    and the kernel enters memory pressure (once: it stays under pressure until usage falls
+    below min). Since 6.0 each CPU keeps up to 1 MB of TCP memory in reserve before the
+    global count moves, so the load is a few MB. The data stays queued until the next round
+    (or close()), so sockstat's `mem` shows it at the end of a window. tcp_mem is
+    host-global: lab only.
+    """
+
+    name = "tcp-mem-pressure"
+    counters = ("TcpExt.TCPMemoryPressures",)
+
+    def __init__(self, tcp_mem: Optional[str] = "16 32 8192", conns: int = 16,
+                 kbytes: int = 192, port: int = 18093) -> None:  # fmt: skip
+        self.tcp_mem, self.conns, self.kbytes, self.port = tcp_mem, conns, kbytes, port
+        self.addr = "127.0.0.1"
+        self.listener: Optional[socket.socket] = None
+        self.socks: list[socket.socket] = []
+
+    def setup(self) -> None:
+        super().setup()
+        if self.tcp_mem is not None:
+            write_global_sysctl("net.ipv4.tcp_mem", self.tcp_mem)
+        self.listener = tcp_listener(self.addr, self.port, 64)
+
+    def trigger(self) -> Truth:
+        assert self.listener is not None
+        _close_all(self.socks)  # the previous round's data goes
+        time.sleep(0.05)
+        for _ in range(self.conns):
+            c = socket.create_connection((self.addr, self.port), timeout=2)
+            conn, _ = self.listener.accept()
+            self.socks += [c, conn]
+            c.setblocking(False)
+            left = self.kbytes * 1024
+            deadline = time.monotonic() + 1.0
+            while left > 0 and time.monotonic() < deadline:
+                try:
+                    left -= c.send(b"m" * min(left, 16384))
+                except BlockingIOError:
+                    time.sleep(0.005)
+        time.sleep(0.05)
+        return Truth(
+            fault=self.name, counter="TcpExt.TCPMemoryPressures", attempted=self.conns,
+            capacity=0, lo=1, hi=self.conns, obj="tcp",
+            knobs={"net.ipv4.tcp_mem": read_sysctl("net.ipv4.tcp_mem")},
+            details={"pages": sockstat().get("TCP.mem", 0)},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        _close_all(self.socks)
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None

@@ -11,8 +11,8 @@ from typing import Iterator
 
 import pytest
 
+from lbtune.host.capture import read_manifest, unpack_capture
 from lbtune.host.host import Host
-from lbtune.observe.capture import read_manifest, unpack_capture
 from tests.netns.conftest import in_netns
 
 LISTENER = (

@@ -56,3 +56,23 @@ def test_device_without_ethtool_ops(veth4):
     assert e.channels("no-such-dev0") is None
     assert e.stats("no-such-dev0") is None
     assert e.driver_info("x" * 20) is None
+
+
+def _stats_across_a_channel_change(ns: str) -> tuple[list[str], list[str], list[str]]:
+    from lbtune.host.ethtool import LiveEthtool
+
+    e = LiveEthtool()  # one instance: it keeps the statistics names between reads
+    first = list(e.stats("v0") or {})
+    subprocess.run(["ethtool", "-L", "v0", "rx", "2", "tx", "2"], check=True)
+    after = list(e.stats("v0") or {})
+    return first, after, list(LiveEthtool().stats("v0") or {})
+
+
+def test_stats_names_follow_a_channel_change(veth4):
+    """The names an ethtool source remembers between ticks are read again when the driver's
+    statistics change shape (fewer queues: fewer per-queue counters)."""
+    from tests.netns.conftest import in_netns
+
+    first, after, fresh = in_netns(veth4, _stats_across_a_channel_change, veth4)
+    assert "rx_queue_3_drops" in first and "rx_queue_3_drops" not in after
+    assert after == fresh and after == list(parse_ethtool_S(ethtool(veth4, "-S", "v0")))

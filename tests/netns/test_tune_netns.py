@@ -27,8 +27,8 @@ def round_trip(state_dir: str) -> dict[str, object]:
     from lbtune.host.host import Host
     from lbtune.tune import engine
     from lbtune.tune.journal import StateDir
+    from lbtune.tune.knobs.sysctl import SysctlKnob
     from lbtune.tune.plan import Target, make_plan
-    from lbtune.tune.sysctl import SysctlKnob
 
     host = Host.open("/", netns="test")
     state = StateDir(host, override=state_dir)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from lbtune.errors import BadInput
+from lbtune.host.capture import MANIFEST, read_manifest, unpack_capture, write_capture
 from lbtune.host.ethtool import (
     RecordedEthtool,
     format_ethtool_g,
@@ -29,7 +30,7 @@ from lbtune.host.ethtool import (
 )
 from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
-from lbtune.observe.capture import MANIFEST, read_manifest, unpack_capture, write_capture
+from lbtune.host.identity import machine_hash
 from tests.conftest import HOSTS, run_cli
 
 TREES = sorted(
@@ -218,8 +219,8 @@ def test_live_capture_has_every_sampler_source_and_diagnoses(tmp_path: pathlib.P
     assert offline.uptime is not None and live.uptime is not None
     assert 0 <= offline.uptime - live.uptime < 60
     r = run_cli("--root", root, "diagnose", "--json")
-    assert r.exit_code in (0, 1), r.stderr
-    assert r.json is not None
+    assert r.exit_code == (1 if r.json["findings"] else 0), r.stderr
+    assert (r.json["mode"], r.json["root"]) == ("capture", root)
 
 
 def test_live_capture_manifest_and_contents(tmp_path: pathlib.Path) -> None:
@@ -233,6 +234,12 @@ def test_live_capture_manifest_and_contents(tmp_path: pathlib.Path) -> None:
     assert manifest["uptime"] == float((root / "proc/uptime").read_text().split()[0]) > 0
     boot_id = pathlib.Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert manifest["boot_id"] == boot_id
+    # a digest of /etc/machine-id (confidential per machine-id(5)), never the id itself
+    if os.path.exists("/etc/machine-id"):
+        machine_id = pathlib.Path("/etc/machine-id").read_text().strip()
+        assert manifest["machine"] == machine_hash(machine_id) and machine_id not in str(manifest)
+    else:
+        assert manifest["machine"] is None
     assert manifest["hostname"] == result.hostname == os.uname().nodename
     assert manifest["kernel"] == os.uname().release
     regular = {n for n, m in members.items() if m.isreg()}

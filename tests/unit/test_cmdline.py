@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 from lbtune.host.cmdline import KernelCmdline
+from tests.conftest import AWS, DELL, HOSTS
 
-HOSTS = pathlib.Path(__file__).resolve().parent.parent / "data" / "hosts"
 ISOLATED = frozenset({*range(2, 12), *range(26, 36)})
 
 
 def test_fixture_cmdline_r750():
-    raw = (HOSTS / "dell-r750-mlx5-ixgbe/proc/cmdline").read_text()
+    raw = (HOSTS / DELL / "proc/cmdline").read_text()
     cl = KernelCmdline.parse(raw)
     assert cl.get("BOOT_IMAGE") == "/vmlinuz-5.15.0-105-generic"
     assert cl.get("root") == "/dev/mapper/vg0-root"
@@ -29,7 +27,7 @@ def test_fixture_cmdline_r750():
 
 
 def test_fixture_cmdline_cloud():
-    cl = KernelCmdline.parse((HOSTS / "aws-ena-c5n/proc/cmdline").read_text())
+    cl = KernelCmdline.parse((HOSTS / AWS / "proc/cmdline").read_text())
     assert cl.get("BOOT_IMAGE") == "(hd0,gpt1)/boot/vmlinuz-6.1.72-96.166.amzn2023.x86_64"
     assert cl.get("console") == "ttyS0,115200n8"  # last one wins
     assert cl.get("nvme_core.io_timeout") == "4294967295"

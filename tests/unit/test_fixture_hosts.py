@@ -7,16 +7,13 @@ fails here.
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 from lbtune.host.ethtool import Channels, RingSizes
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
 from lbtune.host.nic import Nic
-
-HOSTS = pathlib.Path(__file__).resolve().parent.parent / "data" / "hosts"
+from tests.conftest import AWS, DELL, HOSTS, KVM, TINY
 
 _cache: dict[str, HostInventory] = {}
 
@@ -46,7 +43,7 @@ def fs(*ranges: range | list[int]) -> frozenset[int]:
 
 # ======================================================================== dell-r750-mlx5-ixgbe
 
-R750 = "dell-r750-mlx5-ixgbe"
+R750 = DELL
 NODE0 = fs(range(0, 12), range(24, 36))
 NODE1 = fs(range(12, 24), range(36, 48))
 ISOLATED = fs(range(2, 12), range(26, 36))
@@ -248,7 +245,6 @@ def test_r750_recorded_stats():
 
 # ======================================================================== kvm-virtio-4vcpu
 
-KVM = "kvm-virtio-4vcpu"
 
 
 def test_kvm_cpus():
@@ -315,7 +311,6 @@ def test_kvm_irqbalance_absent_and_stats():
 
 # ======================================================================== aws-ena-c5n
 
-AWS = "aws-ena-c5n"
 
 
 def test_aws_cpus_smt():
@@ -362,7 +357,6 @@ def test_aws_irqbalance_installed_not_running():
 
 # ======================================================================== tiny-veth-bond
 
-TINY = "tiny-veth-bond"
 
 
 def test_tiny_offline_cpu():

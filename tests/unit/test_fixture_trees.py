@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-HOSTS = pathlib.Path(__file__).resolve().parent.parent / "data" / "hosts"
+from tests.conftest import AWS, DELL, HOSTS, KVM, TINY
+
 TREES = sorted(p.name for p in HOSTS.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
 
 
@@ -29,10 +30,10 @@ def walk(root: pathlib.Path) -> dict[str, tuple[str, str]]:
 
 def test_trees_present():
     assert set(TREES) >= {
-        "dell-r750-mlx5-ixgbe",
-        "kvm-virtio-4vcpu",
-        "aws-ena-c5n",
-        "tiny-veth-bond",
+        DELL,
+        KVM,
+        AWS,
+        TINY,
         "broken-sysfs",
         "broken-nic-mtu",
     }
@@ -52,7 +53,7 @@ def test_readme_and_relative_links_inside(tree):
 
 
 def test_sysfs_links_look_like_the_kernels():
-    root = HOSTS / "dell-r750-mlx5-ixgbe"
+    root = HOSTS / DELL
     dev = "sys/devices/pci0000:17/0000:17:02.0/0000:18:00.0"
     assert (
         os.readlink(root / "sys/class/net/eno1")
@@ -60,7 +61,7 @@ def test_sysfs_links_look_like_the_kernels():
     )
     assert os.readlink(root / dev / "net/eno1/device") == "../../../0000:18:00.0"
     assert os.readlink(root / dev / "driver") == "../../../../bus/pci/drivers/ixgbe"
-    kvm = HOSTS / "kvm-virtio-4vcpu"
+    kvm = HOSTS / KVM
     vdev = "sys/devices/pci0000:00/0000:00:03.0/virtio1"
     assert os.readlink(kvm / vdev / "net/ens3/device") == "../../../virtio1"
     assert os.readlink(kvm / vdev / "driver") == "../../../../bus/virtio/drivers/virtio_net"

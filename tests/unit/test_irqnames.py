@@ -24,7 +24,7 @@ POSITIVE = [
     ("eth2-rx-1", "eth2", "0000:08:00.0", None, ("split rx", "rx", 1)),
     ("eth2-tx-0", "eth2", "0000:08:00.0", None, ("split tx", "tx", 0)),
     ("enp1s0f0-fp-2", "enp1s0f0", "0000:01:00.0", None, ("bnx2x/qede", "combined", 2)),
-    ("eth0-rxtx-3", "eth0", "0000:03:00.0", None, ("nfp", "combined", 3)),
+    ("eth0-rxtx-3", "eth0", "0000:03:00.0", None, ("vmxnet3/nfp/nicvf", "combined", 3)),
     ("ens4-ntfy-block.5", "ens4", "0000:00:04.0", None, ("gve", "combined", 5)),
     ("mlx5_comp7@pci:0000:98:00.0", "ens1f0np0", "0000:98:00.0", None, ("mlx5", "combined", 7)),
     (
@@ -37,7 +37,28 @@ POSITIVE = [
     ("ens5-Tx-Rx-4", "ens5", "0000:00:05.0", None, ("ena", "combined", 4)),
     ("virtio1-input.3", "ens3", "0000:00:03.0", "virtio1", ("virtio rx", "rx", 3)),
     ("virtio1-output.0", "ens3", "0000:00:03.0", "virtio1", ("virtio tx", "tx", 0)),
-    ("ens1f0-2", "ens1f0", "0000:3b:00.0", None, ("sfc", "combined", 2)),
+    ("ens1f0-2", "ens1f0", "0000:3b:00.0", None, ("sfc/cxgb4vf", "combined", 2)),
+    # Real names from public /proc/interrupts listings (tests/data/interrupts/README.md says
+    # where each came from):
+    # Azure MANA, netdev list (Shradha Gupta, 2024-03) and scylladb/seastar PR 3195
+    ("mana_q0@pci:7870:00:00.0", "eth1", "7870:00:00.0", None, ("mana", "combined", 0)),
+    ("mana_q3@pci:7870:00:00.0", "enP30832s1", "7870:00:00.0", None, ("mana", "combined", 3)),
+    # hns3, openeuler-mirror/wayca-scheduler README (wayca-irqdump output on Kunpeng 920)
+    ("hns3-0000:7d:00.0-TxRx-0", "enp125s0f0", "0000:7d:00.0", None, ("hns3", "combined", 0)),
+    ("hns3-0000:bd:00.0-Rx-2", "enp189s0f0", "0000:bd:00.0", None, ("hns3 rx", "rx", 2)),
+    ("hns3-0000:bd:00.0-Tx-2", "enp189s0f0", "0000:bd:00.0", None, ("hns3 tx", "tx", 2)),
+    # gve by PCI address (gVNIC lines in an open-source Go IRQ tuner's tests; see the README)
+    ("gve-ntfy-blk1@pci:0000:00:08.0", "ens4", "0000:00:08.0", None,
+     ("gve (by bus)", "combined", 1)),
+    # vmxnet3 in VMware guests (several public blog listings: "ens160-rxtx-0")
+    ("ens160-rxtx-2", "ens160", "0000:03:00.0", None, ("vmxnet3/nfp/nicvf", "combined", 2)),
+    # idpf: kernel commit 3cc88e8405b8 ("idpf: fix memleak in vport interrupt configuration")
+    ("idpf-ens6-TxRx-4", "ens6", "0000:00:06.0", None, ("idpf", "combined", 4)),
+    ("idpf-ens6-Rx-1", "ens6", "0000:00:06.0", None, ("idpf rx", "rx", 1)),
+    ("idpf-ens6-Tx-1", "ens6", "0000:00:06.0", None, ("idpf tx", "tx", 1)),
+    # cxgb4: in-tree setup_sge_queues() "%s-Rx%d"; Chelsio's driver on a T62100 "ext1 (queue N)"
+    ("enp4s0f4-Rx3", "enp4s0f4", "0000:04:00.4", None, ("cxgb4 rx", "rx", 3)),
+    ("ext1 (queue 15)", "ext1", "0000:08:00.4", None, ("cxgb4 (Chelsio)", "combined", 15)),
 ]
 
 NEGATIVE = [
@@ -60,6 +81,16 @@ NEGATIVE = [
     ("virtio0-input", "ens3", "0000:00:03.0", "virtio1"),  # virtio-rng's queue
     ("virtio1-input.0", "ens3", "0000:00:03.0", None),
     ("virtio2-req.0", "ens3", "0000:00:03.0", "virtio1"),
+    # vectors of these drivers that serve no queue
+    ("mana_hwc@pci:7870:00:00.0", "eth1", "7870:00:00.0", None),
+    ("mana_q0@pci:7870:00:00.1", "eth1", "7870:00:00.0", None),  # another function
+    ("gve-mgmnt@pci:0000:00:08.0", "ens4", "0000:00:08.0", None),
+    ("ens34-event-2", "ens34", "0000:02:02.0", None),  # vmxnet3 event vector
+    ("enp5s0f1-rbdr-0", "enp5s0f1", "0000:05:00.1", None),  # nicvf buffer ring
+    ("enp4s0f4-FWeventq", "enp4s0f4", "0000:04:00.4", None),
+    ("0000:08:00.4-ofld3", "ext1", "0000:08:00.4", None),
+    ("ext10 (queue 1)", "ext1", "0000:08:00.4", None),
+    ("hns3-0000:7d:00.1-TxRx-0", "enp125s0f0", "0000:7d:00.0", None),
     # not NICs at all / malformed
     ("nvme0q1", "ens3", "0000:00:04.0", None),
     ("eno1-TxRx-", "eno1", "0000:18:00.0", None),
@@ -79,6 +110,22 @@ def test_queue_names(action: str, dev: str, bus: Optional[str], virtio: Optional
 @pytest.mark.parametrize(("action", "dev", "bus", "virtio"), NEGATIVE)
 def test_not_queue_names(action: str, dev: str, bus: Optional[str], virtio: Optional[str]):
     assert match_queue_irq(action, dev, bus, virtio) is None
+
+
+MANA = (
+    pathlib.Path(__file__).resolve().parent.parent / "data/interrupts/azure-mana-6.5.txt"
+).read_text()
+
+
+def test_mana_queue_irqs_in_azure_interrupts():
+    """An Azure VM's MANA queues (issue 9 item 13): four queue vectors, not the hardware
+    channel, not the other PCI function's."""
+    assert queue_irqs(MANA, "enP30832s1", "7870:00:00.0") == {
+        25: ("combined", 0),
+        26: ("combined", 1),
+        27: ("combined", 2),
+        28: ("combined", 3),
+    }
 
 
 def test_every_family_is_exercised():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 from lbtune.errors import BadInput, ExitCode, MalformedHostFile
@@ -11,8 +9,7 @@ from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
 from lbtune.host.inventory import discover_host
 from lbtune.host.topology import discover_cpus
-
-HOSTS = pathlib.Path(__file__).resolve().parent.parent / "data" / "hosts"
+from tests.conftest import HOSTS
 
 
 def test_garbage_cpu_online_names_the_file():

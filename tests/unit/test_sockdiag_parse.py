@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from lbtune.errors import MalformedHostFile
-from lbtune.host.sockdiag import ListenSocket, UdpSocket, format_ss, parse_ss
+from lbtune.host.sockdiag import (
+    MAX_RECEIVERS,
+    ListenSocket,
+    UdpSocket,
+    format_ss,
+    parse_ss,
+    parse_ss_receivers,
+)
 
 # Real `ss -peaonmi` output (iproute2 6.1, kernel 6.x) from a namespace, trailing blanks and
 # all; process names with spaces and parens, skmem on the following tab-indented line for inet
@@ -308,3 +315,55 @@ def test_syn_recv_in_listing_without_netid_column():
     )
     listen, _ = parse_ss(tan, "ss -tan")
     assert [(s.port, s.syn_recv) for s in listen] == [(18081, 2), (8080, 0)]
+
+
+# --------------------------------------------------------------- receivers under pressure
+
+ESTAB = """Netid State  Recv-Q Send-Q        Local Address:Port   Peer Address:Port  Process
+tcp   ESTAB  0      0                 10.0.0.23:80      203.0.113.7:52231 ino:31000 sk:10 <->
+\t skmem:(r0,rb131072,t0,tb87040,f0,w0,o0,bl0,d0) ts sack cubic wscale:7,7
+tcp   ESTAB  6000   0                 127.0.0.1:18090     127.0.0.1:50110 ino:31001 sk:11 <->
+\t skmem:(r6832,rb4096,t0,tb3939840,f1360,w0,o0,bl0,d2) bbr wscale:10,10
+tcp   CLOSE-WAIT 70000 0            [2001:db8::1]:443   [2001:db8::2]:40000 ino:31002 <->
+\t skmem:(r70000,rb131072,t0,tb87040,f0,w0,o0,bl0,d0) cubic
+tcp   ESTAB  9      0                 10.0.0.23:80      203.0.113.8:52232 ino:31003 <->
+\t skmem:(r100,rb131072,t0,tb87040,f0,w0,o0,bl0,d1)
+tcp   TIME-WAIT 0   0                 10.0.0.23:80      203.0.113.9:52233
+tcp   LISTEN 0      511                 0.0.0.0:80          0.0.0.0:*     ino:20410 <->
+\t skmem:(r0,rb131072,t0,tb16384,f0,w0,o0,bl0,d0) cubic cwnd:10
+"""
+
+
+def test_receivers_under_pressure_from_ss():
+    """Half the receive buffer in use, or any drops; most drops first. Idle connections,
+    TIME-WAIT and listeners are not receivers."""
+    got = parse_ss_receivers(ESTAB, "ss_-peaonmi")
+    assert [(r.addr, r.port, r.peer, r.state, r.drops) for r in got] == [
+        ("127.0.0.1", 18090, "127.0.0.1:50110", "ESTAB", 2),
+        ("10.0.0.23", 80, "203.0.113.8:52232", "ESTAB", 1),
+        ("2001:db8::1", 443, "[2001:db8::2]:40000", "CLOSE-WAIT", 0),
+    ]
+    r = got[0]
+    assert (r.unread, r.queued, r.rcvbuf, r.sndbuf, r.backlog, r.inode) == (
+        6000, 6832, 4096, 3939840, 0, 31001)  # fmt: skip
+    # parse_ss is unchanged by the connected lines
+    listen, _ = parse_ss(ESTAB, "ss_-peaonmi")
+    assert [(s.port, s.backlog) for s in listen] == [(80, 511)]
+
+
+def test_receivers_round_trip_through_format_ss():
+    got = parse_ss_receivers(ESTAB, "x")
+    listen, udp = parse_ss(ESTAB, "x")
+    text = format_ss(listen, udp, got)
+    assert parse_ss_receivers(text, "formatted") == got
+    assert parse_ss(text, "formatted") == (listen, udp)
+
+
+def test_receivers_are_capped():
+    line = ("tcp   ESTAB  10 0 10.0.0.1:{p} 10.0.0.2:{p} ino:{p} <->\n"
+            "\t skmem:(r10,rb10,t0,tb10,f0,w0,o0,bl0,d{d})\n")  # fmt: skip
+    text = "Netid State Recv-Q Send-Q Local Peer\n" + "".join(
+        line.format(p=1000 + i, d=i % 7) for i in range(MAX_RECEIVERS + 50)
+    )
+    got = parse_ss_receivers(text, "x")
+    assert len(got) == MAX_RECEIVERS and got[0].drops == 6

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import shutil
 from typing import Optional
 
 import pytest
@@ -13,17 +12,13 @@ from lbtune.diagnose.checklist import (
     CheckResult,
     ClockState,
     LiveProbes,
-    Status,
     parse_ip_o_addr,
     run_checklist,
 )
 from lbtune.errors import BadInput
 from lbtune.host.host import Host
-
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
-DELL = "dell-r750-mlx5-ixgbe"
-KVM = "kvm-virtio-4vcpu"
-TINY = "tiny-veth-bond"
+from lbtune.vocab import Level
+from tests.conftest import DELL, HOSTS, KVM, TINY, copy_host
 
 
 def run(
@@ -44,19 +39,6 @@ def check(cl: Checklist, name: str) -> CheckResult:
     return hits[0]
 
 
-def tree(tmp_path: pathlib.Path, name: str, files: dict[str, str]) -> pathlib.Path:
-    """A copy of fixture tree `name` with `files` (kernel path -> content) written over it."""
-    root = tmp_path / name
-    shutil.copytree(HOSTS / name, root, symlinks=True)
-    for kpath, text in files.items():
-        p = root / kpath.lstrip("/")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if p.is_symlink():
-            p.unlink()
-        p.write_text(text)
-    return root
-
-
 def sockstat(tw: int, orphan: int = 0) -> str:
     return (
         "sockets: used 210\n"
@@ -72,33 +54,33 @@ def test_dell_as_lb_dr() -> None:
     cl = run(DELL, "lb-dr")
     assert cl.profile == "lb-dr" and cl.iface == "ens1f0np0"  # the fastest link up
     p = check(cl, "profile-in-sync")
-    assert p.status is Status.FAIL
+    assert p.level is Level.FAIL
     assert "net.core.netdev_max_backlog = 1000 (want 32768)" in p.reason
     assert p.fix == "lbtune apply lb-dr --iface ens1f0np0"
     ib = check(cl, "irqbalance")
     # irqbalance bans only the isolated CPUs; the profile pins the mlx5 queues on node 1
-    assert ib.status is Status.FAIL
+    assert ib.level is Level.FAIL
     assert "pid 1187" in ib.reason and "12-23,36-47" in ib.reason
     assert "irqbalance.ban" in ib.fix
     rings = check(cl, "nic-rings")
-    assert rings.status is Status.WARN and "ens1f0np0 rx 1024/8192 tx 1024/8192" in rings.reason
+    assert rings.level is Level.WARN and "ens1f0np0 rx 1024/8192 tx 1024/8192" in rings.reason
     assert "ethtool -G ens1f0np0 rx 8192 tx 8192" in rings.fix
-    assert check(cl, "isolcpus").status is Status.PASS  # data CPUs are all housekeeping
-    assert check(cl, "listen-backlog").status is Status.SKIP  # a director accepts nothing
-    assert check(cl, "ephemeral-ports").status is Status.SKIP
+    assert check(cl, "isolcpus").level is Level.PASS  # data CPUs are all housekeeping
+    assert check(cl, "listen-backlog").level is Level.SKIP  # a director accepts nothing
+    assert check(cl, "ephemeral-ports").level is Level.SKIP
     assert cl.failed
 
 
 def test_dell_as_web_reads_listeners_and_conntrack() -> None:
     cl = run(DELL, "web")
     b = check(cl, "listen-backlog")
-    assert b.status is Status.FAIL
+    assert b.level is Level.FAIL
     # nginx asked for 128 (somaxconn is 4096): the application's setting is the limit
     assert "port 80 (0.0.0.0) backlog 128 (the application's" in b.reason
     assert "< 1024" in b.reason and "somaxconn 4096" in b.reason
     assert "listen 80 backlog=4096" in b.fix
     ct = check(cl, "conntrack")
-    assert ct.status is Status.FAIL
+    assert ct.level is Level.FAIL
     assert "261000 of nf_conntrack_max 262144" in ct.reason and "(100%)" in ct.reason
 
 
@@ -116,19 +98,19 @@ def test_dell_iface_can_be_chosen() -> None:
 def test_kvm_as_web() -> None:
     cl = run(KVM, "web")
     assert cl.iface == "ens3"
-    assert check(cl, "nic-rings").status is Status.PASS  # 256/256: virtio's max
-    assert check(cl, "irqbalance").status is Status.PASS
-    assert check(cl, "conntrack").status is Status.PASS
-    assert check(cl, "cpu-governor").status is Status.SKIP
+    assert check(cl, "nic-rings").level is Level.PASS  # 256/256: virtio's max
+    assert check(cl, "irqbalance").level is Level.PASS
+    assert check(cl, "conntrack").level is Level.PASS
+    assert check(cl, "cpu-governor").level is Level.SKIP
     assert "no cpufreq" in check(cl, "cpu-governor").reason
-    assert check(cl, "clock-sync").status is Status.SKIP  # not the live host
+    assert check(cl, "clock-sync").level is Level.SKIP  # not the live host
     p = check(cl, "profile-in-sync")
-    assert p.status is Status.FAIL and "net.core.somaxconn = 4096 (want 8192)" in p.reason
+    assert p.level is Level.FAIL and "net.core.somaxconn = 4096 (want 8192)" in p.reason
     # nginx's default backlog (511) is below the 1024 a load test needs
     b = check(cl, "listen-backlog")
-    assert b.status is Status.FAIL and "port 80 (0.0.0.0) backlog 511" in b.reason
+    assert b.level is Level.FAIL and "port 80 (0.0.0.0) backlog 511" in b.reason
     d = check(cl, "sockets-drained")
-    assert d.status is Status.WARN and d.reason.startswith("41 TIME_WAIT of tcp_max_tw_buckets")
+    assert d.level is Level.WARN and d.reason.startswith("41 TIME_WAIT of tcp_max_tw_buckets")
 
 
 # ------------------------------------------------------------------ kvm-virtio as DR real server
@@ -153,24 +135,24 @@ def test_kvm_as_realserver_needs_vip() -> None:
 
 
 def test_kvm_as_realserver_unprepared(tmp_path: pathlib.Path) -> None:
-    root = tree(tmp_path, KVM, {RECORD: IP_ADDR.format(vip="")})
+    root = copy_host(tmp_path, KVM, {RECORD: IP_ADDR.format(vip="")})
     cl = run(root, "realserver", vip="192.0.2.10")
     assert cl.profile == "realserver-dr"
     vip = check(cl, "dr-vip")
-    assert vip.status is Status.FAIL and "not on lo" in vip.reason
+    assert vip.level is Level.FAIL and "not on lo" in vip.reason
     assert vip.fix == "ip addr add 192.0.2.10/32 dev lo"
     ign = check(cl, "dr-arp-ignore")
-    assert ign.status is Status.FAIL and "ens3 0 (all 0, ens3 0)" in ign.reason
+    assert ign.level is Level.FAIL and "ens3 0 (all 0, ens3 0)" in ign.reason
     assert "net.ipv4.conf.all.arp_ignore = 1" in ign.fix
     ann = check(cl, "dr-arp-announce")
-    assert ann.status is Status.FAIL and "below 2" in ann.reason
+    assert ann.level is Level.FAIL and "below 2" in ann.reason
     # ens3 has rp_filter 2 (loose) in the fixture
-    assert check(cl, "dr-rp-filter").status is Status.PASS
+    assert check(cl, "dr-rp-filter").level is Level.PASS
     assert "lbtune apply realserver-dr --iface ens3" in check(cl, "profile-in-sync").fix
 
 
 def test_kvm_as_realserver_ready_for_dr(tmp_path: pathlib.Path) -> None:
-    root = tree(
+    root = copy_host(
         tmp_path,
         KVM,
         {
@@ -180,11 +162,11 @@ def test_kvm_as_realserver_ready_for_dr(tmp_path: pathlib.Path) -> None:
         },
     )
     cl = run(root, "realserver", vip="192.0.2.10")
-    assert check(cl, "dr-vip").status is Status.PASS
+    assert check(cl, "dr-vip").level is Level.PASS
     # effective value = max(all, interface): all=1 covers ens3=0, ens3=2 covers all=0
-    assert check(cl, "dr-arp-ignore").status is Status.PASS
+    assert check(cl, "dr-arp-ignore").level is Level.PASS
     assert "ens3 1 (all 1, ens3 0)" in check(cl, "dr-arp-ignore").reason
-    assert check(cl, "dr-arp-announce").status is Status.PASS
+    assert check(cl, "dr-arp-announce").level is Level.PASS
 
 
 @pytest.mark.parametrize(
@@ -195,17 +177,17 @@ def test_kvm_as_realserver_ready_for_dr(tmp_path: pathlib.Path) -> None:
     ],
 )
 def test_vip_in_the_wrong_place(tmp_path: pathlib.Path, line: str, expect: str) -> None:
-    root = tree(tmp_path, KVM, {RECORD: IP_ADDR.format(vip=line)})
+    root = copy_host(tmp_path, KVM, {RECORD: IP_ADDR.format(vip=line)})
     v = check(run(root, "realserver", vip="192.0.2.10"), "dr-vip")
-    assert v.status is Status.FAIL and expect in v.reason
+    assert v.level is Level.FAIL and expect in v.reason
 
 
 def test_strict_rp_filter_fails(tmp_path: pathlib.Path) -> None:
-    root = tree(tmp_path, KVM, {"/proc/sys/net/ipv4/conf/ens3/rp_filter": "1\n"})
+    root = copy_host(tmp_path, KVM, {"/proc/sys/net/ipv4/conf/ens3/rp_filter": "1\n"})
     r = check(run(root, "realserver", vip="192.0.2.10"), "dr-rp-filter")
     # effective = max(all, interface): all=2 makes the strict ens3=1 loose
-    assert r.status is Status.PASS and "ens3 2 (all 2, ens3 1)" in r.reason
-    root2 = tree(
+    assert r.level is Level.PASS and "ens3 2 (all 2, ens3 1)" in r.reason
+    root2 = copy_host(
         tmp_path / "b",
         KVM,
         {
@@ -214,13 +196,13 @@ def test_strict_rp_filter_fails(tmp_path: pathlib.Path) -> None:
         },
     )
     r = check(run(root2, "realserver", vip="192.0.2.10"), "dr-rp-filter")
-    assert r.status is Status.FAIL and "ens3 1 (all 0, ens3 1)" in r.reason
+    assert r.level is Level.FAIL and "ens3 1 (all 0, ens3 1)" in r.reason
     assert "rp_filter = 2" in r.fix
 
 
 def test_dr_vip_record_missing_is_skipped() -> None:
     v = check(run(KVM, "realserver", vip="192.0.2.10"), "dr-vip")
-    assert v.status is Status.SKIP and "ip_-o_addr" in v.reason
+    assert v.level is Level.SKIP and "ip_-o_addr" in v.reason
 
 
 def test_parse_ip_o_addr() -> None:
@@ -242,39 +224,39 @@ def test_tiny_as_client() -> None:
     assert cl.profile == "loadgen"
     assert cl.iface is None  # bond0.100 and veth0 are both up: no single data interface
     p = check(cl, "profile-in-sync")
-    assert p.status is Status.FAIL and p.fix == "lbtune apply loadgen"
+    assert p.level is Level.FAIL and p.fix == "lbtune apply loadgen"
     ports = check(cl, "ephemeral-ports")
-    assert ports.status is Status.PASS and "28232" in ports.reason and "32768-60999" in ports.reason
+    assert ports.level is Level.PASS and "28232" in ports.reason and "32768-60999" in ports.reason
     rings = check(cl, "nic-rings")  # the e1000 under the bond
-    assert rings.status is Status.WARN and "eth0 rx 256/4096" in rings.reason
-    assert check(cl, "listen-backlog").status is Status.SKIP
-    assert check(cl, "conntrack").status is Status.SKIP  # no conntrack files in the tree
+    assert rings.level is Level.WARN and "eth0 rx 256/4096" in rings.reason
+    assert check(cl, "listen-backlog").level is Level.SKIP
+    assert check(cl, "conntrack").level is Level.SKIP  # no conntrack files in the tree
 
 
 def test_tiny_as_client_with_too_many_connections() -> None:
     cl = run(TINY, "client", load="wrk -t2 -c30000 -d30s http://10.0.0.1/")
     ports = check(cl, "ephemeral-ports")
-    assert ports.status is Status.FAIL
+    assert ports.level is Level.FAIL
     assert "30000 planned connections" in ports.reason and "28232" in ports.reason
     # the port comparison is the host check's; the lint does not repeat it
     assert not [c for c in cl.checks if c.name == "load:connections-above-ports"]
-    assert check(cl, "load-command").status is Status.PASS
+    assert check(cl, "load-command").level is Level.PASS
 
 
 def test_tiny_as_client_with_ab_lint() -> None:
     cl = run(TINY, "client", load="ab -n 1000 http://10.0.0.1/")
-    assert check(cl, "load:ab-no-concurrency").status is Status.FAIL
-    assert check(cl, "load:ab-no-keepalive").status is Status.WARN
+    assert check(cl, "load:ab-no-concurrency").level is Level.FAIL
+    assert check(cl, "load:ab-no-keepalive").level is Level.WARN
     assert "one client's latency" in check(cl, "load:ab-no-concurrency").reason
 
 
 def test_tiny_lb_dr_needs_an_interface() -> None:
     cl = run(TINY, "lb-dr")
     p = check(cl, "profile-in-sync")
-    assert p.status is Status.SKIP and "--iface" in p.fix
-    assert check(cl, "irqbalance").status is Status.SKIP
+    assert p.level is Level.SKIP and "--iface" in p.fix
+    assert check(cl, "irqbalance").level is Level.SKIP
     cl = run(TINY, "lb-dr", iface="veth0")
-    assert check(cl, "profile-in-sync").status is Status.FAIL  # veth0 has no rings: no resolve
+    assert check(cl, "profile-in-sync").level is Level.FAIL  # veth0 has no rings: no resolve
     assert "does not resolve" in check(cl, "profile-in-sync").reason
 
 
@@ -282,18 +264,18 @@ def test_tiny_lb_dr_needs_an_interface() -> None:
 
 
 def test_sockets_drained(tmp_path: pathlib.Path) -> None:
-    root = tree(
+    root = copy_host(
         tmp_path,
         KVM,
         {"/proc/net/sockstat": sockstat(0), "/proc/sys/net/ipv4/tcp_max_tw_buckets": "8192\n"},
     )
-    assert check(run(root, "web"), "sockets-drained").status is Status.PASS
+    assert check(run(root, "web"), "sockets-drained").level is Level.PASS
     (root / "proc/net/sockstat").write_text(sockstat(12, 1))
     d = check(run(root, "web"), "sockets-drained")
-    assert d.status is Status.WARN and "12 TIME_WAIT" in d.reason and "1 orphaned" in d.reason
+    assert d.level is Level.WARN and "12 TIME_WAIT" in d.reason and "1 orphaned" in d.reason
     assert "8192" in d.reason
     (root / "proc/net/sockstat").write_text(sockstat(5000))
-    assert check(run(root, "web"), "sockets-drained").status is Status.FAIL
+    assert check(run(root, "web"), "sockets-drained").level is Level.FAIL
 
 
 def test_governor(tmp_path: pathlib.Path) -> None:
@@ -301,37 +283,37 @@ def test_governor(tmp_path: pathlib.Path) -> None:
         f"/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor": g + "\n"
         for c, g in enumerate(["performance", "powersave", "performance", "schedutil"])
     }
-    g = check(run(tree(tmp_path, KVM, files), "client"), "cpu-governor")
-    assert g.status is Status.WARN and "on 2 of 4 CPUs (1,3)" in g.reason
+    g = check(run(copy_host(tmp_path, KVM, files), "client"), "cpu-governor")
+    assert g.level is Level.WARN and "on 2 of 4 CPUs (1,3)" in g.reason
     assert "powersave/schedutil" in g.reason and 'governor.all = "performance"' in g.fix
     files = {k: "performance\n" for k in files}
-    g = check(run(tree(tmp_path / "b", KVM, files), "client"), "cpu-governor")
-    assert g.status is Status.PASS and "4 CPUs" in g.reason
+    g = check(run(copy_host(tmp_path / "b", KVM, files), "client"), "cpu-governor")
+    assert g.level is Level.PASS and "4 CPUs" in g.reason
 
 
 def test_live_probes_clock_and_nofile() -> None:
     bad = LiveProbes((1024, 4096), ClockState(False, "not synchronised (STA_UNSYNC)"))
     cl = run(KVM, "client", probes=bad)
     c = check(cl, "clock-sync")
-    assert c.status is Status.WARN and "STA_UNSYNC" in c.reason
+    assert c.level is Level.WARN and "STA_UNSYNC" in c.reason
     n = check(cl, "nofile")
-    assert n.status is Status.WARN and "soft 1024 hard 4096" in n.reason
+    assert n.level is Level.WARN and "soft 1024 hard 4096" in n.reason
     assert "ulimit -n 4096" in n.fix
     good = LiveProbes((65536, 1048576), ClockState(True, "synchronised"))
     cl = run(KVM, "client", probes=good)
-    assert check(cl, "clock-sync").status is Status.PASS
-    assert check(cl, "nofile").status is Status.PASS
+    assert check(cl, "clock-sync").level is Level.PASS
+    assert check(cl, "nofile").level is Level.PASS
     # a server's own limit is not this shell's: informational only
-    assert check(run(KVM, "web", probes=bad), "nofile").status is Status.PASS
+    assert check(run(KVM, "web", probes=bad), "nofile").level is Level.PASS
 
 
 def test_conntrack_sized_by_the_planned_load(tmp_path: pathlib.Path) -> None:
     # kvm: 0 of 65536 entries; 100/s new connections x 120 s TIME_WAIT in conntrack = 12000
     cl = run(KVM, "client", load="hey -z 60s -c 10 -q 10 -disable-keepalive http://x/")
     ct = check(cl, "conntrack")
-    assert ct.status is Status.PASS and "adds about 12010" in ct.reason
+    assert ct.level is Level.PASS and "adds about 12010" in ct.reason
     cl = run(KVM, "client", load="hey -z 60s -c 100 -q 10 -disable-keepalive http://x/")
-    assert check(cl, "conntrack").status is Status.FAIL  # 1000/s x 120 s > 65536
+    assert check(cl, "conntrack").level is Level.FAIL  # 1000/s x 120 s > 65536
 
 
 def test_summary_and_failed() -> None:

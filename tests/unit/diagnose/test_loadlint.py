@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import shutil
 
 import pytest
 
@@ -19,8 +18,7 @@ from lbtune.diagnose.loadlint import (
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.fs import HostFS
 from lbtune.host.sockdiag import ListenSocket
-
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
+from tests.conftest import DELL, HOSTS, KVM, copy_host
 
 # A client with the kernel's default port range and a large open-file limit.
 CLIENT = LoadFacts(port_range=(32768, 60999), tw_reuse=2, nofile_soft=1048576)
@@ -31,7 +29,7 @@ SERVER = LoadFacts(
 
 
 def rules(command: str, role: str = "client", facts: LoadFacts = CLIENT) -> dict[str, str]:
-    return {i.rule: i.status for i in lint_load(command, role, facts)}
+    return {i.rule: i.level for i in lint_load(command, role, facts)}
 
 
 def issue(command: str, rule: str, role: str = "client", facts: LoadFacts = CLIENT):  # type: ignore[no-untyped-def]
@@ -45,7 +43,7 @@ def issue(command: str, rule: str, role: str = "client", facts: LoadFacts = CLIE
 
 def test_ab_without_c_and_k_gives_two_findings() -> None:
     found = lint_load("ab -n 1000 http://x/", "client", CLIENT)
-    assert {(i.rule, i.status) for i in found} == {
+    assert {(i.rule, i.level) for i in found} == {
         ("ab-no-concurrency", "fail"),
         ("ab-no-keepalive", "warn"),
     }
@@ -71,7 +69,7 @@ def test_ab_refuses_more_concurrency_than_requests_or_its_maximum() -> None:
 
 def test_ab_without_keepalive_runs_out_of_ports_over_a_long_run() -> None:
     i = issue("ab -c 100 -n 100000 http://x/", "time-wait-exhausts-ports")
-    assert i.status == "warn" and "100000" in i.reason and "28232" in i.reason
+    assert i.level == "warn" and "100000" in i.reason and "28232" in i.reason
     assert "time-wait-exhausts-ports" not in rules("ab -c 100 -n 20000 http://x/")
 
 
@@ -81,7 +79,7 @@ def test_ab_without_keepalive_runs_out_of_ports_over_a_long_run() -> None:
 def test_wrk_connections_above_a_16384_port_range_fail() -> None:
     facts = LoadFacts(port_range=(49152, 65535), nofile_soft=1048576)
     i = issue("wrk -t4 -c20000 -d30s http://x/", "connections-above-ports", facts=facts)
-    assert i.status == "fail"
+    assert i.level == "fail"
     assert "20000" in i.reason and "16384" in i.reason and "49152-65535" in i.reason
     assert "EADDRNOTAVAIL" in i.why
     # the default range has 28232 ports: 20000 fit (but use 70%, below the 80% warning)
@@ -116,7 +114,7 @@ def test_wrk_fewer_connections_than_threads_fails() -> None:
 
 def test_wrk_connections_above_the_server_backlog_fail_on_the_server() -> None:
     i = issue("wrk -t4 -c1000 http://vip/", "connections-above-backlog", role="web", facts=SERVER)
-    assert i.status == "fail" and "port 80" in i.reason and "128" in i.reason
+    assert i.level == "fail" and "port 80" in i.reason and "128" in i.reason
     assert "4096" in i.reason  # somaxconn named
     assert rules("wrk -t4 -c100 http://vip/", "web", SERVER) == {}
     # another port: that listener is not known
@@ -133,7 +131,7 @@ def test_server_role_does_not_apply_client_limits() -> None:
 def test_wrk_open_file_limit_on_the_client() -> None:
     facts = LoadFacts(port_range=(1024, 65535), nofile_soft=1024)
     i = issue("wrk -t4 -c2000 http://x/", "connections-above-nofile", facts=facts)
-    assert i.status == "fail" and "2000" in i.reason and "1024" in i.reason
+    assert i.level == "fail" and "2000" in i.reason and "1024" in i.reason
     assert rules("wrk -t4 -c500 http://x/", facts=facts) == {}
     # `ulimit -n` earlier on the line raises the limit for the generator
     assert rules("ulimit -n 65536 && wrk -t4 -c2000 http://x/", facts=facts) == {}
@@ -158,7 +156,7 @@ def test_httperf_with_hog_is_clean() -> None:
 
 def test_httperf_without_hog() -> None:
     i = issue("httperf --server x --num-conns 100000 --rate 1000", "httperf-no-hog")
-    assert i.status == "fail" and "1024-5000" in i.reason and "3977" in i.reason
+    assert i.level == "fail" and "1024-5000" in i.reason and "3977" in i.reason
     assert "60000" in i.reason or "100000" in i.reason
     # the kernel's port range is not what httperf uses then: no second port finding
     assert rules("httperf --server x --num-conns 100000 --rate 1000") == {"httperf-no-hog": "fail"}
@@ -168,7 +166,7 @@ def test_httperf_without_hog() -> None:
 def test_httperf_time_wait_accounting() -> None:
     cmd = "httperf --hog --server x --num-conns 100000 --rate 1000"
     i = issue(cmd, "time-wait-exhausts-ports")
-    assert i.status == "fail" and "60000" in i.reason and "28232" in i.reason
+    assert i.level == "fail" and "60000" in i.reason and "28232" in i.reason
     reuse = LoadFacts(port_range=(32768, 60999), tw_reuse=1, nofile_soft=1048576)
     assert rules(cmd, facts=reuse) == {"time-wait-exhausts-ports": "warn"}
     # keep-alive calls do not change the connection rate: httperf closes each after its calls
@@ -186,7 +184,7 @@ VEGETA = 'echo "GET http://x/" | vegeta attack -rate=50000 -duration=30s | veget
 def test_vegeta_rate_without_file_descriptors_fails() -> None:
     facts = LoadFacts(port_range=(32768, 60999), nofile_soft=1024, nofile_hard=4096)
     i = issue(VEGETA, "vegeta-nofile", facts=facts)
-    assert i.status == "fail"
+    assert i.level == "fail"
     assert "50000" in i.reason and "1024" in i.reason and "12500" in i.reason
     assert "too many open files" in i.why
     assert rules(VEGETA) == {}  # with 1048576 descriptors
@@ -284,7 +282,7 @@ def test_planned_connections() -> None:
 
 
 def test_read_load_facts_from_fixture_tree() -> None:
-    fs = HostFS(str(HOSTS / "dell-r750-mlx5-ixgbe"))
+    fs = HostFS(str(HOSTS / DELL))
     listeners = [
         ListenSocket(4, "0.0.0.0", 80, 0, 511),
         ListenSocket(6, "::", 80, 0, 128),
@@ -298,14 +296,8 @@ def test_read_load_facts_from_fixture_tree() -> None:
     assert (f.nofile_soft, f.nofile_hard) == (1024, 524288)
 
 
-def _copy(tmp_path: pathlib.Path, name: str) -> pathlib.Path:
-    dst = tmp_path / name
-    shutil.copytree(HOSTS / name, dst, symlinks=True)
-    return dst
-
-
 def test_reserved_ports_count_inside_the_range(tmp_path: pathlib.Path) -> None:
-    root = _copy(tmp_path, "kvm-virtio-4vcpu")
+    root = copy_host(tmp_path, KVM)
     (root / "proc/sys/net/ipv4/ip_local_reserved_ports").write_text("8080,40000-40999\n")
     f = read_load_facts(HostFS(str(root)))
     assert f.reserved_ports == 1000 and f.ephemeral_ports == 27232

@@ -1,5 +1,6 @@
 """Each diagnose rule fires on its counter, names the object and the fix, and stays quiet
-when nothing moved. Samples are built directly; sysctls come from a small temp host tree."""
+when nothing moved. Samples are built directly, their sysctls (`Sample.config`) included:
+rules read nothing but the samples."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from typing import Any, Optional
 import pytest
 
 from lbtune.diagnose.context import Context
-from lbtune.diagnose.finding import Finding, Severity
+from lbtune.diagnose.finding import Finding
 from lbtune.diagnose.rules import RULES, run_rules
-from lbtune.host.fs import HostFS
 from lbtune.host.qdisc import QdiscStats
 from lbtune.host.sockdiag import ListenSocket, UdpSocket
+from lbtune.host.sysctl import sysctl_path
 from lbtune.observe.model import (
     ConntrackStats,
     NicCounters,
@@ -26,6 +27,7 @@ from lbtune.observe.model import (
     SoftnetCpu,
 )
 from lbtune.observe.window import Window, counter_delta
+from lbtune.vocab import Level
 
 DOCS = pathlib.Path(__file__).resolve().parents[3] / "docs" / "diagnose.md"
 
@@ -49,15 +51,18 @@ SYSCTLS = {
 }
 
 
+def config(**sysctls: str) -> dict[str, str]:
+    """Sample.config: SYSCTLS with `sysctls` (dotted keys) over them, as kernel paths."""
+    values = {**SYSCTLS, **sysctls}
+    out = {sysctl_path(k): " ".join(v.split()) for k, v in values.items()}
+    out["/sys/class/net/v0/tx_queue_len"] = "1000"
+    return out
+
+
 @pytest.fixture
-def fs(tmp_path: pathlib.Path) -> HostFS:
-    for key, value in SYSCTLS.items():
-        p = tmp_path / "proc/sys" / key.replace(".", "/")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(value + "\n")
-    (tmp_path / "sys/class/net/v0").mkdir(parents=True)
-    (tmp_path / "sys/class/net/v0/tx_queue_len").write_text("1000\n")
-    return HostFS(str(tmp_path))
+def conf() -> dict[str, str]:
+    """The configuration every sample carries unless a test gives its own."""
+    return config()
 
 
 def sample(t: float = 0.0, **kw: Any) -> Sample:
@@ -77,6 +82,7 @@ def sample(t: float = 0.0, **kw: Any) -> Sample:
         qdiscs=(),
         ipvs=None,
         missing={},
+        config=config(),
     )
     base.update(kw)
     if "snmp" in kw and isinstance(kw["snmp"], dict):
@@ -84,8 +90,10 @@ def sample(t: float = 0.0, **kw: Any) -> Sample:
     return Sample(**base)
 
 
-def run(fs: HostFS, before: Optional[Sample], after: Sample, **kw: Any) -> list[Finding]:
-    return run_rules(Context(window=Window(before, after), fs=fs, **kw))
+def run(conf: dict[str, str], before: Optional[Sample], after: Sample, **kw: Any) -> list[Finding]:
+    """Run every rule on the window; `conf` (the configuration) replaces the later sample's."""
+    after = dataclasses.replace(after, config=conf)
+    return run_rules(Context(window=Window(before, after), **kw))
 
 
 def one(findings: list[Finding], rule: str) -> Finding:
@@ -101,15 +109,15 @@ def test_counter_delta_handles_reset() -> None:
     assert counter_delta(4, None) == 0
 
 
-def test_quiet_when_nothing_moved(fs: HostFS) -> None:
+def test_quiet_when_nothing_moved(conf: dict[str, str]) -> None:
     snmp = {"TcpExt.ListenOverflows": 50, "Udp.RcvbufErrors": 7, "TcpExt.TCPTimeWaitOverflow": 3}
     sn = (SoftnetCpu(0, 100, 5, 5, 0, 0),)
     a = sample(0, snmp=snmp, softnet=sn)
     b = sample(2, snmp=snmp, softnet=sn)
-    assert run(fs, a, b) == []
+    assert run(conf, a, b) == []
 
 
-def test_accept_queue_overflow_names_port_and_app_backlog(fs: HostFS) -> None:
+def test_accept_queue_overflow_names_port_and_app_backlog(conf: dict[str, str]) -> None:
     ls0 = ListenSocket(4, "0.0.0.0", 8080, queue=3, backlog=2, drops=0, inode=7)
     ls1 = dataclasses.replace(ls0, drops=17)
     other = ListenSocket(4, "0.0.0.0", 22, queue=0, backlog=128, drops=0, inode=8)
@@ -117,74 +125,79 @@ def test_accept_queue_overflow_names_port_and_app_backlog(fs: HostFS) -> None:
     b = sample(
         2, snmp={"TcpExt.ListenOverflows": 17, "TcpExt.ListenDrops": 17}, listen=(ls1, other)
     )
-    f = one(run(fs, a, b), "accept-queue-overflow")
+    f = one(run(conf, a, b), "accept-queue-overflow")
     assert f.object == "tcp 0.0.0.0:8080"
     assert f.count == 17 and f.rate == 8.5
-    assert f.severity is Severity.CRITICAL
+    assert f.level is Level.FAIL
     fix = f.fixes[0]  # limited by the app (2 < somaxconn 4096): the app's backlog is the fix
-    assert "listen() backlog" in fix.knob and fix.current == "2" and int(fix.needed or 0) >= 1024
+    assert "listen() backlog" in fix.knob and fix.current == "2" and int(fix.desired or 0) >= 1024
 
 
-def test_accept_queue_overflow_limited_by_somaxconn(fs: HostFS) -> None:
+def test_accept_queue_overflow_limited_by_somaxconn(conf: dict[str, str]) -> None:
     ls0 = ListenSocket(6, "::", 443, queue=4096, backlog=4096, drops=10, inode=1)
     ls1 = dataclasses.replace(ls0, drops=110)
     a = sample(0, snmp={"TcpExt.ListenOverflows": 0}, listen=(ls0,))
     b = sample(1, snmp={"TcpExt.ListenOverflows": 100}, listen=(ls1,))
-    f = one(run(fs, a, b), "accept-queue-overflow")
+    f = one(run(conf, a, b), "accept-queue-overflow")
     assert f.object == "tcp [::]:443" and f.count == 100
     assert f.fixes[0].knob == "sysctl net.core.somaxconn"
-    assert f.fixes[0].current == "4096" and int(f.fixes[0].needed or 0) > 4096
-    assert f.fixes[0].profile_key == '[sysctl] "net.core.somaxconn" = 16384'
+    assert f.fixes[0].current == "4096" and int(f.fixes[0].desired or 0) > 4096
+    assert f.fixes[0].key == "sysctl.net.core.somaxconn"
+    assert f.fixes[0].profile_lines == (
+        'sysctl."net.core.somaxconn" = { value = 16384, mode = "raise", reason = "Accept queue '
+        "overflow on tcp port 443: 100 handshake packets in 1.0 s (lbtune diagnose "
+        'accept-queue-overflow)" }',
+    )
 
 
-def test_syn_queue_full_without_cookies(fs: HostFS) -> None:
+def test_syn_queue_full_without_cookies(conf: dict[str, str]) -> None:
     a = sample(0, snmp={"TcpExt.TCPReqQFullDrop": 0})
     b = sample(2, snmp={"TcpExt.TCPReqQFullDrop": 40})
-    f = one(run(fs, a, b), "syn-queue-full")
+    f = one(run(conf, a, b), "syn-queue-full")
     knobs = {x.knob: x for x in f.fixes}
-    assert knobs["sysctl net.ipv4.tcp_syncookies"].needed == "1"
+    assert knobs["sysctl net.ipv4.tcp_syncookies"].desired == "1"
     assert knobs["sysctl net.ipv4.tcp_syncookies"].current == "0"
     assert knobs["sysctl net.ipv4.tcp_max_syn_backlog"].current == "512"
     assert f.count == 40
 
 
-def test_syn_cookies_is_a_warning(fs: HostFS) -> None:
+def test_syn_cookies_is_a_warning(conf: dict[str, str]) -> None:
     a = sample(0, snmp={"TcpExt.TCPReqQFullDoCookies": 0, "TcpExt.SyncookiesSent": 0})
     b = sample(2, snmp={"TcpExt.TCPReqQFullDoCookies": 9, "TcpExt.SyncookiesSent": 9})
-    f = one(run(fs, a, b), "syn-cookies")
-    assert f.severity is Severity.WARNING and f.count == 9
+    f = one(run(conf, a, b), "syn-cookies")
+    assert f.level is Level.WARN and f.count == 9
 
 
-def test_udp_rcvbuf_errors_per_socket(fs: HostFS) -> None:
+def test_udp_rcvbuf_errors_per_socket(conf: dict[str, str]) -> None:
     u0 = UdpSocket(4, "127.0.0.1", 5140, queue=0, rcvbuf=4608, drops=0, inode=3)
     u1 = dataclasses.replace(u0, queue=4608, drops=250)
     a = sample(0, snmp={"Udp.RcvbufErrors": 0}, udp=(u0,))
     b = sample(2, snmp={"Udp.RcvbufErrors": 250}, udp=(u1,))
-    f = one(run(fs, a, b), "udp-rcvbuf-errors")
+    f = one(run(conf, a, b), "udp-rcvbuf-errors")
     assert f.object == "udp 127.0.0.1:5140" and f.count == 250
     assert f.fixes[0].current == "4608"
 
 
-def test_udp_rcvbuf_errors_without_socket(fs: HostFS) -> None:
+def test_udp_rcvbuf_errors_without_socket(conf: dict[str, str]) -> None:
     a = sample(0, snmp={"Udp.RcvbufErrors": 0})
     b = sample(2, snmp={"Udp.RcvbufErrors": 5})
-    f = one(run(fs, a, b), "udp-rcvbuf-errors")
+    f = one(run(conf, a, b), "udp-rcvbuf-errors")
     assert f.object == "udp" and f.fixes[0].knob == "sysctl net.core.rmem_max"
 
 
-def test_softnet_drops_and_squeeze_use_cpu_ids(fs: HostFS) -> None:
+def test_softnet_drops_and_squeeze_use_cpu_ids(conf: dict[str, str]) -> None:
     a = sample(0, softnet=(SoftnetCpu(0, 10, 0, 0, 0, 0), SoftnetCpu(2, 10, 0, 0, 0, 0)))
     b = sample(1, softnet=(SoftnetCpu(0, 20, 0, 0, 0, 0), SoftnetCpu(2, 900, 33, 40, 0, 0)))
-    found = run(fs, a, b)
+    found = run(conf, a, b)
     drop = one(found, "cpu-backlog-drop")
     assert drop.object == "cpu 2" and drop.count == 33
-    assert drop.fixes[0].current == "1000" and int(drop.fixes[0].needed or 0) >= 4000
+    assert drop.fixes[0].current == "1000" and int(drop.fixes[0].desired or 0) >= 4000
     sq = one(found, "time-squeeze")
     assert sq.object == "cpu 2" and sq.count == 40
     assert drop.sort_key < sq.sort_key  # critical before warning
 
 
-def test_nic_per_queue_drops(fs: HostFS) -> None:
+def test_nic_per_queue_drops(conf: dict[str, str]) -> None:
     def nic(drops: int, pk: int) -> NicCounters:
         qs = (
             QueueCounters("rx", 0, packets=pk, drops=0),
@@ -192,72 +205,86 @@ def test_nic_per_queue_drops(fs: HostFS) -> None:
         )
         return NicCounters("eth1", "virtio_net", {}, qs, {}, {})
 
-    found = run(fs, sample(0, nics={"eth1": nic(0, 100)}), sample(2, nics={"eth1": nic(12, 200)}))
+    found = run(conf, sample(0, nics={"eth1": nic(0, 100)}), sample(2, nics={"eth1": nic(12, 200)}))
     f = one(found, "nic-rx-drop")
     assert f.object == "eth1 rx-queue 1" and f.count == 12
     assert "rx queue 1 carried 75%" in f.cause
 
 
-def test_qdisc_drop_skips_aggregating_parent(fs: HostFS) -> None:
+def test_qdisc_drop_skips_aggregating_parent(conf: dict[str, str]) -> None:
     def q(kind: str, handle: str, parent: str, drops: int) -> QdiscStats:
         return QdiscStats("v0", kind, handle, parent, 10 * drops, 0, drops, drops, 0, 0, 0)
 
     a = sample(0, qdiscs=(q("mq", "0:", "root", 0), q("pfifo_fast", "0:", ":1", 0)))
     b = sample(2, qdiscs=(q("mq", "0:", "root", 9), q("pfifo_fast", "0:", ":1", 9)))
-    f = one(run(fs, a, b), "qdisc-drop")
+    f = one(run(conf, a, b), "qdisc-drop")
     assert f.object == "v0 qdisc pfifo_fast 0:" and f.count == 9
     assert f.fixes[0].knob == "txqueuelen v0" and f.fixes[0].current == "1000"
 
 
-def test_rp_filter_drop_names_strict_interface(fs: HostFS) -> None:
+def test_pfifo_fast_under_a_shaper_is_not_resized_by_txqueuelen(conf: dict[str, str]) -> None:
+    """txqueuelen resizes only the pfifo_fast a transmit queue holds (root, mq child): under
+    a shaper's class it keeps the size it was created with, so the fix is to create it again."""
+
+    def q(kind: str, handle: str, parent: str, drops: int) -> QdiscStats:
+        return QdiscStats("v0", kind, handle, parent, 10 * drops, 0, drops, drops, 0, 0, 0)
+
+    a = sample(0, qdiscs=(q("htb", "1:", "root", 0), q("pfifo_fast", "10:", "1:10", 0)))
+    b = sample(2, qdiscs=(q("htb", "1:", "root", 0), q("pfifo_fast", "10:", "1:10", 9)))
+    f = one(run(conf, a, b), "qdisc-drop")
+    assert [x.scope for x in f.fixes] == ["manual"] and not f.fixes[0].settings
+    assert "tc qdisc replace dev v0 parent 1:10 pfifo_fast" in (f.fixes[0].command or "")
+
+
+def test_rp_filter_drop_names_strict_interface(conf: dict[str, str]) -> None:
     a = sample(0, snmp={"TcpExt.IPReversePathFilter": 0})
     b = sample(2, snmp={"TcpExt.IPReversePathFilter": 6})
-    f = one(run(fs, a, b), "rp-filter-drop")
+    f = one(run(conf, a, b), "rp-filter-drop")
     assert f.object == "eth0"
-    assert [(x.knob, x.current, x.needed) for x in f.fixes] == [
+    assert [(x.knob, x.current, x.desired) for x in f.fixes] == [
         ("sysctl net.ipv4.conf.eth0.rp_filter", "1", "2")
     ]
 
 
-def test_conntrack_full(fs: HostFS) -> None:
+def test_conntrack_full(conf: dict[str, str]) -> None:
     def ct(count: int, drop: int) -> ConntrackStats:
         return ConntrackStats(count, 1000, {"drop": drop, "early_drop": 0}, ())
 
     f = one(
-        run(fs, sample(0, conntrack=ct(990, 0)), sample(2, conntrack=ct(1000, 31))),
+        run(conf, sample(0, conntrack=ct(990, 0)), sample(2, conntrack=ct(1000, 31))),
         "conntrack-full",
     )
-    assert f.count == 31 and f.severity is Severity.CRITICAL
-    assert f.fixes[0].current == "1000" and int(f.fixes[0].needed or 0) >= 2000
+    assert f.count == 31 and f.level is Level.FAIL
+    assert f.fixes[0].current == "1000" and int(f.fixes[0].desired or 0) >= 2000
 
 
-def test_conntrack_nearly_full_without_drops_is_warning(fs: HostFS) -> None:
+def test_conntrack_nearly_full_without_drops_is_warning(conf: dict[str, str]) -> None:
     ct = ConntrackStats(950, 1000, {"drop": 0, "early_drop": 0}, ())
-    f = one(run(fs, sample(0, conntrack=ct), sample(2, conntrack=ct)), "conntrack-full")
-    assert f.severity is Severity.WARNING
+    f = one(run(conf, sample(0, conntrack=ct), sample(2, conntrack=ct)), "conntrack-full")
+    assert f.level is Level.WARN
 
 
-def test_timewait_overflow_fix_uses_current_cap(fs: HostFS) -> None:
+def test_timewait_overflow_fix_uses_current_cap(conf: dict[str, str]) -> None:
     st = SockStat(10, 5, 0, 4, 5, 1, 0, 0)
     a = sample(0, snmp={"TcpExt.TCPTimeWaitOverflow": 0}, sockstat=st)
     b = sample(2, snmp={"TcpExt.TCPTimeWaitOverflow": 20}, sockstat=st)
-    f = one(run(fs, a, b), "timewait-overflow")
-    assert f.fixes[0].current == "4" and int(f.fixes[0].needed or 0) >= 600
+    f = one(run(conf, a, b), "timewait-overflow")
+    assert f.fixes[0].current == "4" and int(f.fixes[0].desired or 0) >= 600
 
 
-def test_irq_imbalance(fs: HostFS) -> None:
+def test_irq_imbalance(conf: dict[str, str]) -> None:
     def si(counts: dict[int, int]) -> Softirqs:
         return Softirqs((0, 1, 2, 3), {"NET_RX": counts})
 
     a = sample(0, softirqs=si({0: 0, 1: 0, 2: 0, 3: 0}))
     b = sample(2, softirqs=si({0: 9000, 1: 400, 2: 300, 3: 300}))
-    f = one(run(fs, a, b), "irq-imbalance")
+    f = one(run(conf, a, b), "irq-imbalance")
     assert f.object == "cpu 0" and f.count == 9000
 
 
-def test_cumulative_window_uses_uptime(fs: HostFS) -> None:
+def test_cumulative_window_uses_uptime(conf: dict[str, str]) -> None:
     b = sample(0, snmp={"TcpExt.TCPReqQFullDrop": 2000}, uptime=1000.0)
-    f = one(run(fs, None, b), "syn-queue-full")
+    f = one(run(conf, None, b), "syn-queue-full")
     assert f.count == 2000 and f.rate == 2.0 and "since boot" in f.cause
 
 
@@ -267,32 +294,31 @@ def test_every_rule_is_documented() -> None:
         assert f"`{r.id}`" in text, r.id
 
 
-def test_rare_time_squeeze_is_noise(fs: HostFS) -> None:
+def test_rare_time_squeeze_is_noise(conf: dict[str, str]) -> None:
     a = sample(0, softnet=(SoftnetCpu(0, 0, 0, 0, 0, 0),))
     few = sample(1, softnet=(SoftnetCpu(0, 1000, 0, 9, 0, 0),))  # fewer than 10
     rare = sample(1, softnet=(SoftnetCpu(0, 10_000_000, 0, 50, 0, 0),))  # < 1 in 10,000
-    assert run(fs, a, few) == [] and run(fs, a, rare) == []
+    assert run(conf, a, few) == [] and run(conf, a, rare) == []
 
 
-def test_ephemeral_ports_counted_exactly(fs: HostFS) -> None:
+def test_ephemeral_ports_counted_exactly(conf: dict[str, str]) -> None:
     st = SockStat(0, 27000, 0, 1000, 27000, 1, 0, 0)
     b = sample(1, sockstat=st, ephemeral_in_use=27500)  # range 32768-60999 = 28232 ports
-    f = one(run(fs, sample(0, sockstat=st), b), "ephemeral-ports")
-    assert f.severity is Severity.CRITICAL and f.count == 27500
-    assert f.fixes[0].needed == "1024 65535" and f.fixes[0].current == "32768 60999"
+    f = one(run(conf, sample(0, sockstat=st), b), "ephemeral-ports")
+    assert f.level is Level.FAIL and f.count == 27500
+    assert f.fixes[0].desired == "1024 65535" and f.fixes[0].current == "32768 60999"
 
 
-def test_ephemeral_ports_estimate_is_only_a_warning(fs: HostFS) -> None:
+def test_ephemeral_ports_estimate_is_only_a_warning(conf: dict[str, str]) -> None:
     st = SockStat(0, 10, 0, 28000, 10, 1, 0, 0)
-    f = one(run(fs, None, sample(0, sockstat=st)), "ephemeral-ports")
-    assert f.severity is Severity.WARNING and "estimate" in f.cause
+    f = one(run(conf, None, sample(0, sockstat=st)), "ephemeral-ports")
+    assert f.level is Level.WARN and "estimate" in f.cause
 
 
-def test_no_op_fixes_are_dropped(fs: HostFS, tmp_path: pathlib.Path) -> None:
-    (tmp_path / "proc/sys/net/ipv4/tcp_syncookies").write_text("1\n")
-    (tmp_path / "proc/sys/net/ipv4/tcp_max_syn_backlog").write_text("8192\n")
+def test_no_op_fixes_are_dropped() -> None:
+    conf = config(**{"net.ipv4.tcp_syncookies": "1", "net.ipv4.tcp_max_syn_backlog": "8192"})
     a = sample(0, snmp={"TcpExt.TCPReqQFullDrop": 0})
     b = sample(1, snmp={"TcpExt.TCPReqQFullDrop": 3})
-    f = one(run(fs, a, b), "syn-queue-full")
-    assert all(x.needed != x.current for x in f.fixes)
+    f = one(run(conf, a, b), "syn-queue-full")
+    assert all(x.desired != x.current for x in f.fixes)
     assert "sysctl net.ipv4.tcp_syncookies" not in {x.knob for x in f.fixes}

@@ -11,8 +11,7 @@ import pytest
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
 from lbtune.observe.conntrack import parse_nf_conntrack_stat, read_conntrack
-
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
+from tests.conftest import DELL, HOSTS, KVM, TINY
 
 # 5.17+ (ct_cpu_seq_show): the format of this machine's kernel.
 NEW = (
@@ -98,18 +97,18 @@ def test_read_count_from_entries_without_sysctl(tmp_path: pathlib.Path) -> None:
 
 def test_not_loaded(tmp_path: pathlib.Path) -> None:
     assert read_conntrack(HostFS(str(tmp_path))) is None
-    assert read_conntrack(HostFS(str(HOSTS / "tiny-veth-bond"))) is None
+    assert read_conntrack(HostFS(str(HOSTS / TINY))) is None
 
 
 def test_fixture_r750_table_full() -> None:
-    ct = read_conntrack(HostFS(str(HOSTS / "dell-r750-mlx5-ixgbe")))
+    ct = read_conntrack(HostFS(str(HOSTS / DELL)))
     assert ct is not None
     assert (ct.count, ct.max) == (261000, 262144)
     assert len(ct.per_cpu) == 48  # a row per possible CPU
     assert "delete_list" in ct.per_cpu[0]  # 5.15 header
     assert ct.totals["insert_failed"] > 0 and ct.totals["drop"] > 0
     assert ct.totals["entries"] == 261000
-    kvm = read_conntrack(HostFS(str(HOSTS / "kvm-virtio-4vcpu")))
+    kvm = read_conntrack(HostFS(str(HOSTS / KVM)))
     assert kvm is not None and kvm.totals["drop"] == 0 and "chainlength" in kvm.totals
 
 

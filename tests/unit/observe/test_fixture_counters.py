@@ -11,8 +11,9 @@ import re
 
 import pytest
 
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
-TREES = ["dell-r750-mlx5-ixgbe", "kvm-virtio-4vcpu", "aws-ena-c5n", "tiny-veth-bond"]
+from tests.conftest import AWS, DELL, HOSTS, KVM, TINY
+
+TREES = [DELL, KVM, AWS, TINY]
 NET = "sos_commands/networking"
 
 
@@ -99,7 +100,7 @@ def test_recorded_commands(tree: str) -> None:
 
 
 def test_r750_story() -> None:
-    root = HOSTS / "dell-r750-mlx5-ixgbe"
+    root = HOSTS / DELL
     v = snmp(root)
     socks = ss_sockets(root)
     listen = [s for s in socks if s[1] == "LISTEN"]
@@ -127,7 +128,7 @@ def test_r750_story() -> None:
 
 
 def test_kvm_udp_story() -> None:
-    root = HOSTS / "kvm-virtio-4vcpu"
+    root = HOSTS / KVM
     v = snmp(root)
     udp = [s for s in ss_sockets(root) if s[0] == "udp"]
     (syslog,) = [s for s in udp if s[4] == "0.0.0.0:514"]
@@ -147,9 +148,9 @@ def test_quiet_hosts_have_no_loss_counters() -> None:
         "TcpExt.IPReversePathFilter",
         "TcpExt.TCPAbortOnMemory",
     )
-    for tree in ("kvm-virtio-4vcpu", "aws-ena-c5n", "tiny-veth-bond"):
+    for tree in (KVM, AWS, TINY):
         v = snmp(HOSTS / tree)
         assert [k for k in loss if v[k]] == [], tree
-    for tree in ("kvm-virtio-4vcpu", "aws-ena-c5n"):
+    for tree in (KVM, AWS):
         softnet = (HOSTS / tree / "proc/net/softnet_stat").read_text().split("\n")
         assert all(int(line.split()[1], 16) == 0 for line in softnet if line)

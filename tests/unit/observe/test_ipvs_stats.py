@@ -9,8 +9,7 @@ import pytest
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
 from lbtune.observe.ipvs_stats import parse_ip_vs_stats, read_ipvs_stats
-
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
+from tests.conftest import DELL, HOSTS
 
 # "%8LX %8LX %8LX %16LX %16LX" totals, then the estimator's rates.
 TEXT = (
@@ -45,6 +44,6 @@ def test_malformed(text: str, problem: str) -> None:
 
 def test_read(tmp_path: pathlib.Path) -> None:
     assert read_ipvs_stats(HostFS(str(tmp_path))) is None  # ip_vs not loaded
-    s = read_ipvs_stats(HostFS(str(HOSTS / "dell-r750-mlx5-ixgbe")))
+    s = read_ipvs_stats(HostFS(str(HOSTS / DELL)))
     assert s is not None and s.conns == 98221453 and s.out_packets == 0  # DR: no replies
     assert s.in_packets > 2**32  # wider than the %8LX field

@@ -16,8 +16,7 @@ from lbtune.observe.procnet import (
     read_snmp,
     read_sockstat,
 )
-
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
+from tests.conftest import DELL, HOSTS
 
 # /proc/net/snmp of a 6.1 kernel (abridged to four groups; IcmpMsg only lists types seen).
 SNMP = (
@@ -158,14 +157,18 @@ def test_this_machine_parses() -> None:
     for key in ("TcpExt.ListenOverflows", "TcpExt.TCPTimeWaitOverflow", "Tcp.MaxConn"):
         assert key in v
     assert v["Tcp.RtoMin"] > 0
-    if os.path.exists("/proc/net/snmp6"):
-        assert "Ip6.InReceives" in v and "Udp6.RcvbufErrors" in v
     s = read_sockstat(fs)
     assert s is not None and s.sockets_used > 0
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/net/snmp6"), reason="IPv6 is off on this machine")
+def test_this_machine_parses_snmp6() -> None:
+    v = read_snmp(HostFS("/")).values
+    assert "Ip6.InReceives" in v and "Udp6.RcvbufErrors" in v
+
+
 def test_fixture_r750() -> None:
-    fs = HostFS(str(HOSTS / "dell-r750-mlx5-ixgbe"))
+    fs = HostFS(str(HOSTS / DELL))
     snmp = read_snmp(fs)
     assert snmp.get("TcpExt.ListenOverflows") == snmp.get("TcpExt.ListenDrops") == 48211
     assert snmp.get("TcpExt.TCPTimeWaitOverflow") > 0
@@ -174,7 +177,7 @@ def test_fixture_r750() -> None:
     sock = read_sockstat(fs)
     assert sock is not None
     assert sock.tcp_tw == int(
-        (HOSTS / "dell-r750-mlx5-ixgbe/proc/sys/net/ipv4/tcp_max_tw_buckets").read_text()
+        (HOSTS / DELL / "proc/sys/net/ipv4/tcp_max_tw_buckets").read_text()
     )
 
 

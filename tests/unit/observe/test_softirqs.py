@@ -10,8 +10,7 @@ import pytest
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
 from lbtune.observe.softirqs import parse_softirqs, read_softirqs
-
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
+from tests.conftest import DELL, HOSTS, TINY
 
 # fs/proc/softirqs.c: 20 spaces, "CPU%-8d" per possible CPU, rows "%12s:" + " %10u".
 TEXT = (
@@ -66,12 +65,12 @@ def test_this_machine() -> None:
 
 
 def test_fixtures(tmp_path: pathlib.Path) -> None:
-    r750 = read_softirqs(HostFS(str(HOSTS / "dell-r750-mlx5-ixgbe")))
+    r750 = read_softirqs(HostFS(str(HOSTS / DELL)))
     assert r750 is not None and r750.cpus == tuple(range(48))
     net_rx = r750.counts["NET_RX"]
     top = max(net_rx, key=net_rx.__getitem__)
     assert top == 41 and net_rx[41] > 0.4 * sum(net_rx.values())
-    tiny = read_softirqs(HostFS(str(HOSTS / "tiny-veth-bond")))
+    tiny = read_softirqs(HostFS(str(HOSTS / TINY)))
     assert tiny is not None and tiny.cpus == (0, 1)  # offline CPU 1 keeps its column
     assert all(row[1] == 0 for row in tiny.counts.values())
     assert read_softirqs(HostFS(str(tmp_path))) is None

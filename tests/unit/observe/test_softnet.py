@@ -10,8 +10,7 @@ import pytest
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
 from lbtune.observe.softnet import parse_softnet, read_softnet
-
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
+from tests.conftest import DELL, HOSTS, TINY
 
 
 def line(cols: list[int]) -> str:
@@ -106,7 +105,7 @@ def test_this_machine() -> None:
 
 
 def test_fixture_r750_node1_drops() -> None:
-    rows = {r.cpu: r for r in read_softnet(HostFS(str(HOSTS / "dell-r750-mlx5-ixgbe")))}
+    rows = {r.cpu: r for r in read_softnet(HostFS(str(HOSTS / DELL)))}
     assert sorted(rows) == list(range(48))
     assert {c for c, r in rows.items() if r.dropped} == {20, 41}  # both on node 1
     assert {c for c, r in rows.items() if r.time_squeeze} >= {12, 13, 14, 20, 41, 47}
@@ -114,5 +113,5 @@ def test_fixture_r750_node1_drops() -> None:
 
 def test_fixture_tiny_only_online_cpu() -> None:
     # possible 0-1, online 0: one line, CPU 0
-    rows = read_softnet(HostFS(str(HOSTS / "tiny-veth-bond")))
+    rows = read_softnet(HostFS(str(HOSTS / TINY)))
     assert [(r.cpu, r.dropped > 0, r.time_squeeze > 0) for r in rows] == [(0, True, True)]

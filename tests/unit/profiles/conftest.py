@@ -9,13 +9,12 @@ import pytest
 
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
+from tests.conftest import DELL, HOSTS
 
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
-DELL = HOSTS / "dell-r750-mlx5-ixgbe"
 _cache: dict[str, HostInventory] = {}
 
 
-def inventory(name: str = "dell-r750-mlx5-ixgbe") -> HostInventory:
+def inventory(name: str = DELL) -> HostInventory:
     if name not in _cache:
         _cache[name] = discover_host(Host.open(str(HOSTS / name)))
     return _cache[name]

@@ -4,7 +4,6 @@ BadInput (no tracebacks) and never write to the host."""
 from __future__ import annotations
 
 import contextlib
-import pathlib
 from typing import Any
 
 import pytest
@@ -28,14 +27,14 @@ from lbtune.tune.profile import (
     parse_profile_text,
     resolve,
 )
+from tests.conftest import DELL, HOSTS
 
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
 _INV: list[HostInventory] = []
 
 
 def inventory() -> HostInventory:
     if not _INV:
-        _INV.append(discover_host(Host.open(str(HOSTS / "dell-r750-mlx5-ixgbe"))))
+        _INV.append(discover_host(Host.open(str(HOSTS / DELL))))
     return _INV[0]
 
 

@@ -36,15 +36,15 @@ def test_runbook_is_flagged_with_reasons() -> None:
     for key, needle in expected.items():
         assert key in findings, key
         assert needle in findings[key].reason, (key, findings[key].reason)
-    assert findings["sysctl.net.core.somaxconn"].value == "500000"
-    assert all(f.severity in ("error", "warn") for f in findings.values())
+    assert findings["sysctl.net.core.somaxconn"].desired == "500000"
+    assert all(f.level.value in ("fail", "warn") for f in findings.values())
 
 
 def test_runbook_against_the_host(dell: HostInventory) -> None:
     findings = lint_profile(load_profile("l2dsr-bmt-runbook"), dell, "ens1f0np0")
     iso = next(f for f in findings if f.key == "cmdline.isolcpus")
-    assert "isolates CPU 0" in iso.reason and iso.value == "0-12"
-    assert not any(f.severity == "error" for f in findings)  # it resolves on this host
+    assert "isolates CPU 0" in iso.reason and iso.desired == "0-12"
+    assert not any(f.level.value == "fail" for f in findings)  # it resolves on this host
 
 
 def _lint(text: str, inv: HostInventory | None = None, iface: str | None = None):
@@ -53,7 +53,7 @@ def _lint(text: str, inv: HostInventory | None = None, iface: str | None = None)
 
 def test_tw_recycle_is_an_error() -> None:
     (f,) = _lint('[sysctl]\n"net.ipv4.tcp_tw_recycle" = { value = 1, reason = "r" }\n')
-    assert f.severity == "error" and "4.12" in f.reason
+    assert f.level.value == "fail" and "4.12" in f.reason
 
 
 def test_syn_backlog_without_syncookies() -> None:
@@ -80,7 +80,7 @@ def test_rings_above_driver_max(dell: HostInventory) -> None:
     text = '[nic."data"]\nrings = { value = 16384, reason = "r" }\n'
     assert not _lint(text)
     findings = _lint(text, dell, "ens1f0np0")
-    assert any(f.severity == "error" and "driver maximum" in f.reason for f in findings)
+    assert any(f.level.value == "fail" and "driver maximum" in f.reason for f in findings)
     assert any(f.key == "profile" and "does not resolve" in f.reason for f in findings)
 
 
@@ -101,4 +101,4 @@ def test_lb_role_lowering_forwarding() -> None:
     findings = _lint(
         '[profile]\nrole = "lb-dr"\n[sysctl]\n"net.ipv4.ip_forward" = { value = 0, reason = "r" }\n'
     )
-    assert [f.severity for f in findings] == ["error"]
+    assert [f.level.value for f in findings] == ["fail"]

@@ -137,11 +137,17 @@ def test_etc_profiles_shadow_shipped_ones(tmp_path: pathlib.Path) -> None:
 
 
 def test_broken_profile_listed_with_error(tmp_path: pathlib.Path, write_profile) -> None:
-    write_profile("ok", '[profile]\ndescription = "fine"\n')
+    write_profile(
+        "ok",
+        '[profile]\ndescription = "fine"\n'
+        '[sysctl]\n"vm.swappiness" = { value = 1, reason = "r" }\n',
+    )
     write_profile("bad", "[sysctl\n")
+    write_profile("empty", '[profile]\ndescription = "sets nothing"\n')
     infos = {i.name: i for i in list_profiles(search=[tmp_path])}
     assert infos["ok"].error is None
     assert infos["bad"].error is not None and "bad.toml:1" in infos["bad"].error
+    assert infos["empty"].error is not None and "sets nothing" in infos["empty"].error
 
 
 def _bad(text: str) -> str:

@@ -9,10 +9,11 @@ import pytest
 
 from lbtune.errors import BadInput
 from lbtune.host.host import Host
+from lbtune.host.sysctl import sysctl_path
 from lbtune.tune import engine
 from lbtune.tune.journal import APPLIED, APPLYING, ROLLED_BACK, Busy, StateDir
+from lbtune.tune.knobs.sysctl import SysctlKnob
 from lbtune.tune.plan import Action, Mode, Target, make_plan
-from lbtune.tune.sysctl import SysctlKnob, sysctl_path
 
 SYSCTLS = {
     "net.core.somaxconn": "4096\n",
@@ -86,7 +87,7 @@ def test_missing_key_is_planned_as_missing_and_skipped(host, state):
     assert [c.action for c in plan.changes] == [Action.MISSING]
     assert plan.to_apply == ()
     verdicts = engine.verify_targets(host, [Target(SysctlKnob("net.core.nonexistent"), "1")])
-    assert verdicts[0].status is engine.Status.MISSING
+    assert verdicts[0].status is engine.KnobStatus.MISSING
 
 
 def test_apply_verify_rollback_round_trip(tree, host, state):
@@ -94,8 +95,9 @@ def test_apply_verify_rollback_round_trip(tree, host, state):
     plan = make_plan(host, "t", targets())
     journal = engine.apply_plan(host, plan, state)
     assert journal is not None and journal.state == APPLIED
-    assert (tree / "proc/sys/net/core/somaxconn").read_text() == "8192"
-    assert all(v.status is engine.Status.OK for v in engine.verify_targets(host, targets()))
+    # a tree attribute keeps the kernel's line ending
+    assert (tree / "proc/sys/net/core/somaxconn").read_text() == "8192\n"
+    assert all(v.status is engine.KnobStatus.OK for v in engine.verify_targets(host, targets()))
     # journal holds the exact originals, tabs included
     originals = {k.obj: k.original for k in journal.knobs}
     assert originals["net.ipv4.tcp_rmem"] == "4096\t131072\t6291456"
@@ -113,13 +115,13 @@ def test_apply_verify_rollback_round_trip(tree, host, state):
 def test_verify_reports_drift(tree, host, state):
     engine.apply_plan(host, make_plan(host, "t", targets()), state)
     (tree / "proc/sys/vm/swappiness").write_text("30\n")
-    verdicts = {v.obj: v.status for v in engine.verify_targets(host, targets())}
-    assert verdicts["vm.swappiness"] is engine.Status.DRIFT
-    assert verdicts["net.core.somaxconn"] is engine.Status.OK
+    verdicts = {v.object: v.status for v in engine.verify_targets(host, targets())}
+    assert verdicts["vm.swappiness"] is engine.KnobStatus.DRIFT
+    assert verdicts["net.core.somaxconn"] is engine.KnobStatus.OK
     j = engine.last_applied(state)
     assert j is not None
-    assert {v.obj: v.status for v in engine.verify_journal(host, j)}["vm.swappiness"] is (
-        engine.Status.DRIFT
+    assert {v.object: v.status for v in engine.verify_journal(host, j)}["vm.swappiness"] is (
+        engine.KnobStatus.DRIFT
     )
 
 
@@ -194,14 +196,12 @@ def test_killed_apply_is_detected_and_rolled_back(tree, host, state):
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 9
-    assert (tree / "proc/sys/net/core/somaxconn").read_text() == "8192"  # half applied
+    assert (tree / "proc/sys/net/core/somaxconn").read_text() == "8192\n"  # half applied
     assert state.interrupted() is not None and state.journals()[-1].state == APPLYING
     with pytest.raises(engine.Interrupted, match="rollback"):
         engine.apply_plan(host, make_plan(host, "t", targets()), state)
     engine.rollback(host, state)
-    assert {k: v.rstrip(b"\n") for k, v in snapshot(tree).items()} == {
-        k: v.rstrip(b"\n") for k, v in before.items()
-    }
+    assert snapshot(tree) == before  # byte for byte, line endings included
     assert state.interrupted() is None
 
 
@@ -225,11 +225,11 @@ def test_rollback_to_undoes_newer_applies_in_order(tree, host, state):
         make_plan(host, "b", [Target(SysctlKnob("net.core.somaxconn"), "16384")]),
         state,
     )
-    assert (tree / "proc/sys/net/core/somaxconn").read_text() == "16384"
+    assert (tree / "proc/sys/net/core/somaxconn").read_text() == "16384\n"
     assert first is not None
     done = engine.rollback(host, state, to=first.id)
     assert [j.profile for j in done] == ["b", "a"]
-    assert (tree / "proc/sys/net/core/somaxconn").read_text() == "4096"
+    assert (tree / "proc/sys/net/core/somaxconn").read_text() == "4096\n"
     with pytest.raises(BadInput, match="already rolled-back"):
         engine.rollback(host, state, to=first.id)
     with pytest.raises(BadInput, match="nothing to roll back"):
@@ -277,7 +277,7 @@ def test_symlink_escaping_the_root_is_refused(tree, host, tmp_path):
 
 def test_effective_conf_is_max_of_all_and_interface(tmp_path):
     from lbtune.host.fs import HostFS
-    from lbtune.tune.sysctl import conf_key, effective_conf
+    from lbtune.host.sysctl import conf_key, effective_conf
 
     for iface, value in (("all", "1"), ("bond0.100", "2"), ("eth0", "0")):
         d = tmp_path / "proc/sys/net/ipv4/conf" / iface

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import shutil
 
 import pytest
 
@@ -13,13 +12,12 @@ from lbtune.tune import engine
 from lbtune.tune.journal import ROLLED_BACK, StateDir
 from lbtune.tune.plan import make_plan
 from lbtune.tune.profile import load_profile, resolve
-
-HOSTS = pathlib.Path(__file__).parents[2] / "data" / "hosts"
+from tests.conftest import DELL, copy_host
 
 
 def files(root: pathlib.Path) -> dict[str, bytes]:
     return {
-        str(p.relative_to(root)): p.read_bytes().rstrip(b"\n")
+        str(p.relative_to(root)): p.read_bytes()  # byte for byte
         for p in sorted(root.rglob("*"))
         if p.is_file() and not p.is_symlink() and "var/lib/lbtune" not in str(p)
     }
@@ -27,8 +25,7 @@ def files(root: pathlib.Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("faults") / "host"
-    shutil.copytree(HOSTS / "dell-r750-mlx5-ixgbe", root, symlinks=True)
+    root = copy_host(tmp_path_factory.mktemp("faults"), DELL, dest="host")
     host = Host.open(str(root))
     targets = resolve(load_profile("lb-dr"), discover_host(host), "ens1f0np0")
     plan = make_plan(host, "lb-dr", targets)

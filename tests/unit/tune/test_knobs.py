@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import shutil
 from typing import Optional, Sequence
 
 import pytest
@@ -32,9 +31,8 @@ from lbtune.tune.knobs import (
     XpsCpusKnob,
 )
 from lbtune.tune.registry import kinds, knob_from_record
+from tests.conftest import DELL, KVM, copy_host
 
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
-DELL = "dell-r750-mlx5-ixgbe"
 NET = "sos_commands/networking"
 
 GRUB = (
@@ -54,9 +52,7 @@ GRUB = (
 
 
 def copy_tree(tmp_path: pathlib.Path, name: str = DELL) -> pathlib.Path:
-    dst = tmp_path / name
-    shutil.copytree(HOSTS / name, dst, symlinks=True)
-    return dst
+    return copy_host(tmp_path, name)
 
 
 @pytest.fixture
@@ -245,7 +241,7 @@ def test_irq_affinity(root: pathlib.Path, host: Host) -> None:
     knob = IrqAffinityKnob("96")
     original = round_trip(knob, host, "12,13")
     assert original == "12"
-    assert (root / "proc/irq/96/smp_affinity_list").read_text() == "12,13"
+    assert (root / "proc/irq/96/smp_affinity_list").read_text() == "12,13\n"
     assert knob.same(knob.read(host), "12-13")
     assert knob.same("0x3000", "12-13")
     knob.restore(host, original)
@@ -269,11 +265,11 @@ def test_rps_cpus_mask_conversion(root: pathlib.Path, host: Host) -> None:
     attr = root / "sys/class/net/ens1f0np0/queues/rx-3/rps_cpus"
     assert knob.read(host) == ""  # 0000,00000000
     original = round_trip(knob, host, "12-15,40")
-    assert attr.read_text() == "0100,0000f000"
+    assert attr.read_text() == "0100,0000f000\n"
     assert knob.read(host) == "12-15,40"
     assert knob.same("0x0000,000f", "0xf") and knob.same("0x0000,000f", "0-3")
     knob.restore(host, original)
-    assert attr.read_text() == "0000,00000000"
+    assert attr.read_text() == "0000,00000000\n"
     assert knob.read(host) == ""
 
 
@@ -288,22 +284,22 @@ def test_xps_cpus(root: pathlib.Path, host: Host) -> None:
     knob = XpsCpusKnob("ens1f0np0:tx-3")
     assert knob.read(host) == "15"  # the mlx5 hint of comp3
     original = round_trip(knob, host, "39")
-    assert (root / "sys/class/net/ens1f0np0/queues/tx-3/xps_cpus").read_text() == "0080,00000000"
+    assert (root / "sys/class/net/ens1f0np0/queues/tx-3/xps_cpus").read_text() == "0080,00000000\n"
     knob.restore(host, original)
     assert knob.read(host) == "15"
 
 
 def test_rps_on_small_host_mask_width(tmp_path: pathlib.Path) -> None:
-    root = copy_tree(tmp_path, "kvm-virtio-4vcpu")
+    root = copy_tree(tmp_path, KVM)
     host = Host.open(str(root))
     knob = RpsCpusKnob("ens3:rx-0")
     assert knob.read(host) == "0-3"
     knob.write(host, "1")
-    assert (root / "sys/class/net/ens3/queues/rx-0/rps_cpus").read_text() == "2"
+    assert (root / "sys/class/net/ens3/queues/rx-0/rps_cpus").read_text() == "2\n"
 
 
 def test_rps_flow_cnt(tmp_path: pathlib.Path) -> None:
-    root = copy_tree(tmp_path, "kvm-virtio-4vcpu")
+    root = copy_tree(tmp_path, KVM)
     host = Host.open(str(root))
     knob = RpsFlowCntKnob("ens3:rx-2")
     original = round_trip(knob, host, "8192")
@@ -337,7 +333,7 @@ def test_irqbalance_host_tree_manages_the_boot_link(root: pathlib.Path, host: Ho
 
 
 def test_irqbalance_not_installed(tmp_path: pathlib.Path) -> None:
-    host = Host.open(str(copy_tree(tmp_path, "kvm-virtio-4vcpu")))
+    host = Host.open(str(copy_tree(tmp_path, KVM)))
     assert IrqbalanceKnob("service").read(host) is None
     assert IrqbalanceBanKnob("banned_cpus").read(host) is None
 
@@ -381,7 +377,7 @@ def test_irqbalance_ban_edits_one_line(root: pathlib.Path, host: Host) -> None:
 
 
 def test_irqbalance_ban_conflicting_lines_and_append(tmp_path: pathlib.Path) -> None:
-    root = copy_tree(tmp_path, "kvm-virtio-4vcpu")
+    root = copy_tree(tmp_path, KVM)
     conf = root / "etc/sysconfig/irqbalance"
     conf.parent.mkdir(parents=True)
     text = (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import shutil
 from typing import Optional, Sequence
 
 import pytest
@@ -13,11 +12,11 @@ from lbtune.host.runner import CommandResult, CommandRunner
 from lbtune.tune.engine import RolledBack, Transaction, apply_plan, rollback
 from lbtune.tune.journal import ROLLED_BACK, StateDir
 from lbtune.tune.knobs import CmdlineKnob, IrqAffinityKnob, RingKnob
+from lbtune.tune.knobs.sysctl import SysctlKnob
 from lbtune.tune.persist import BOOT_UNIT, BOOT_WANTS, SYSCTL_CONF, persist_plan
 from lbtune.tune.plan import Target, make_plan
-from lbtune.tune.sysctl import SysctlKnob
+from tests.conftest import DELL, copy_host
 
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
 GRUB = b'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX="isolcpus=2-11 quiet"\n# keep\n'
 
 
@@ -45,8 +44,7 @@ class LiveLikeHost(Host):
 
 @pytest.fixture
 def root(tmp_path: pathlib.Path) -> pathlib.Path:
-    dst = tmp_path / "host"
-    shutil.copytree(HOSTS / "dell-r750-mlx5-ixgbe", dst, symlinks=True)
+    dst = copy_host(tmp_path, DELL, dest="host")
     core = dst / "proc/sys/net/core"
     core.mkdir(parents=True, exist_ok=True)
     (core / "somaxconn").write_text("4096\n")

@@ -16,18 +16,17 @@ from lbtune.errors import BadInput
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
 from lbtune.tune.placement import candidate_cpus, irq_cpus, rps_for, xps_for
-
-HOSTS = pathlib.Path(__file__).resolve().parents[2] / "data" / "hosts"
+from tests.conftest import DELL, HOSTS, KVM, copy_host
 
 
 @pytest.fixture(scope="module")
 def dell() -> HostInventory:
-    return discover_host(Host.open(str(HOSTS / "dell-r750-mlx5-ixgbe")))
+    return discover_host(Host.open(str(HOSTS / DELL)))
 
 
 @pytest.fixture(scope="module")
 def kvm() -> HostInventory:
-    return discover_host(Host.open(str(HOSTS / "kvm-virtio-4vcpu")))
+    return discover_host(Host.open(str(HOSTS / KVM)))
 
 
 # comp0-23 -> 12..23,36..47 in order; the idle comp24-47 wrap round to the same CPUs.
@@ -114,10 +113,7 @@ def test_offline_cpus_and_empty_sets(dell: HostInventory, kvm: HostInventory) ->
 
 
 def test_offline_cpus_are_skipped(tmp_path: pathlib.Path) -> None:
-    import shutil
-
-    root = tmp_path / "kvm"
-    shutil.copytree(HOSTS / "kvm-virtio-4vcpu", root, symlinks=True)
+    root = copy_host(tmp_path, KVM)
     (root / "sys/devices/system/cpu/online").write_text("0,2-3\n")
     inv = discover_host(Host.open(str(root)))
     assert candidate_cpus(inv, "ens3", "local") == frozenset({0, 2, 3})

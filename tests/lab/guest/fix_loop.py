@@ -1,0 +1,144 @@
+"""Runs inside the UML lab kernel: the diagnose -> profile -> apply loop for host-global fixes.
+
+The sysctls these fixes set belong to the kernel, not to a network namespace, so the loop
+runs in the guest's init namespace (a kernel of its own, never the host's): for each rule,
+a fault from tests.netns.faults sets the faulty value and is triggered inside `lbtune
+diagnose --json --write-profile`; `plan` and `apply` take the profile; the application
+restarts where the limit is taken when a socket is made; the same load runs again inside a
+second window; then `verify` and `rollback`. The values of every global sysctl involved
+are read before the apply and after the rollback, and put back after each rule (the next
+rule starts from the guest's defaults).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pathlib
+import time
+from typing import Any, Callable, Optional
+
+from tests.lab.guest.conntrack_full import _sample_clock
+
+GLOBAL_KEYS = (
+    "net.core.netdev_max_backlog",
+    "net.core.netdev_budget",
+    "net.core.netdev_budget_usecs",
+    "net.core.rmem_default",
+    "net.core.rmem_max",
+    "net.ipv4.tcp_max_orphans",
+    "net.ipv4.tcp_mem",
+    "net.netfilter.nf_conntrack_max",
+    "net.netfilter.nf_conntrack_buckets",
+)
+
+
+def _scenarios() -> dict[str, tuple[Callable[[], Any], str, bool]]:
+    """rule -> (fault, the fault's counter that must stop, restart after apply)."""
+    from tests.netns import faults as F
+
+    return {
+        "cpu-backlog-drop": (lambda: F.BacklogFlood(max_backlog=8), "softnet dropped", False),
+        "time-squeeze": (lambda: F.BacklogFlood(budget=8), "softnet time_squeeze", False),
+        "conntrack-full": (
+            lambda: F.ConntrackFull(max_entries=16, conns=24, tracker="tc", close_timeout=1),
+            "conntrack stat drop",
+            True,
+        ),
+        "orphan-overflow": (lambda: F.OrphanFlood(max_orphans=4), "TcpExt.TCPAbortOnMemory", False),
+        "tcp-memory-pressure": (lambda: F.TcpMemPressure(), "TcpExt.TCPMemoryPressures", False),
+        "udp-rcvbuf-errors": (
+            lambda: F.UdpDefaultRcvbuf(datagrams=300),
+            "Udp.RcvbufErrors",
+            True,
+        ),
+    }
+
+
+def read_globals() -> dict[str, Optional[str]]:
+    from tests.netns.faults import read_sysctl
+
+    out: dict[str, Optional[str]] = {}
+    for k in GLOBAL_KEYS:
+        try:
+            out[k] = read_sysctl(k)
+        except OSError:
+            out[k] = None
+    return out
+
+
+def _put_back(values: dict[str, Optional[str]]) -> None:
+    from tests.netns.faults import write_global_sysctl
+
+    for k, v in values.items():
+        if v is not None:
+            with contextlib.suppress(OSError):  # read-only here (conntrack buckets, some)
+                write_global_sysctl(k, v)
+
+
+def _window(bg: Any, args: list[str], delay: float, clock: Any) -> tuple[Any, Any]:
+    """A diagnose run with the fault triggered `delay` s after the window's first sample."""
+    from tests.conftest import run_cli
+
+    times, after_first, _undo = clock
+    del times[:]
+    after_first.append(lambda: bg.trigger(after=delay))
+    res = run_cli(*args)
+    return res, bg.truth()
+
+
+def _loop(rule: str, duration: float, delay: float, clock: Any) -> dict[str, Any]:
+    from tests.conftest import run_cli
+    from tests.netns.faults import Background
+
+    make, counter, restart = _scenarios()[rule]
+    profile = f"/tmp/fix-{rule}.toml"
+    diag = ["diagnose", "--duration", f"{duration:g}", "--json"]
+    out: dict[str, Any] = {"rule": rule, "counter": counter}
+    t0 = time.monotonic()
+    with Background(None, make(), timeout=30) as bg:
+        first, truth1 = _window(bg, [*diag, "--write-profile", profile], delay, clock)
+        out["first"] = {"exit": first.exit_code, "stdout": first.stdout, "stderr": first.stderr}
+        out["truth1"] = dataclasses.asdict(truth1)
+        out["profile"] = pathlib.Path(profile).read_text() if os.path.exists(profile) else None
+        plan = run_cli("plan", profile, "--json")
+        out["plan"] = {"exit": plan.exit_code, "stdout": plan.stdout, "stderr": plan.stderr}
+        out["before_apply"] = read_globals()
+        applied = run_cli("apply", profile, "--yes", "--json")
+        out["apply"] = {"exit": applied.exit_code, "stdout": applied.stdout,
+                        "stderr": applied.stderr}  # fmt: skip
+        out["applied"] = read_globals()
+        if restart:
+            bg.restart()
+        second, truth2 = _window(bg, diag, delay, clock)
+        out["second"] = {"exit": second.exit_code, "stdout": second.stdout,
+                         "stderr": second.stderr}  # fmt: skip
+        out["truth2"] = dataclasses.asdict(truth2)
+        verify = run_cli("verify", profile)
+        out["verify"] = {"exit": verify.exit_code, "stdout": verify.stdout}
+        rollback = run_cli("rollback")
+        out["rollback"] = {"exit": rollback.exit_code, "stderr": rollback.stderr}
+        out["after_rollback"] = read_globals()
+    out["seconds"] = time.monotonic() - t0
+    return out
+
+
+def run(rules: Optional[list[str]] = None, duration: float = 2.0, delay: float = 0.8) -> Any:
+    """Every rule's loop (or `rules`), each from the guest's own global values."""
+    from tests.conftest import run_cli
+
+    os.environ["LBTUNE_STATE_DIR"] = "/tmp/lbtune-state"  # the guest's /tmp is a tmpfs
+    run_cli("diagnose", "--duration", "0.1", "--json")  # imports warm before the windows
+    defaults = read_globals()
+    clock = _sample_clock()
+    loops = []
+    try:
+        for rule in rules or list(_scenarios()):
+            try:
+                loops.append(_loop(rule, duration, delay, clock))
+            finally:
+                _put_back(defaults)
+    finally:
+        clock[2]()
+    return {"defaults": defaults, "loops": loops}

@@ -1,0 +1,176 @@
+"""The loop, end to end in a namespace: fault -> diagnose -> profile -> apply -> quiet counter.
+
+For every rule whose fix is a per-namespace knob: the fault (tests/netns/faults.py) is set
+up in a throwaway namespace and triggered inside `lbtune --netns NS diagnose --duration 2
+--json --write-profile P.toml`; the rule must fire and the profile must hold its fix (and
+lint clean). `lbtune --netns NS plan P.toml` shows the change, `apply P.toml` makes it; the
+application restarts where its limit is fixed at listen() time (as the finding says); the
+SAME load is triggered again inside a second diagnose window: the fault's kernel counter
+does not move (the fault's own reading, not lbtune's) and the rule stays quiet. `verify`
+exits 0, and `rollback` gives every per-namespace sysctl back the value it had before the
+apply (read with `ip netns exec`, not by lbtune).
+
+Rules whose fix is not a per-namespace knob are not here: host-global sysctls
+(netdev_max_backlog, netdev_budget, nf_conntrack_max, tcp_max_orphans, tcp_mem,
+rmem_default) run the same loop in the UML lab (tests/lab/test_fix_loop_lab.py); fixes
+made in the application, the platform or by hand have no profile to apply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import pathlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import pytest
+
+from lbtune.tune.lint import lint_profile
+from lbtune.tune.profile import load_profile
+from tests.conftest import CliResult, run_cli
+from tests.netns import faults as F
+from tests.netns.test_tune_cli_netns import ns_sysctls
+
+DURATION = 2
+DELAY = 0.8  # see test_diagnose_scenarios: the trigger lands well inside the window
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _preimport() -> None:
+    with contextlib.suppress(ImportError):
+        importlib.import_module("lbtune.cli.diagnose")
+
+
+@dataclass(frozen=True)
+class Loop:
+    rule: str
+    fault: Callable[[], F.Fault]
+    counter: Optional[str]  # the fault's kernel counter that must stop moving
+    keys: tuple[str, ...]  # profile keys the written profile must set (and apply changes)
+    restart: bool = False  # the limit is taken at listen(): restart the application
+
+
+LOOPS = [
+    # somaxconn (4) is the limit of a listener that asked for 128: raise it, restart
+    Loop(
+        "accept-queue-overflow",
+        lambda: F.ListenOverflow(port=18180, backlog=128, clients=20, somaxconn=4),
+        "TcpExt.ListenOverflows",
+        ("sysctl.net.core.somaxconn",),
+        restart=True,
+    ),
+    # syncookies off: the full SYN queue drops; with them on it answers with cookies
+    Loop(
+        "syn-queue-full",
+        lambda: F.SynQueueFull(cookies=False, port=18181, backlog=4, syns=40),
+        "TcpExt.TCPReqQFullDrop",
+        ("sysctl.net.ipv4.tcp_syncookies",),
+    ),
+    # cookies answer because somaxconn (4) bounds the SYN queue: raise it, restart
+    Loop(
+        "syn-cookies",
+        lambda: F.SynQueueFull(cookies=True, port=18182, backlog=128, syns=40, somaxconn=4),
+        "TcpExt.TCPReqQFullDoCookies",
+        ("sysctl.net.core.somaxconn",),
+        restart=True,
+    ),
+    Loop(
+        "rp-filter-drop",
+        lambda: F.RpFilterDrop(packets=50, mode=1),
+        "TcpExt.IPReversePathFilter",
+        ("sysctl.net.ipv4.conf.all.rp_filter", "sysctl.net.ipv4.conf.ra0.rp_filter"),
+    ),
+    Loop(
+        "timewait-overflow",
+        lambda: F.TimeWaitOverflow(port=18183, max_tw=4, conns=30),
+        "TcpExt.TCPTimeWaitOverflow",
+        ("sysctl.net.ipv4.tcp_max_tw_buckets",),
+    ),
+    # a gauge: every port of the range held and one connect() failing; then room again
+    Loop(
+        "ephemeral-ports",
+        lambda: F.PortRangeExhausted(ports=10, port=18184),
+        None,
+        ("sysctl.net.ipv4.ip_local_port_range",),
+    ),
+]
+
+
+def diagnose_while(netns: str, bg: F.Background, *extra: str) -> tuple[CliResult, F.Truth]:
+    """A diagnose window in the namespace with the fault triggered inside it."""
+    box: dict[str, Any] = {}
+    args = ["--netns", netns, "diagnose", "--duration", str(DURATION), "--json", *extra]
+
+    def run() -> None:
+        try:
+            box["res"] = run_cli(*args)
+        except BaseException as e:  # surfaced below
+            box["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    bg.trigger(after=DELAY)
+    t.join(60)
+    truth = bg.truth()
+    if "error" in box:
+        raise box["error"]
+    return box["res"], truth
+
+
+def hits(res: CliResult, rule: str) -> list[dict[str, Any]]:
+    assert res.exit_code in (0, 1), res.stderr
+    return [f for f in res.json["findings"] if f["rule"] == rule]
+
+
+@pytest.mark.parametrize("loop", LOOPS, ids=[lp.rule for lp in LOOPS])
+def test_fault_diagnose_profile_apply_and_the_counter_stops(
+    netns: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, loop: Loop
+) -> None:
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    profile = tmp_path / "fix.toml"
+    with F.Background(netns, loop.fault()) as bg:
+        # 1. the fault, diagnosed, written as a profile
+        first, truth = diagnose_while(netns, bg, "--write-profile", str(profile))
+        found = hits(first, loop.rule)
+        assert found, (loop.rule, [f["rule"] for f in first.json["findings"]], first.stderr)
+        if loop.counter is not None:
+            assert truth.delta() > 0, truth  # the kernel counted the fault
+        else:
+            assert truth.details["connect_errors"] == {"EADDRNOTAVAIL": 1}, truth.details
+        proposed = {fx["key"] for f in found for fx in f["fixes"] if fx["scope"] == "profile"}
+        assert set(loop.keys) <= proposed, (loop.keys, found[0]["fixes"])
+        prof = load_profile(str(profile))
+        settings = dict(prof.settings())
+        assert set(loop.keys) <= set(settings), (loop.keys, list(settings))
+        assert lint_profile(prof) == []
+
+        # 2. plan shows the change, apply makes it
+        plan = run_cli("--netns", netns, "plan", str(profile), "--json")
+        assert plan.exit_code == 0, plan.stderr
+        changing = {c["key"] for c in plan.json["changes"] if c["action"] == "change"}
+        assert set(loop.keys) <= changing, (loop.keys, plan.json["changes"])
+        before = ns_sysctls(netns)
+        applied = run_cli("--netns", netns, "apply", str(profile), "--yes", "--json")
+        assert applied.exit_code == 0, applied.stderr
+        assert applied.json["changed"] >= len(loop.keys)
+        if loop.restart:
+            bg.restart()
+
+        # 3. the same load again: the fault's counter does not move, the rule is quiet
+        second, truth2 = diagnose_while(netns, bg)
+        if loop.counter is not None:
+            assert loop.counter in truth2.after, truth2  # the fault read it again
+            moved = truth2.after.get(loop.counter, 0) - truth2.before.get(loop.counter, 0)
+            assert moved == 0, (loop.counter, truth2.before, truth2.after)
+        else:
+            assert truth2.details["connect_errors"] == {}, truth2.details
+        assert hits(second, loop.rule) == [], hits(second, loop.rule)
+
+        # 4. verify, then rollback gives back what the namespace had before the apply
+        verify = run_cli("--netns", netns, "verify", str(profile))
+        assert verify.exit_code == 0, verify.stdout + verify.stderr
+        rollback = run_cli("--netns", netns, "rollback")
+        assert rollback.exit_code == 0, rollback.stderr
+        assert ns_sysctls(netns) == before

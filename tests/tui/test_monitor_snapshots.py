@@ -1,0 +1,48 @@
+"""Snapshots of the monitor's main screen (pytest-textual-snapshot; `--snapshot-update`
+rewrites them after a deliberate change, then copy the Dell one to docs/img/monitor.svg).
+
+The 48-CPU, two-NIC Dell fixture and the 4-vCPU KVM fixture, each after two scripted ticks
+with a listen overflow, backlog drops on one CPU, one hot NIC queue and kernel drop reasons.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lbtune.tui.app import MonitorApp
+from tests.conftest import DELL, KVM
+from tests.tui.conftest import FIXED_TIME, Script, ScriptedFeed, tick
+from tests.tui.test_monitor_pilot import _probes
+
+
+def _loaded(name: str, hot: tuple[str, int], cpu: int, accept_queue: int) -> MonitorApp:
+    script = Script(name)
+    feed = ScriptedFeed(script.host)
+    app = MonitorApp(feed, clock=lambda: FIXED_TIME)
+    dev, queue = hot
+    feed.push(tick(script.step(), _probes(), "on"))
+    feed.push(tick(script.step(
+        snmp={"TcpExt.ListenOverflows": 50, "TcpExt.ListenDrops": 50},
+        softnet={cpu: (90000, 120, 40)}, net_rx={cpu: 3000},
+        queues={(dev, "rx", queue): 90000}, listen={80: (accept_queue, 50)},
+    ), _probes(), "on"))  # fmt: skip
+    return app
+
+
+async def _settle(pilot: Any) -> None:
+    app = pilot.app
+    for _ in range(300):
+        if app.frames >= 2:
+            break
+        await pilot.pause(0.02)
+    await pilot.pause()
+
+
+def test_main_screen_48_cpus(snap_compare: Any) -> None:
+    app = _loaded(DELL, ("ens1f0np0", 5), 41, 129)
+    assert snap_compare(app, terminal_size=(160, 50), run_before=_settle)
+
+
+def test_main_screen_kvm(snap_compare: Any) -> None:
+    app = _loaded(KVM, ("ens3", 2), 1, 512)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=_settle)

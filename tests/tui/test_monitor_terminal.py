@@ -1,0 +1,172 @@
+"""The monitor in a real terminal (tmux), and its recordings.
+
+tmux runs `lbtune monitor --replay FILE` in a pseudo-terminal: the screen renders, keys
+work, q quits with status 0, and the terminal is restored (alternate screen off, canonical
+mode and echo back on). Recordings made by the live feed read back into the same samples;
+hostile recordings and options are one-line errors with exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lbtune.observe.recording import RecordingHeader, RecordingWriter, read_recording
+from tests.conftest import DELL, run_cli
+from tests.tui.conftest import Script
+from tests.tui.test_monitor_pilot import _probes
+
+LBTUNE = [sys.executable, "-m", "lbtune"]
+
+
+def _recording(path: Path, ticks: int = 4) -> None:
+    script = Script(DELL)
+    h = script.host
+    with open(path, "w", encoding="utf-8") as out:
+        w = RecordingWriter(out, RecordingHeader(h.hostname, h.kernel, h.netns, 1.0,
+                                                 h.topology, dict(h.nics)))  # fmt: skip
+        w.write(script.sample, None)
+        for i in range(ticks):
+            script.step(snmp={"TcpExt.ListenOverflows": 10 * i}, softnet={3: (5000, i, 0)})
+            w.write(script.sample, _probes())
+
+
+class Tmux:
+    def __init__(self, tmp: Path) -> None:
+        self.sock = f"lbtune-test-{os.getpid()}"
+        self.env = dict(os.environ, TERM="xterm-256color")
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True,
+                              env=self.env, timeout=20, check=False).stdout  # fmt: skip
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "mon")
+
+    def wait(self, text: str, timeout: float = 30.0) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            shown = self.screen()
+            if text in shown:
+                return shown
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} never appeared:\n{self.screen()}")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux (make setup installs it)")
+def test_replay_in_a_real_terminal_keys_quit_and_restore(tmp_path):
+    rec = tmp_path / "dell.rec"
+    _recording(rec)
+    tmux = Tmux(tmp_path)
+    cmd = " ".join([*LBTUNE, "monitor", "--replay", str(rec), "--interval", "0.3"])
+    shell = f"cd {os.getcwd()}; {cmd}; echo EXIT=$?; stty -a | tr ';' '\\n' | grep -w -e icanon -e echo; sleep 60"  # noqa: E501
+    tmux("new-session", "-d", "-s", "mon", "-x", "150", "-y", "45", shell)
+    try:
+        tmux.wait("drops by cause")
+        tmux.wait("TCP_LISTEN_OVERFLOW")  # the recorded probe counts are played
+        tmux("send-keys", "-t", "mon", "p")
+        tmux.wait("PAUSED")
+        tmux("send-keys", "-t", "mon", "?")
+        tmux.wait("write a diagnose report")
+        tmux("send-keys", "-t", "mon", "Escape")
+        # An escape followed at once by q reads as Alt+q: wait until the help is closed.
+        end = time.monotonic() + 30
+        while "write a diagnose report" in tmux.screen() and time.monotonic() < end:
+            time.sleep(0.2)
+        tmux("send-keys", "-t", "mon", "q")
+        shown = tmux.wait("EXIT=")
+        assert "EXIT=0" in shown, shown
+        assert "drops by cause" not in shown  # the alternate screen is gone
+        assert tmux("display", "-p", "-t", "mon", "#{alternate_on}").strip() == "0"
+        lines = tmux.wait("echo").split()
+        assert "icanon" in lines and "echo" in lines, shown  # not -icanon / -echo: cooked again
+    finally:
+        tmux("kill-server")
+
+
+def test_a_live_recording_reads_back_into_the_same_samples(tmp_path):
+    from lbtune.host.host import Host
+    from lbtune.tui.feed import LiveFeed, ReplayFeed
+
+    rec = tmp_path / "live.rec"
+    with open(rec, "w", encoding="utf-8") as out:
+        feed = LiveFeed(Host.open("/"), interval=0.1, want_probes=False, record=out)
+        stop = threading.Event()
+        live = []
+        for t in feed.ticks(stop):
+            live.append(t)
+            if len(live) == 3:
+                stop.set()
+                feed.wake()
+        feed.close()
+    assert all(t.probe_state == "off" for t in live)
+    with open(rec, encoding="utf-8") as f:
+        replay = ReplayFeed(f, str(rec), interval=0.01)
+        played = list(replay.ticks(threading.Event()))
+    assert [t.window.after for t in played] == [t.window.after for t in live[1:]]
+    assert played[-1].final and replay.host.hostname == feed.host.hostname
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "empty, not a monitor recording"),
+        ("{not json\n", "line 1: not JSON"),
+        ('{"format": "something else"}\n', "not a monitor recording"),
+        ('{"format": "lbtune-monitor-recording/1", "hostname": 7}\n', "hostname"),
+    ],
+)
+def test_hostile_recordings_are_one_line_errors(tmp_path, content, message):
+    rec = tmp_path / "bad.rec"
+    rec.write_text(content)
+    res = run_cli("monitor", "--replay", str(rec))
+    assert res.exit_code == 2, res
+    assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_bad_tick_fails_reading_with_its_line_number(tmp_path):
+    rec = tmp_path / "tick.rec"
+    _recording(rec, ticks=1)
+    with open(rec, "a") as f:
+        f.write('{"sample": {"monotonic": "soon"}}\n')
+    with open(rec) as f:
+        _header, ticks = read_recording(f, "tick.rec")
+        expected = r"tick.rec line 4: sample.monotonic: expected a number"
+        with pytest.raises(Exception, match=expected):
+            list(ticks)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["monitor"], "needs a terminal"),
+        (["monitor", "--interval", "0"], "--interval"),
+        (["monitor", "--interval", "2h"], "between 100ms and 1h"),
+        (["monitor", "--iface", "nope0"], "nope0"),
+        (["monitor", "--replay", "/nonexistent/x.rec"], "No such file"),
+        (["--root", "/tmp", "monitor", "--replay", "x"], "--replay plays a recording"),
+        (["monitor", "--force"], "--force needs --record"),
+        (["monitor", "--json"], "interactive"),
+    ],
+)
+def test_hostile_options_are_one_line_errors(args, message):
+    res = run_cli(*args)
+    assert res.exit_code == 2, (res.exit_code, res.stderr)
+    assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_record_refuses_to_follow_a_symlink(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("keep")
+    (tmp_path / "link.rec").symlink_to(target)
+    res = run_cli("monitor", "--record", str(tmp_path / "link.rec"), "--force")
+    assert res.exit_code == 2 and "symlink" in res.stderr
+    assert target.read_text() == "keep"

@@ -1,0 +1,227 @@
+"""Every profile line a finding proposes is a profile value lbtune takes as written.
+
+For EVERY rule, fixture host trees (copies, with the counters that make the rule fire written
+over them in the kernel's own formats) are diagnosed with `lbtune --root COPY diagnose
+--json --rule RULE`; each fix's profile lines, pasted alone into a file, must load with
+`load_profile` (value, mode and the finding's one-line reason), say the same value and mode
+as the fix, lint clean (`lint_profile`, against that host's inventory too) and resolve on
+the host. A fix that `lbtune apply` makes (scope profile, or host from a namespace) has
+lines; one made elsewhere (application, platform, manual) has none. Rules with no profile
+fix at all are listed, with why, in NO_PROFILE_FIX.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Callable
+
+import pytest
+
+from lbtune.diagnose.rules import RULES
+from lbtune.host.host import Host
+from lbtune.host.inventory import discover_host
+from lbtune.tune.lint import lint_profile
+from lbtune.tune.profile import load_profile, resolve
+from tests.conftest import AWS, DELL, HOSTS, KVM, TINY, copy_host, run_cli
+
+NO_PROFILE_FIX = {
+    "nic-policer": "the cloud platform's allowance: a bigger instance, no host setting",
+    "conntrack-insert-failed": "a race in the clients' UDP pattern: resolver options or "
+    "NOTRACK, made by hand",
+}
+
+Files = Callable[[], dict[str, str]]
+
+
+def netstat(host: str, **counters: int) -> dict[str, str]:
+    """/proc/net/netstat of fixture `host` with TcpExt/IpExt `counters` set (name=value)."""
+    lines = (HOSTS / host / "proc/net/netstat").read_text().splitlines()
+    out = []
+    for head, vals in zip(lines[::2], lines[1::2]):
+        group, names = head.split(":", 1)
+        values = vals.split(":", 1)[1].split()
+        for i, name in enumerate(names.split()):
+            if name in counters:
+                values[i] = str(counters.pop(name))
+        out += [head, f"{group}: " + " ".join(values)]
+    assert not counters, f"not in {host}'s netstat: {counters}"
+    return {"/proc/net/netstat": "\n".join(out) + "\n"}
+
+
+def sysctls(**values: str) -> dict[str, str]:
+    """/proc/sys files: `net__ipv4__tcp_syncookies="0"` (dots written as __)."""
+    return {"/proc/sys/" + k.replace("__", "/"): v + "\n" for k, v in values.items()}
+
+
+def net_rx_on_one_cpu(host: str, cpu: int) -> dict[str, str]:
+    """/proc/softirqs with nearly every NET_RX on `cpu`."""
+    lines = (HOSTS / host / "proc/softirqs").read_text().splitlines()
+    out = []
+    for line in lines:
+        if line.strip().startswith("NET_RX:"):
+            label, counts = line.split(":", 1)
+            n = len(counts.split())
+            line = (
+                label
+                + ":"
+                + "".join(f" {(90_000_000 if i == cpu else 1_000):>10}" for i in range(n))
+            )
+        out.append(line)
+    return {"/proc/softirqs": "\n".join(out) + "\n"}
+
+
+PFIFO_FAST = {
+    "/sos_commands/networking/tc_-s_qdisc_show": (
+        "qdisc noqueue 0: dev lo root refcnt 2 \n"
+        " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+        " backlog 0b 0p requeues 0\n"
+        "qdisc pfifo_fast 0: dev ens3 root refcnt 2 bands 3 "
+        "priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1\n"
+        " Sent 81407303713 bytes 148000558 pkt (dropped 5123, overlimits 0 requeues 18) \n"
+        " backlog 0b 0p requeues 18\n"
+    )
+}
+
+# rule -> cases: (fixture host, files written over its copy)
+CASES: dict[str, list[tuple[str, Files]]] = {
+    # the application's backlog is the limit; then somaxconn is (the listener asked for more)
+    "accept-queue-overflow": [(DELL, dict), (DELL, lambda: sysctls(net__core__somaxconn="128"))],
+    "syn-queue-full": [
+        (
+            DELL,
+            lambda: {
+                **netstat(DELL, TCPReqQFullDrop=500),
+                **sysctls(net__ipv4__tcp_syncookies="0", net__ipv4__tcp_max_syn_backlog="128"),
+            },
+        )
+    ],
+    "syn-cookies": [
+        (DELL, lambda: netstat(DELL, TCPReqQFullDoCookies=40, SyncookiesSent=40)),
+        (
+            DELL,
+            lambda: {
+                **netstat(DELL, TCPReqQFullDoCookies=40, SyncookiesSent=40),
+                **sysctls(net__core__somaxconn="128"),
+            },
+        ),
+    ],
+    "socket-backlog-drop": [(DELL, lambda: netstat(DELL, TCPBacklogDrop=30))],
+    "rcvbuf-prune": [(DELL, lambda: netstat(DELL, PruneCalled=7, RcvPruned=5))],
+    # SO_RCVBUF set by rsyslogd (8192); then the same socket with rmem_default's size
+    "udp-rcvbuf-errors": [(KVM, dict), (KVM, lambda: sysctls(net__core__rmem_default="8192"))],
+    "cpu-backlog-drop": [(DELL, dict), (TINY, dict)],
+    "time-squeeze": [(DELL, dict)],
+    "irq-imbalance": [(DELL, lambda: net_rx_on_one_cpu(DELL, 13))],
+    # eno1's queue 2 vector back on isolated CPU 2 (the fixture's irqbalance had moved it)
+    "irq-placement": [
+        (
+            DELL,
+            lambda: {
+                "/proc/irq/48/smp_affinity_list": "2\n",
+                "/proc/irq/48/effective_affinity_list": "2\n",
+                "/proc/irq/48/smp_affinity": "0000,00000004\n",
+                "/proc/irq/48/effective_affinity": "0000,00000004\n",
+            },
+        )
+    ],
+    "nic-rx-drop": [(DELL, dict), (KVM, dict), (TINY, dict)],
+    "nic-policer": [(AWS, dict)],
+    "conntrack-full": [(DELL, dict)],
+    "conntrack-insert-failed": [(DELL, dict)],
+    # strict on eno1 only, strict on all, loose everywhere (drops: no route back at all)
+    "rp-filter-drop": [
+        (
+            DELL,
+            lambda: {
+                **netstat(DELL, IPReversePathFilter=9),
+                **sysctls(
+                    net__ipv4__conf__all__rp_filter="0", net__ipv4__conf__eno1__rp_filter="1"
+                ),
+            },
+        ),
+        (
+            DELL,
+            lambda: {
+                **netstat(DELL, IPReversePathFilter=9),
+                **sysctls(net__ipv4__conf__all__rp_filter="1"),
+            },
+        ),
+        (DELL, lambda: netstat(DELL, IPReversePathFilter=9)),
+    ],
+    "timewait-overflow": [(DELL, dict)],
+    "orphan-overflow": [
+        (
+            DELL,
+            lambda: {
+                **netstat(DELL, TCPAbortOnMemory=12),
+                **sysctls(net__ipv4__tcp_max_orphans="4096"),
+            },
+        )
+    ],
+    "tcp-memory-pressure": [(DELL, lambda: netstat(DELL, TCPMemoryPressures=3))],
+    "ephemeral-ports": [(DELL, dict)],
+    # fq_codel (its own limit: by hand), then a pfifo_fast root (txqueuelen is its limit)
+    "qdisc-drop": [(DELL, dict), (KVM, lambda: PFIFO_FAST)],
+}
+
+
+def test_every_rule_has_a_case() -> None:
+    assert set(CASES) == {r.id for r in RULES}
+    assert set(NO_PROFILE_FIX) <= set(CASES)
+
+
+def _findings(tmp_path: pathlib.Path, rule: str, host: str, files: Files) -> tuple[Any, Any]:
+    """The rule's findings on the fixture (a copy when files change it), and the inventory."""
+    over = files()
+    root = copy_host(tmp_path, host, over) if over else HOSTS / host
+    res = run_cli("--root", str(root), "diagnose", "--json", "--rule", rule)
+    assert res.exit_code == 1, res.stdout + res.stderr
+    found = [f for f in res.json["findings"] if f["rule"] == rule]
+    assert found, f"{rule} did not fire on {host}"
+    h = Host.open(str(root))
+    try:
+        return found, discover_host(h)
+    finally:
+        h.close()
+
+
+def _check_snippet(tmp_path: pathlib.Path, fix: dict[str, Any], inv: Any) -> None:
+    """The fix's lines alone in a file: load, same values, lint clean, resolve here."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "snippet.toml"
+    path.write_text("\n".join(fix["profile"]) + "\n")
+    prof = load_profile(str(path))
+    settings = dict(prof.settings())
+    assert fix["key"] in settings, (fix["key"], list(settings))
+    assert len(settings) == len(fix["profile"]), settings
+    for line in fix["profile"]:
+        assert 'reason = "' in line and line.count("\n") == 0, line
+    main = settings[fix["key"]]
+    if fix["key"].startswith("sysctl."):
+        # the profile's value is what the fix says is needed, and a limit is only raised
+        assert main.value == fix["desired"], (main.value, fix)
+        assert main.mode.value in ("raise", "set"), main
+    assert all(s.reason for s in settings.values())
+    assert lint_profile(prof) == [], fix["profile"]
+    iface = "eno1" if prof.needs_iface else None
+    assert lint_profile(prof, inv, iface) == [], fix["profile"]
+    resolve(prof, inv, iface)  # BadInput if the host cannot take it
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_profile_lines_of_every_rule_load_and_lint_clean(tmp_path: pathlib.Path, rule: str) -> None:
+    with_lines = 0
+    for i, (host, files) in enumerate(CASES[rule]):
+        findings, inv = _findings(tmp_path / f"case{i}", rule, host, files)
+        for f in findings:
+            assert f["fixes"], f"{rule}: a finding must say what fixes it: {f['title']}"
+            for fix in f["fixes"]:
+                makes = fix["scope"] in ("profile", "host")
+                assert bool(fix["profile"]) == makes, (rule, fix)
+                if fix["profile"]:
+                    with_lines += 1
+                    _check_snippet(tmp_path / f"case{i}", fix, inv)
+    if rule in NO_PROFILE_FIX:
+        assert with_lines == 0, rule
+    else:
+        assert with_lines > 0, f"{rule}: no fix with a profile line in any case"

@@ -1,0 +1,90 @@
+"""BTF enum reading: the recorded 6.18 drop-reason enums, split (module) BTF, hostile blobs."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import struct
+
+import pytest
+
+from lbtune.host.btf import BtfError, blob_strings, kernel_enums, parse_enums
+from lbtune.host.fs import HostFS
+from tests.data.btf.record import write_enums
+
+BTF = pathlib.Path(__file__).resolve().parents[2] / "data" / "btf"
+
+
+def recorded() -> bytes:
+    return (BTF / "vmlinux-6.18-drop-reasons.btf").read_bytes()
+
+
+def test_recorded_drop_reason_enums():
+    enums = {e.name: e for e in parse_enums(recorded())}
+    core = enums["skb_drop_reason"].value_names()
+    assert core[0] == "SKB_NOT_DROPPED_YET" and core[1] == "SKB_CONSUMED"
+    assert core[3] == "SKB_DROP_REASON_NO_SOCKET"
+    assert core[4] == "SKB_DROP_REASON_SOCKET_CLOSE"  # PKT_TOO_SMALL on 6.5: never a table
+    sub = enums["skb_drop_reason_subsys"].value_names()
+    assert sub[1] == "SKB_DROP_REASON_SUBSYS_MAC80211_UNUSABLE"
+
+
+def test_split_module_btf_resolves_strings_against_its_base():
+    base = recorded()
+    base_len = len(blob_strings(base).data)
+    module = write_enums([("ovs_drop_reason", [("__OVS_DROP_REASON", 2 << 16),
+                                               ("OVS_DROP_LAST_ACTION", (2 << 16) + 1)])],
+                         base_strings=base_len)  # fmt: skip
+    (enum,) = parse_enums(module, blob_strings(base))
+    assert enum.name == "ovs_drop_reason"
+    assert enum.members[1] == ("OVS_DROP_LAST_ACTION", (2 << 16) + 1)
+
+
+def test_other_kinds_are_skipped_by_their_size():
+    # An INT (4 extra bytes) and a STRUCT with two members (2 x 12) before the enum.
+    extra = struct.pack("<III", 0, (1 << 24), 4) + struct.pack("<I", 32)
+    extra += struct.pack("<III", 0, (4 << 24) | 2, 8) + bytes(24)
+    blob = write_enums([("e", [("A", 7)])], extra_types=extra)
+    assert [(e.name, e.members) for e in parse_enums(blob)] == [("e", (("A", 7),))]
+
+
+def test_signed_enum_values():
+    blob = write_enums([("netdev_tx", [("__NETDEV_TX_MIN", -(2**31)), ("NETDEV_TX_OK", 0)])])
+    assert parse_enums(blob)[0].members[0][1] == -(2**31)
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"",
+        b"\x00" * 24,  # no magic
+        struct.pack("<HBBIIIII", 0xEB9F, 2, 0, 24, 0, 0, 0, 0),  # version 2
+        struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, 100, 100, 1),  # sections past the end
+        struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, 12, 12, 1)
+        + struct.pack("<III", 0, 31 << 24, 0) + b"\0",  # unknown kind
+        struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, 12, 12, 1)
+        + struct.pack("<III", 0, (6 << 24) | 5, 4) + b"\0",  # enum members missing
+        struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, 20, 20, 1)
+        + struct.pack("<IIIIi", 99, (6 << 24) | 1, 4, 0, 1) + b"\0",  # name outside strings
+    ],
+)
+def test_hostile_blobs_raise_btf_error(blob):
+    with pytest.raises(BtfError):
+        parse_enums(blob)
+
+
+def test_kernel_enums_of_a_tree(tmp_path):
+    d = tmp_path / "sys" / "kernel" / "btf"
+    d.mkdir(parents=True)
+    (d / "vmlinux").write_bytes(recorded())
+    (d / "broken_module").write_bytes(b"not btf")
+    names = {e.name for e in kernel_enums(HostFS(str(tmp_path)))}
+    assert "skb_drop_reason" in names
+    assert kernel_enums(HostFS(str(tmp_path / "sys"))) == []  # no BTF: nothing, no error
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/btf/vmlinux"), reason="kernel without BTF")
+def test_the_running_kernels_btf_parses_completely():
+    enums = kernel_enums(HostFS("/"))
+    assert any(e.name == "skb_drop_reason" for e in enums)
+    assert len(enums) > 100
