@@ -85,11 +85,20 @@ def runbook_tick(iface: str, env: dict[str, str]) -> Callable[[], None]:
     return tick
 
 
-def sampler_tick(root: str, ifaces: Optional[list[str]] = None) -> tuple[Callable[[], None], str]:
+def sampler_tick(
+    root: str, ifaces: Optional[list[str]] = None, rules_spec: bool = False
+) -> tuple[Callable[[], None], str]:
+    """A sampler tick; with `rules_spec`, what `lbtune diagnose` reads per sample (the
+    configuration every rule declares and the TCP sockets under receive pressure)."""
     from lbtune.host.host import Host
-    from lbtune.observe.sampler import Sampler
+    from lbtune.observe.sampler import Sampler, SampleSpec
 
-    sampler = Sampler(Host.open(root), ifaces)
+    spec = SampleSpec()
+    if rules_spec:
+        from lbtune.diagnose.rules import RULES, sample_spec
+
+        spec = sample_spec(RULES)
+    sampler = Sampler(Host.open(root), ifaces, spec)
     sample = sampler.take()  # warm: imports, first netlink socket
     note = ""
     if sample.missing:
@@ -133,11 +142,17 @@ def main() -> None:
     env = dict(os.environ, NSTAT_HISTORY=os.path.join(tmp, "nstat.history"), LC_ALL="C")
     try:
         host_all, _ = sampler_tick("/")
+        host_rules, _ = sampler_tick("/", rules_spec=True)
         host_one, _ = sampler_tick("/", [iface])
         fixture, fixture_note = sampler_tick(str(FIXTURE_48))
         cases: dict[str, Case] = {
             RUNBOOK: (runbook_tick(iface, env), True, max(1, args.ticks // 4)),
             "lbtune Sampler.take() this host, all NICs": (host_all, False, args.ticks),
+            "lbtune diagnose sample (+ rules' config, TCP receivers)": (
+                host_rules,
+                False,
+                args.ticks,
+            ),
             f"lbtune Sampler.take() this host, --iface {iface}": (host_one, False, args.ticks),
             "lbtune Sampler.take() 48-CPU fixture": (fixture, False, args.ticks),
         }

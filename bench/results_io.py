@@ -28,3 +28,19 @@ def write_json(out: Path, meta: dict[str, Any], results: list[Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"meta": meta, "results": [asdict(r) for r in results]}
     out.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def write_markdown(
+    out: Path, heading: list[str], columns: list[tuple[str, str]], rows: list[list[str]]
+) -> str:
+    """Write `heading` lines and a table to the .md beside `out`; print and return the text.
+
+    `columns` are (title, "l" or "r") pairs; `rows` hold the cells as text.
+    """
+    lines = [*heading, "", "| " + " | ".join(t for t, _ in columns) + " |"]
+    lines.append("|" + "|".join("---:" if a == "r" else "---" for _, a in columns) + "|")
+    lines.extend("| " + " | ".join(row) + " |" for row in rows)
+    md = "\n".join(lines) + "\n"
+    out.with_suffix(".md").write_text(md)
+    print(md)
+    return md

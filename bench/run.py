@@ -67,6 +67,8 @@ def cases() -> list[Case]:
 
 
 def measure(all_cases: list[Case], rounds: int) -> dict[str, list[float]]:
+    # What an installed package has: byte-compiled modules (PYTHONDONTWRITEBYTECODE may be set).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "lbtune")], check=True)
     times: dict[str, list[float]] = {c.name: [] for c in all_cases}
     for c in all_cases:  # warm the page cache once
         subprocess.run(c.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
