@@ -5,14 +5,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# chromium: the HTML report is checked in a real headless browser (tests/browser.py).
 PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm kmod
-      user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables)
+      user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium)
+# The lab's servers and load (run only inside the UML guest, never as host services).
+LAB_PKGS=(nginx-light haproxy wrk apache2-utils keepalived)
+LAB_UNITS=(nginx haproxy keepalived)
 VENV=.venv
 
 say() { printf '[setup] %s\n' "$*"; }
 
 missing=()
-for p in "${PKGS[@]}"; do
+for p in "${PKGS[@]}" "${LAB_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -22,10 +26,35 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   say "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # Package scripts must not start nginx, haproxy or keepalived on this (shared, CI) host:
+  # a policy-rc.d that refuses every start, only for this install, unless one exists already.
+  own_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\n# lbtune setup: no service starts during package installation\nexit 101\n' \
+      > /usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  trap 'if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   say "apt packages present"
+fi
+
+# The lab starts its own nginx/haproxy/keepalived inside the UML guest; none of them may run
+# or start at boot as a service of this host. Disabling is idempotent (a no-op once done).
+if command -v systemctl >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+  for unit in "${LAB_UNITS[@]}"; do
+    if systemctl is-enabled --quiet "$unit" 2>/dev/null; then
+      systemctl disable --quiet "$unit" 2>/dev/null || true
+      say "disabled the $unit service (the lab runs its own instances in the guest)"
+    fi
+    if systemctl is-active --quiet "$unit" 2>/dev/null; then
+      systemctl stop "$unit" || true
+      say "stopped the $unit service"
+    fi
+  done
 fi
 
 # bcc compiles probes against /lib/modules/$(uname -r)/{build,source}. When the running kernel
