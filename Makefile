@@ -23,11 +23,20 @@ demo: setup
 	$(VENV)/bin/lbtune show
 	$(VENV)/bin/lbtune doctor
 	-$(VENV)/bin/lbtune diagnose --duration 3
+	@# A short probe run where root and bcc allow it; otherwise one line says why not.
+	@if [ "$$(id -u)" -ne 0 ]; then echo "demo: skipping lbtune probe (needs root)"; \
+	elif ! $(VENV)/bin/python -c 'import bcc' 2>/dev/null || [ -n "$$LBTUNE_NO_BCC" ]; then \
+	  echo "demo: skipping lbtune probe (bcc not importable: make setup installs python3-bpfcc)"; \
+	else $(VENV)/bin/lbtune probe drops napi --duration 3 || true; fi
+	$(VENV)/bin/lbtune lab run --duration 10
 
 bench: setup
 	$(VENV)/bin/python bench/run.py
 	$(VENV)/bin/python bench/tune.py
 	$(VENV)/bin/python bench/diagnose.py
+	$(VENV)/bin/python bench/lab.py
+	$(VENV)/bin/python bench/probes.py
+	$(VENV)/bin/python bench/ipvs.py
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist
