@@ -285,42 +285,6 @@ def _print_status(st: Any, cfg: Any) -> None:
                                        f"{len(st.drift)} object(s) differ: `lbtune ipvs apply`"))
 
 
-@ipvs_group.command("export")
-@click.argument("config", required=False)
-@click.option("--format", "fmt", type=click.Choice(["ipvsadm", "keepalived"]),
-              default="ipvsadm", show_default=True)
-@click.option("--check-port", type=click.IntRange(1, 65535), default=None,
-              help="keepalived: TCP_CHECK port for fwmark services' real servers.")
-@common_options
-@click.pass_context
-def export_command(ctx: click.Context, config: Optional[str], fmt: str,
-                   check_port: Optional[int]) -> int:
-    """Print CONFIG (default: the kernel's table) as `ipvsadm -R` input or keepalived blocks."""
-    from lbtune.host.ipvs import Timeouts, ipvs_of
-    from lbtune.ipvs.export import ipvsadm_lines, keepalived_blocks, services_from_table
-
-    timeouts: Optional[Timeouts] = None
-    if config:
-        cfg = _config(config)
-        services = cfg.services
-        t = dict(cfg.timeouts)
-        if t:
-            timeouts = Timeouts(t.get("tcp", 0), t.get("tcpfin", 0), t.get("udp", 0))
-        source = cfg.source
-    else:
-        session = ipvs_of(_host(ctx))
-        services = services_from_table(session.table())
-        timeouts = session.timeouts()
-        source = "kernel"
-    lines = ipvsadm_lines(services, timeouts) if fmt == "ipvsadm" else \
-        keepalived_blocks(services, check_port or 0)
-    if runtime_of(ctx).json:
-        emit_json({"source": source, "format": fmt, "lines": lines})
-    else:
-        click.echo("\n".join(lines))
-    return 0
-
-
 @ipvs_group.command("selftest")
 @click.argument("config")
 @click.option("--from-netns", metavar="NS", help="Run the client side in namespace NS.")
@@ -481,3 +445,9 @@ def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], d
             if c.fix and c.level.value in ("fail", "warn"):
                 out.print(f"      fix: {c.fix}", markup=False)
     return int(ExitCode.FINDINGS) if failed else 0
+
+
+# `ipvs export` lives in its own module (ipvsadm lines, keepalived blocks, VRRP pair).
+from lbtune.cli.ipvs_export import export_command  # noqa: E402
+
+ipvs_group.add_command(export_command)

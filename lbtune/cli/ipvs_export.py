@@ -1,0 +1,105 @@
+"""`lbtune ipvs export`: the DR table as `ipvsadm -R` input, keepalived blocks, or (with
+`--peer`) a complete keepalived.conf for one director of a VRRP pair."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import click
+
+from lbtune.cli.main import common_options, runtime_of
+from lbtune.errors import BadInput
+
+_PAIR_ONLY = ("role", "priority", "interface", "advert_int", "vrid", "src", "vip", "no_sync",
+              "preempt_delay", "pair")  # fmt: skip
+
+
+@click.command("export")
+@click.argument("config", required=False)
+@click.option("--format", "fmt", type=click.Choice(["ipvsadm", "keepalived"]),
+              default="ipvsadm", show_default=True)
+@click.option("--check-port", type=click.IntRange(1, 65535), default=None,
+              help="keepalived: TCP_CHECK port for fwmark services' real servers.")
+@click.option("--peer", metavar="ADDR",
+              help="keepalived: the other director; prints a whole VRRP-pair keepalived.conf.")
+@click.option("--role", type=click.Choice(["master", "backup"]), default="master",
+              show_default=True, help="With --peer: this director's role (sets the priority).")
+@click.option("--priority", type=int, default=None,
+              help="With --peer: VRRP priority 1-254 (default 150 master, 100 backup).")
+@click.option("--interface", metavar="IFACE", default="eth0", show_default=True,
+              help="With --peer: the interface of VRRP, the VIPs and the sync daemon.")
+@click.option("--advert-int", type=float, default=1.0, show_default=True,
+              help="With --peer: VRRP advert interval, s (below 1: VRRPv3).")
+@click.option("--vrid", type=int, default=51, show_default=True,
+              help="With --peer: virtual_router_id (and sync daemon id).")
+@click.option("--src", metavar="ADDR", help="With --peer: this director's address.")
+@click.option("--vip", multiple=True, metavar="ADDR[/PREFIX]",
+              help="With --peer: a VIP to move besides the services' addresses (repeatable).")
+@click.option("--no-sync", is_flag=True, help="With --peer: no IPVS connection sync daemon.")
+@click.option("--preempt-delay", type=float, default=0.0, show_default=True,
+              help="With --peer: seconds a returning master stays backup before preempting.")
+@click.option("--pair", is_flag=True,
+              help="With --peer and --src: print both directors' configs (--src is master).")
+@common_options
+@click.pass_context
+def export_command(ctx: click.Context, /, config: Optional[str], fmt: str,
+                   check_port: Optional[int], peer: Optional[str], **pair_opts: Any) -> int:
+    """Print CONFIG (default: the kernel's table) as `ipvsadm -R` input or keepalived blocks.
+
+    With --format keepalived --peer ADDR: a complete keepalived.conf for this director of a
+    VRRP pair (vrrp_instance with the VIPs, unicast to the peer, the IPVS sync daemon, and
+    the virtual_server blocks). Check it with `keepalived -t -f FILE`."""
+    from lbtune.cli.ipvs import _config, _host, emit_json
+    from lbtune.host.ipvs import Timeouts, ipvs_of
+    from lbtune.ipvs.export import ipvsadm_lines, keepalived_blocks, services_from_table
+
+    changed = [k for k in _PAIR_ONLY
+               if ctx.get_parameter_source(k) is not click.core.ParameterSource.DEFAULT]
+    if peer is None and changed:
+        raise BadInput(f"--{changed[0].replace('_', '-')} needs --format keepalived --peer ADDR")
+    if peer is not None and fmt != "keepalived":
+        raise BadInput("--peer writes a keepalived.conf: add --format keepalived")
+    timeouts: Optional[Timeouts] = None
+    if config:
+        cfg = _config(config)
+        services = cfg.services
+        t = dict(cfg.timeouts)
+        if t:
+            timeouts = Timeouts(t.get("tcp", 0), t.get("tcpfin", 0), t.get("udp", 0))
+        source = cfg.source
+    else:
+        session = ipvs_of(_host(ctx))
+        services = services_from_table(session.table())
+        timeouts = session.timeouts()
+        source = "kernel"
+    doc: dict[str, Any] = {"source": source, "format": fmt}
+    if peer is not None:
+        doc.update(_pair(services, peer, check_port or 0, pair_opts))
+    else:
+        doc["lines"] = ipvsadm_lines(services, timeouts) if fmt == "ipvsadm" else \
+            keepalived_blocks(services, check_port or 0)
+    if runtime_of(ctx).json:
+        emit_json(doc)
+    elif "configs" in doc:
+        for role, lines in doc["configs"].items():
+            click.echo(f"# ===== keepalived.conf of the {role} =====")
+            click.echo("\n".join(lines))
+    else:
+        click.echo("\n".join(doc["lines"]))
+    return 0
+
+
+def _pair(services: Any, peer: str, check_port: int, o: dict[str, Any]) -> dict[str, Any]:
+    from lbtune.ipvs.keepalived import PairSettings, both_directors, pair_config
+
+    settings = PairSettings(
+        peer=peer, interface=o["interface"], role=o["role"], priority=o["priority"],
+        advert_int=o["advert_int"], vrid=o["vrid"], src=o["src"], vips=tuple(o["vip"]),
+        sync=not o["no_sync"], preempt_delay=o["preempt_delay"],
+    )  # fmt: skip
+    pair = {"peer": peer, "vrrp_version": settings.version, "advert_int": settings.advert_int,
+            "master_down_s": round(settings.master_down_interval(), 3), "sync": settings.sync}
+    if o["pair"]:
+        return {"pair": pair, "configs": both_directors(services, settings, check_port)}
+    return {"pair": dict(pair, role=settings.role, priority=settings.effective_priority),
+            "lines": pair_config(services, settings, check_port)}
