@@ -149,9 +149,11 @@ def up() -> LabSession:
 
 
 def request_run(
-    payload: Mapping[str, Any], on_step: Optional[ProgressCallback], timeout: float
+    payload: Mapping[str, Any], on_step: Optional[ProgressCallback], timeout: float,
+    kind: str = "run",
 ) -> Any:
-    """Run one scenario in the lab that is up; its JSON result. Ctrl-C takes the lab down."""
+    """Run one scenario (kind "run") or failover experiment (kind "failover") in the lab that
+    is up; its JSON result. Ctrl-C takes the lab down."""
     session = current()
     if session is None or not session.ready:
         raise LabError("no lab is up")
@@ -159,7 +161,7 @@ def request_run(
     wd = Path(session.workdir)
     reader = ProgressReader(on_step or (lambda step: None), f"progress-{rid}.jsonl")
     result = wd / f"result-{rid}.json"
-    _write_json(wd / f"request-{rid}.json", {"run": dict(payload)})
+    _write_json(wd / f"request-{rid}.json", {kind: dict(payload)})
     deadline = time.monotonic() + timeout
     try:
         while not result.exists():
@@ -262,6 +264,7 @@ def supervise() -> int:
 def serve() -> dict[str, Any]:
     """Inside the guest: run scenario requests from the work directory until told to stop."""
     from lbtune.lab.balancer import load_ipvs_modules
+    from lbtune.lab.failover import guest_run as failover_run
     from lbtune.lab.scenario import guest_run
 
     wd = Path(os.environ[ENV_WORKDIR])
@@ -275,8 +278,12 @@ def serve() -> dict[str, Any]:
             if data.get("stop"):
                 return {"runs": runs}
             rid = req.stem.split("-", 1)[1]
+            writer = ProgressWriter(str(wd), f"progress-{rid}.jsonl")
             try:
-                value = guest_run(data["run"], ProgressWriter(str(wd), f"progress-{rid}.jsonl"))
+                if "failover" in data:
+                    value = failover_run(data["failover"], writer)
+                else:
+                    value = guest_run(data["run"], writer)
                 out: dict[str, Any] = {"value": value}
             except Exception as e:  # reported to the host, which raises it there
                 out = {"error": f"{type(e).__name__}: {e}"}
