@@ -186,3 +186,9 @@ def status_command(ctx: click.Context) -> int:
         state = "ready" if lab.ready else "booting"
         console().print(f"lab is up ({state}, supervisor pid {lab.supervisor})")
     return 0
+
+
+# `lab failover` (director pair, keepalived) lives in its own module.
+from lbtune.cli.labfailover import failover_command  # noqa: E402
+
+lab_group.add_command(failover_command)

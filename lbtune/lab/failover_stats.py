@@ -145,6 +145,9 @@ class FailoverResult:
                 reason = f"switch {missed[0]}: the VIP did not move"
             elif wrong:
                 reason = f"switch {wrong[0]}: the client's ARP entry names the wrong director"
+            elif config.get("sync") and any(w.lost for w in windows):
+                lost = sum(w.lost for w in windows)
+                reason = f"{lost} established connection(s) broke although sync was on"
         return cls(config, not reason, reason, tuple(windows), summary, configs, kernel)
 
     def to_json(self) -> dict[str, Any]:
