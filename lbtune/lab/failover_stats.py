@@ -72,6 +72,7 @@ class Window:
     probes: int
     established: int  # keep-alive connections open and serving at the switch
     lost: int  # of those, broken during the window
+    recovered: bool  # a probe succeeded after the window's last failure
     reasons: tuple[str, ...] = ()
 
 
@@ -84,16 +85,16 @@ def switch_windows(
         hi = (events[i + 1].t if i + 1 < len(events) else end) - timeout
         probes = [(t, ok) for t, ok in record.probes if lo <= t < hi]
         failed = [t for t, ok in probes if not ok]
-        loss = 0.0
+        loss, recovered = 0.0, any(ok for _, ok in probes)
         if failed:
             after = [t for t, ok in probes if ok and t > failed[-1]]
-            loss = (after[0] if after else hi) - failed[0]
+            loss, recovered = (after[0] if after else hi) - failed[0], bool(after)
         open_at = [c for c in record.conns
                    if c.opened < ev.t and (c.broken is None or c.broken >= ev.t)]  # fmt: skip
         lost = [c for c in open_at if c.broken is not None and c.broken < hi + timeout]
         took = None if ev.took_s is None else round(ev.took_s, 3)
         out.append(Window(i + 1, ev.kind, ev.to, took, ev.arp, round(loss, 3),
-                          len(failed), len(probes), len(open_at), len(lost),
+                          len(failed), len(probes), len(open_at), len(lost), recovered,
                           tuple(sorted({c.reason for c in lost}))))  # fmt: skip
     return tuple(out)
 
@@ -139,8 +140,11 @@ class FailoverResult:
         if not reason:
             missed = [w.switch for w in windows if w.took_s is None]
             wrong = [w.switch for w in windows if w.arp and w.arp != w.to]
+            stuck = [w.switch for w in windows if not w.recovered]
             if not windows:
                 reason = "no switch was measured"
+            elif stuck:
+                reason = f"switch {stuck[0]}: no request succeeded after it"
             elif missed:
                 reason = f"switch {missed[0]}: the VIP did not move"
             elif wrong:

@@ -1,0 +1,69 @@
+"""`lbtune lab failover` in the lab kernel: a keepalived pair, the master killed twice.
+
+What must hold, not how fast: after every switch the other director holds the VIP and the
+client's ARP entry names it, requests succeed again, and the IPVS sync daemon carried the
+established keep-alive connections (none broke), which without sync they do not survive.
+The numbers (loss windows) are bench/failover.py's business.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lbtune.lab.uml import LabKernel
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.lab
+
+FAST = ("--kills", "2", "--advert-int", "0.1", "--settle", "1.5", "--json")
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Work directories in a private temp dir, and no lab up from elsewhere."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("LBTUNE_LAB_RUN_DIR", str(tmp_path / "run"))
+    return tmp
+
+
+def _run(*args: str) -> tuple[int, dict[str, Any], str]:
+    r = run_cli("lab", "failover", *args)
+    return r.exit_code, (r.json if r.stdout.strip() else {}), r.stderr
+
+
+def test_backup_takes_the_vip_and_sync_keeps_established_connections(
+    lab_kernel: LabKernel, private_tmp: Path
+) -> None:
+    code, r, err = _run(*FAST)
+    assert code == 0, (r.get("reason"), err[-2000:])
+    assert r["ok"] and r["reason"] == ""
+    windows = r["windows"]
+    assert [w["kind"] for w in windows] == ["failover", "failback"] * 2
+    for w in windows:
+        assert w["took_s"] is not None and w["arp"] == w["to"], w
+        assert w["recovered"] and w["probes"] > 0, w
+        assert w["established"] == 4 and w["lost"] == 0, w
+    # the directors ran what `ipvs export --peer` wrote: VRRPv3, unicast, the sync daemon
+    conf = r["configs"]["dir1"]
+    assert "lvs_sync_daemon eth0 lbtune_51 id 51" in conf and "version 3" in conf
+    assert "unicast_peer {\n        10.77.0.3\n    }" in conf
+    assert "priority 100" in r["configs"]["dir2"]
+
+
+def test_without_sync_established_connections_break_at_the_switch(
+    lab_kernel: LabKernel, private_tmp: Path
+) -> None:
+    code, r, err = _run("--no-sync", *FAST)
+    assert code == 0, (r.get("reason"), err[-2000:])
+    assert "lvs_sync_daemon" not in r["configs"]["dir1"]
+    failovers = [w for w in r["windows"] if w["kind"] == "failover"]
+    assert all(w["arp"] == "dir2" and w["recovered"] for w in failovers)
+    # the new master has no entry for them: its stack answers with a reset
+    assert sum(w["lost"] for w in failovers) > 0
+    assert any("reset" in reason for w in failovers for reason in w["reasons"])

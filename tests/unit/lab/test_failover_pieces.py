@@ -1,0 +1,92 @@
+"""The failover lab's pure parts: windows per switch, the prober's HTTP parsing, options."""
+
+from __future__ import annotations
+
+import pytest
+
+from lbtune.errors import BadInput
+from lbtune.lab.failover import FailoverConfig, _lab_config
+from lbtune.lab.failover_stats import (
+    Conn,
+    Event,
+    FailoverResult,
+    ProbeRecord,
+    result_from_json,
+    switch_windows,
+)
+from lbtune.lab.prober import _response_done
+from lbtune.lab.topology import plan_topology
+
+
+def _probes(start: float, stop: float, bad: tuple[float, float] = (0.0, 0.0)):
+    """A probe every 20 ms from start to stop, failing in [bad)."""
+    out, t = [], start
+    while t < stop:
+        out.append((round(t, 3), not bad[0] <= t < bad[1]))
+        t += 0.02
+    return tuple(out)
+
+
+def test_loss_window_runs_from_first_failure_to_first_success_after_the_last():
+    rec = ProbeRecord(_probes(0, 20, bad=(10.0, 10.7)), ())
+    [w1, w2] = switch_windows(rec, [Event(10.0, "failover", "dir2", 0.4, "dir2"),
+                                    Event(15.0, "failback", "dir1", 3.7, "dir1")], 20.0)
+    assert w1.loss_s == pytest.approx(0.7, abs=0.021) and w1.failed == 35
+    assert w2.loss_s == 0.0 and w2.failed == 0 and w1.recovered and w2.recovered
+    assert w1.probes + w2.probes == 500  # [9.5, 19.5): every probe in exactly one window
+
+
+def test_a_failure_just_before_the_kill_belongs_to_its_switch_and_no_success_means_to_end():
+    rec = ProbeRecord(_probes(0, 12, bad=(9.9, 12.0)), ())
+    [w] = switch_windows(rec, [Event(10.0, "failover", "dir2", None)], 12.0)
+    assert w.failed > 0 and w.loss_s == pytest.approx(11.5 - 9.9, abs=0.021)
+    assert not w.recovered
+    assert "no request succeeded" in FailoverResult.build({}, [w], "", {}, "").reason
+
+
+def test_keepalive_connections_count_when_open_at_the_switch_and_lost_when_broken_in_it():
+    conns = (
+        Conn(1.0, None, ""),  # survives
+        Conn(1.0, 10.3, "Connection reset by peer"),  # broken by the failover
+        Conn(10.6, 15.2, "Connection reset by peer"),  # opened after it, lost at failback
+        Conn(1.0, 5.0, "closed by the server"),  # gone before the first switch
+    )
+    rec = ProbeRecord(_probes(0, 20), conns)
+    w1, w2 = switch_windows(rec, [Event(10.0, "failover", "dir2", 0.4),
+                                  Event(15.0, "failback", "dir1", 3.7)], 20.0)
+    assert (w1.established, w1.lost) == (2, 1) and w1.reasons == ("Connection reset by peer",)
+    assert (w2.established, w2.lost) == (2, 1)
+
+
+def test_result_reason_and_json_round_trip():
+    rec = ProbeRecord(_probes(0, 20), (Conn(1.0, 10.3, "reset"),))
+    ws = switch_windows(rec, [Event(10.0, "failover", "dir2", 0.4, "dir2")], 20.0)
+    with_sync = FailoverResult.build({"sync": True}, ws, "", {}, "6.1")
+    assert not with_sync.ok and "sync was on" in with_sync.reason
+    without = FailoverResult.build({"sync": False}, ws, "", {}, "6.1")
+    assert without.ok and without.summary[0].lost == 1
+    assert result_from_json(without.to_json()) == without
+    wrong = switch_windows(rec, [Event(10.0, "failover", "dir2", 0.4, "dir1")], 20.0)
+    assert "wrong director" in FailoverResult.build({}, wrong, "", {}, "").reason
+    never = switch_windows(rec, [Event(10.0, "failover", "dir2", None)], 20.0)
+    assert "did not move" in FailoverResult.build({}, never, "", {}, "").reason
+
+
+def test_prober_reads_whole_responses_only():
+    resp = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nX-Lab-Server: rs2\r\n\r\nrs2\n"
+    assert _response_done(resp[:-2], closing=False) is None
+    assert _response_done(resp + b"HTTP/1.1", closing=False) == (200, "rs2", len(resp))
+    assert _response_done(b"HTTP/1.1 503 x\r\n\r\n", closing=True) == (503, "", 18)
+
+
+def test_lab_config_is_an_ipvs_config_and_bad_options_are_refused():
+    from lbtune.ipvs.config import parse_config_text
+
+    topo = plan_topology(2, directors=2)
+    [svc] = parse_config_text(_lab_config(topo.vip, topo.servers), "lab.toml").services
+    assert svc.key.addr == topo.vip and [r.address for r in svc.servers] == [
+        s.address for s in topo.servers]
+    for kw in ({"kills": 0}, {"advert_int": 0.005}, {"advert_int": 0.125}, {"settle": 0.1}):
+        with pytest.raises(BadInput):
+            FailoverConfig(**kw)  # type: ignore[arg-type]
+    assert FailoverConfig(advert_int=1.0).master_down() == pytest.approx(3.609, abs=0.001)
