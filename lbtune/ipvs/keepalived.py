@@ -147,7 +147,8 @@ def pair_config(
     router_id = pair.router_id or f"lbtune-{pair.role}"
     lines = [
         f"# lbtune ipvs export --format keepalived: director {pair.role} of a VRRP pair",
-        f"# peer {pair.peer}; failover after {pair.master_down_interval():.2f} s without adverts",
+        f"# peer {pair.peer}; as backup it takes over after "
+        f"{pair.master_down_interval():.2f} s without adverts",
         "# still yours to add: notify scripts, track_script/track_interface, email,",
         "# and a fence against foreign VRRP speakers (VRRPv3 has no authentication)",
         "global_defs {",

@@ -74,6 +74,7 @@ class Window:
     lost: int  # of those, broken during the window
     recovered: bool  # a probe succeeded after the window's last failure
     reasons: tuple[str, ...] = ()
+    max_gap_s: float = 0.0  # longest pause between probe starts: the resolution achieved
 
 
 def switch_windows(
@@ -93,9 +94,11 @@ def switch_windows(
                    if c.opened < ev.t and (c.broken is None or c.broken >= ev.t)]  # fmt: skip
         lost = [c for c in open_at if c.broken is not None and c.broken < hi + timeout]
         took = None if ev.took_s is None else round(ev.took_s, 3)
+        starts = [t for t, _ in probes]
+        gap = max((b - a for a, b in zip(starts, starts[1:])), default=0.0)
         out.append(Window(i + 1, ev.kind, ev.to, took, ev.arp, round(loss, 3),
                           len(failed), len(probes), len(open_at), len(lost), recovered,
-                          tuple(sorted({c.reason for c in lost}))))  # fmt: skip
+                          tuple(sorted({c.reason for c in lost})), round(gap, 3)))  # fmt: skip
     return tuple(out)
 
 

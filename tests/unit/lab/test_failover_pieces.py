@@ -34,6 +34,10 @@ def test_loss_window_runs_from_first_failure_to_first_success_after_the_last():
     assert w1.loss_s == pytest.approx(0.7, abs=0.021) and w1.failed == 35
     assert w2.loss_s == 0.0 and w2.failed == 0 and w1.recovered and w2.recovered
     assert w1.probes + w2.probes == 500  # [9.5, 19.5): every probe in exactly one window
+    assert w1.max_gap_s == pytest.approx(0.02, abs=0.001)
+    stalled = ProbeRecord(tuple(p for p in rec.probes if not 10.0 <= p[0] < 10.3), ())
+    [w] = switch_windows(stalled, [Event(10.0, "failover", "dir2", 0.4)], 20.0)
+    assert w.max_gap_s == pytest.approx(0.32, abs=0.021)  # the prober's pause shows
 
 
 def test_a_failure_just_before_the_kill_belongs_to_its_switch_and_no_success_means_to_end():
