@@ -62,21 +62,26 @@ def render(result: Any) -> None:
     c = result.config
     out.print(f"lab failover: keepalived pair dir1/dir2, advert_int {c['advert_int']:g} s, "
               f"sync {'on' if c['sync'] else 'off'}, preempt_delay {c['preempt_delay']:g} s, "
-              f"{c['kills']} kill(s), lab kernel {result.kernel}", markup=False)  # fmt: skip
+              f"{c['kills']} kill(s), lab kernel {result.kernel}",
+              markup=False, soft_wrap=True)  # fmt: skip
     out.print(f"{'#':>2}  {'switch':<8} {'to':<4} {'VIP moved':>9} {'loss':>7} {'failed':>6} "
-              f"{'probes':>6} {'max gap':>7} {'kept conns':>10}", markup=False)  # fmt: skip
+              f"{'probes':>6} {'max gap':>7} {'kept conns':>10}",
+              markup=False, soft_wrap=True)  # fmt: skip
     for w in result.windows:
         moved = "never" if w.took_s is None else f"{w.took_s:.2f} s"
         kept = f"{w.established - w.lost}/{w.established}"
         out.print(f"{w.switch:>2}  {w.kind:<8} {w.to:<4} {moved:>9} {w.loss_s:>5.2f} s "
                   f"{w.failed:>6} {w.probes:>6} {w.max_gap_s * 1000:>4.0f} ms {kept:>10}",
-                  markup=False)  # fmt: skip
+                  markup=False, soft_wrap=True)  # fmt: skip
     for sm in result.summary:
         kept = sm.established - sm.lost
         out.print(f"  {sm.kind:<8} x{sm.switches}: loss window median {sm.loss_median_s:.2f} s, "
                   f"max {sm.loss_max_s:.2f} s; {sm.failed} failed requests; established "
-                  f"connections kept {kept} of {sm.established}", markup=False)  # fmt: skip
+                  f"connections kept {kept} of {sm.established}",
+                  markup=False, soft_wrap=True)  # fmt: skip
     out.print("  loss window: first failed to first good fresh-connection probe (one every "
-              f"{c['interval'] * 1000:g} ms; max gap: the longest pause between probes, the "
-              "resolution reached)", markup=False)  # fmt: skip
-    out.print("OK" if result.ok else f"FAILED: {result.reason}", markup=False)
+              f"{c['interval'] * 1000:g} ms)",
+              markup=False, soft_wrap=True)  # fmt: skip
+    out.print("  max gap: the longest pause between probes (the resolution reached)",
+              markup=False, soft_wrap=True)
+    out.print("OK" if result.ok else f"FAILED: {result.reason}", markup=False, soft_wrap=True)

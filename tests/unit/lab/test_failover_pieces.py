@@ -94,3 +94,27 @@ def test_lab_config_is_an_ipvs_config_and_bad_options_are_refused():
         with pytest.raises(BadInput):
             FailoverConfig(**kw)  # type: ignore[arg-type]
     assert FailoverConfig(advert_int=1.0).master_down() == pytest.approx(3.609, abs=0.001)
+
+
+def test_cli_refuses_bad_options_before_anything_boots():
+    from tests.conftest import run_cli
+
+    for args in (("--kills", "0"), ("--advert-int", "0.125"), ("--servers", "9")):
+        r = run_cli("lab", "failover", *args, "--json")
+        assert r.exit_code == 2, (args, r.stderr)
+        assert r.json["error"]["type"] == "bad-input" and "Traceback" not in r.stderr
+
+
+def test_report_shows_every_switch_and_the_kept_connections(capsys):
+    from lbtune.cli.labfailover import render
+
+    rec = ProbeRecord(_probes(0, 20, bad=(10.0, 10.3)),
+                      (Conn(1.0, None, ""), Conn(1.0, 10.2, "Connection reset by peer")))
+    ws = switch_windows(rec, [Event(10.0, "failover", "dir2", 0.34, "dir2"),
+                              Event(15.0, "failback", "dir1", 3.6, "dir1")], 20.0)
+    cfg = dict(vars(FailoverConfig(kills=1, sync=False)))
+    render(FailoverResult.build(cfg, ws, "", {}, "6.1.176"))
+    out = capsys.readouterr().out
+    assert " 1  failover dir2    0.34 s  0.30 s     15" in out
+    assert "failover x1: loss window median 0.30 s" in out and "kept 1 of 2" in out
+    assert out.rstrip().endswith("OK")
