@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from lbtune.lab.session import processes_naming
 from lbtune.lab.uml import LabKernel
 from tests.conftest import run_cli
 
@@ -54,6 +55,8 @@ def test_backup_takes_the_vip_and_sync_keeps_established_connections(
     assert "lvs_sync_daemon eth0 lbtune_51 id 51" in conf and "version 3" in conf
     assert "unicast_peer {\n        10.77.0.3\n    }" in conf
     assert "priority 100" in r["configs"]["dir2"]
+    # nothing left behind: UML, keepalived, nginx and the prober went with the guest
+    assert processes_naming(str(private_tmp)) == []
 
 
 def test_without_sync_established_connections_break_at_the_switch(
