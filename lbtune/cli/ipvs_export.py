@@ -59,6 +59,9 @@ def export_command(ctx: click.Context, /, config: Optional[str], fmt: str,
         raise BadInput(f"--{changed[0].replace('_', '-')} needs --format keepalived --peer ADDR")
     if peer is not None and fmt != "keepalived":
         raise BadInput("--peer writes a keepalived.conf: add --format keepalived")
+    if pair_opts["pair"] and ("role" in changed or "priority" in changed):
+        raise BadInput("--pair prints both roles with their default priorities: "
+                       "no --role/--priority")
     timeouts: Optional[Timeouts] = None
     if config:
         cfg = _config(config)

@@ -128,4 +128,7 @@ def test_cli_pair_export_json_and_option_errors(tmp_path):
     r = run_cli("ipvs", "export", str(cfg), "--format", "keepalived", "--peer", "10.77.0.3",
                 "--pair")
     assert r.exit_code == 2 and "--pair needs --src" in r.stderr
+    r = run_cli("ipvs", "export", str(cfg), "--format", "keepalived", "--peer", "10.77.0.3",
+                "--src", "10.77.0.2", "--pair", "--priority", "200")
+    assert r.exit_code == 2 and "no --role/--priority" in r.stderr
     assert "Traceback" not in r.stderr
