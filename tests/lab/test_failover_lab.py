@@ -70,3 +70,18 @@ def test_without_sync_established_connections_break_at_the_switch(
     # the new master has no entry for them: its stack answers with a reset
     assert sum(w["lost"] for w in failovers) > 0
     assert any("reset" in reason for w in failovers for reason in w["reasons"])
+
+
+def test_failover_runs_in_a_lab_that_is_up(lab_kernel: LabKernel, private_tmp: Path) -> None:
+    up = run_cli("lab", "up", "--json")
+    assert up.exit_code == 0, up.stderr
+    try:
+        code, r, err = _run("--kills", "1", "--advert-int", "0.1", "--settle", "1", "--json")
+        assert code == 0, (r.get("reason"), err[-2000:])
+        assert [w["kind"] for w in r["windows"]] == ["failover", "failback"]
+        # the same guest still serves a plain lab run afterwards (the failover cleaned up)
+        again = run_cli("lab", "run", "--duration", "2", "--no-diagnose", "--json")
+        assert again.exit_code == 0, again.stderr[-2000:]
+    finally:
+        assert run_cli("lab", "down", "--json").json["stopped"] is True
+    assert processes_naming(str(private_tmp)) == []
