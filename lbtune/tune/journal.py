@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import posixpath
+import shlex
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterator, Optional
@@ -76,6 +77,18 @@ class Journal:
         """Write atomically and durably (temp file, fsync, rename, fsync dir)."""
         assert self._store is not None, "journal not attached to a state directory"
         self._store.write(self)
+
+
+def lbtune_command(host: Host, verb: str) -> str:
+    """The command line that acts on this host's journals, e.g. `lbtune --netns lab1 rollback`:
+    journals are per root and per namespace, so a hint without the options would look in the
+    wrong place."""
+    words = ["lbtune"]
+    if host.fs.root not in ("/", ""):
+        words += ["--root", host.fs.root]
+    if host.netns:
+        words += ["--netns", host.netns]
+    return shlex.join([*words, verb])
 
 
 class StateDir:
