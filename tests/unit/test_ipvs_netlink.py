@@ -1,5 +1,5 @@
-"""host/ipvs.py and host/ipvs_wire.py without a kernel: message layouts, decoding, and how a pipelined batch
-reports each failure. Real IPVS is exercised in tests/lab/."""
+"""host/ipvs.py and host/ipvs_wire.py without a kernel: message layouts, decoding, and how
+a pipelined batch reports each failure. Real IPVS is exercised in tests/lab/."""
 
 from __future__ import annotations
 
