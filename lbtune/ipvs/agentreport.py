@@ -127,9 +127,12 @@ def parse_report(data: Any, source: str = "agent") -> AgentReport:
         if name not in data:
             raise BadInput(f"{source}: {name} missing")
         v = data[name]
-        ok = _typed(v, tp)
+        if v is None and tp.endswith("?"):
+            kw[name] = None
+            continue
+        ok = _typed(v, tp.rstrip("?"))
         if ok is None:
-            raise BadInput(f"{source}: {name} = {v!r}: expected {tp}")
+            raise BadInput(f"{source}: {name} = {v!r}: expected {_WORDS[tp.rstrip('?')]}")
         kw[name] = ok
     if kw["health"] not in HEALTH:
         raise BadInput(f"{source}: health = {kw['health']!r}: one of {', '.join(HEALTH)}")
@@ -149,9 +152,12 @@ _FIELDS = {
 }  # fmt: skip
 
 
+_WORDS = {"int": "a whole number", "float": "a number", "str": "a string",
+          "bool": "true or false", "strs": "a list of strings"}  # fmt: skip
+
+
 def _typed(v: Any, tp: str) -> Any:
-    if tp.endswith("?"):
-        return v if v is None else _typed(v, tp[:-1])
+    """v as type tp, None when it is not one."""
     if tp == "bool":
         return v if isinstance(v, bool) else None
     if isinstance(v, bool):

@@ -12,9 +12,10 @@ Per real server, every poll (docs/ipvs.md, "Adaptive weights"):
    base = configured weight x `scale`. The capacity term spreads connections in proportion
    to what each server can do (what wlc needs); the headroom term moves them away from a
    server nearing saturation, and `floor` keeps a busy but healthy server in the rotation.
-4. **Overload**: a server whose agent says overloaded or down, or whose smoothed load
-   reaches `high`, gets weight 0 and keeps it until its load is back at `low` or below and
-   its agent says ok (hysteresis: no flapping around one threshold).
+4. **Overload**: a server whose agent says down (nothing listens) or reports listen-queue
+   drops in its last interval, or whose smoothed load reaches `high`, gets weight 0 and
+   keeps it until its smoothed load is back at `low` or below with no new drops
+   (hysteresis: no flapping around one threshold).
 5. **Deadband**: a weight changes only when the target differs from the weight in the
    kernel by at least `deadband` of it (and by at least `min_step`); entering or leaving 0
    always applies.
@@ -84,7 +85,9 @@ def observe(policy: Policy, st: ServerState, r: Optional[AgentReport]) -> Server
     cap = st.capacity
     if tput > 0:
         cap = tput / max(load, policy.load_min)
-    bad = r.health != "ok"
+    # down and listen drops act at once; a load the agent calls overloaded goes through the
+    # smoothing like any load (one busy sample is not an overload)
+    bad = r.health == "down" or r.listen_drops_delta > 0
     # hysteresis: in at `high`, out only at `low`
     overloaded = bad or (load > policy.low if st.overloaded else load >= policy.high)
     return ServerState(load, tput, cap, overloaded, False)
@@ -130,7 +133,8 @@ def step(
         elif st.overloaded:
             r = reports[s]
             assert r is not None
-            why = r.reason if r.health != "ok" else f"load {st.load:.2f}"
+            bad = r.health == "down" or r.listen_drops_delta > 0
+            why = r.reason if bad else f"load {st.load:.2f}"
             targets[s] = 0
             reasons[s] = (f"overloaded ({why}); back at load <= {policy.low:g}")
         else:
