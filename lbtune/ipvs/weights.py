@@ -4,10 +4,11 @@ Per real server, every poll (docs/ipvs.md, "Adaptive weights"):
 
 1. **Smooth** the agent's load L (utilisation of its busiest resource, 0..1) and its egress
    throughput T with an exponential moving average (factor `alpha`).
-2. **Capacity** C = T / max(L, `load_min`): what the server would send at full load. A
-   server that sends 20 Mbit/s at 100 % has C = 20 Mbit/s; one that sends 40 Mbit/s at
-   50 % has C = 80 Mbit/s. Servers without traffic keep their last estimate (or the
-   largest one of the others: an unknown server is not assumed slow).
+2. **Capacity** C = T / L: what the server would send at full load. A server that sends
+   20 Mbit/s at 100 % has C = 20 Mbit/s; one that sends 40 Mbit/s at 50 % has
+   C = 80 Mbit/s. Only samples with L >= `measure_min` update it (an idle server's ratio
+   is noise); until a server has an estimate it counts as the largest (an unknown server
+   is not assumed slow).
 3. **Capacity left**: target = base x C / max(C) x (floor + (1 - floor) x (1 - L)), with
    base = configured weight x `scale`. The capacity term spreads connections in proportion
    to what each server can do (what wlc needs); the headroom term moves them away from a
@@ -22,7 +23,8 @@ Per real server, every poll (docs/ipvs.md, "Adaptive weights"):
 6. **Never all 0**: when every server with a configured weight would be 0, the overloaded
    ones keep serving at their capacity share (load taken as 1); when all are down, every
    server gets its configured weight (there is nothing better to do).
-7. **Unreachable agent**: the configured weight (the config is the fallback), said once.
+7. **Unreachable agent**: the configured weight x `scale` (the config is the fallback: the
+   same ratio to the others as configured, as if idle), said once by the caller.
 
 A configured weight of 0 stays 0 (the operator drained that server).
 """
@@ -44,7 +46,7 @@ class Policy:
     low: float = 0.80  # ... and back in service at or below this
     floor: float = 0.25  # share of its capacity weight a fully busy healthy server keeps
     scale: int = 100  # weight units per configured weight unit
-    load_min: float = 0.1  # capacity estimates divide by at least this load
+    measure_min: float = 0.2  # capacity is estimated only from samples at least this busy
     deadband: float = 0.15  # relative change below which a weight is left alone
     min_step: int = 2  # absolute change below which a weight is left alone
 
@@ -83,8 +85,8 @@ def observe(policy: Policy, st: ServerState, r: Optional[AgentReport]) -> Server
     load = _ewma(st.load, r.load, policy.alpha)
     tput = _ewma(st.throughput, r.egress_bps, policy.alpha)
     cap = st.capacity
-    if tput > 0:
-        cap = tput / max(load, policy.load_min)
+    if load >= policy.measure_min and tput > 0:
+        cap = tput / load
     # down and listen drops act at once; a load the agent calls overloaded goes through the
     # smoothing like any load (one busy sample is not an overload)
     bad = r.health == "down" or r.listen_drops_delta > 0
@@ -128,7 +130,7 @@ def step(
         if configured[s] == 0:
             targets[s], reasons[s] = 0, "configured weight 0"
         elif st.fallback or st.load is None:
-            targets[s] = configured[s]
+            targets[s] = min(MAX_WEIGHT, configured[s] * policy.scale)
             reasons[s] = "agent unreachable: configured weight"
         elif st.overloaded:
             r = reports[s]
@@ -149,7 +151,7 @@ def step(
                 reasons[s] = "every server overloaded: weights by capacity alone"
         else:
             for s in wanted:
-                targets[s] = configured[s]
+                targets[s] = min(MAX_WEIGHT, configured[s] * policy.scale)
                 reasons[s] = "every server down: configured weights"
     decisions = []
     for s in configured:

@@ -100,14 +100,14 @@ def test_all_down_falls_back_to_configured_weights():
     cfg = {"a": 2, "b": 1}
     last, _ = run([{"a": report(1, listening=False), "b": report(1, listening=False)}],
                   configured=cfg)  # fmt: skip
-    assert {s: d.weight for s, d in last.items()} == cfg
+    assert {s: d.weight for s, d in last.items()} == {"a": 200, "b": 100}  # cfg x scale
 
 
 def test_unreachable_agent_keeps_configured_weight():
     cfg = {"a": 3, "b": 1}
     last, _ = run([{"a": report(40), "b": None}, {"a": report(40), "b": None}], configured=cfg)
-    assert last["b"].weight == 1 and "unreachable" in last["b"].reason
-    assert last["a"].weight > 3  # scaled by `scale`
+    assert last["b"].weight == 100 and "unreachable" in last["b"].reason  # 1 x scale
+    assert 0 < last["a"].weight <= 300  # 3 x scale at most
 
 
 def test_configured_zero_stays_zero():
@@ -136,3 +136,12 @@ def test_smoothing_damps_a_single_spike():
     rounds.append({"a": report(30), "b": report(30), "c": report(99)})  # one sample
     _, seen = run(rounds, policy=p)
     assert seen["c"][-1] > 0  # smoothed load (0.3 -> 0.645) is nowhere near high
+
+
+def test_idle_samples_do_not_make_a_server_look_slow():
+    # idle: a trickle at a low load says nothing about capacity
+    idle = {"a": report(0.02), "b": report(0.02), "c": report(0.02)}
+    busy = {"a": report(50, 100), "b": report(50, 100), "c": report(10, 20)}
+    last, seen = run([idle, idle, busy, busy])
+    assert seen["a"][:2] == seen["b"][:2] == seen["c"][:2]  # all at full capacity share
+    assert last["c"].weight < last["a"].weight / 3
