@@ -154,7 +154,7 @@ class Sampler:
             if raw is not prev else 0.0,
             egress_capacity_bps=_capacity_bps(self.host, self.dev),
             max_conns=self.opts.max_conns, signals=tuple(self.opts.signals),
-            load=0.0, bottleneck="", health="ok", reason="",
+            load=0.0, bottleneck="", pressure=0.0, health="ok", reason="",
         )  # fmt: skip
         return judge(report)
 

@@ -5,7 +5,10 @@
 resource state (CPU utilisation and run queue, available memory, established connections
 and the listener of the served port, egress rate against the link's shaping rate or speed)
 and the agent's own judgement: `load`, the utilisation of its busiest resource among the
-`signals` it was told to use, and `health` (ok, overloaded, down). The same judgement feeds
+`signals` it was told to use; `pressure`, the highest of the signals that mean work waits or
+is refused (run queue, memory, listen queue, connection limit); and `health`: down when
+nothing listens on the port, overloaded on listen drops or pressure >= 95 %, else ok. A CPU
+or a link at 100 % is busy, not overloaded. The same judgement feeds
 keepalived's MISC_CHECK (`misc_exit_code`) and HAProxy's agent-check (`haproxy_line`).
 
 Pure: no host reads here (the collector is `lbtune.ipvs.agent`).
@@ -21,6 +24,9 @@ from lbtune.errors import BadInput
 
 VERSION = 1
 SIGNALS = ("cpu", "runq", "mem", "listen", "egress", "conns")
+# Signals of work waiting or refused (queues, memory, connection limit): at OVERLOAD the
+# server is overloaded. CPU and egress at 100 % are a busy server doing its job, not one.
+PRESSURE = ("runq", "mem", "listen", "conns")
 HEALTH = ("ok", "overloaded", "down")
 OVERLOAD = 0.95  # the agent calls a server overloaded from this load on
 RUNQ_FULL = 4.0  # runnable tasks per CPU that count as a full run queue
@@ -53,6 +59,7 @@ class AgentReport:
     signals: tuple[str, ...]  # resources `load` is taken from
     load: float  # 0..1: utilisation of the busiest resource among signals
     bottleneck: str  # which one
+    pressure: float  # 0..1: the highest PRESSURE signal among signals
     health: str  # HEALTH
     reason: str  # why that health
     version: int = VERSION
@@ -94,17 +101,20 @@ def judge(r: AgentReport) -> AgentReport:
     util = utilisations(r)
     used = {k: v for k, v in util.items() if k in r.signals and v is not None}
     bottleneck, load = max(used.items(), key=lambda kv: kv[1]) if used else ("", 0.0)
+    queued = {k: v for k, v in used.items() if k in PRESSURE}
+    worst, pressure = max(queued.items(), key=lambda kv: kv[1]) if queued else ("", 0.0)
     if not r.listening:
         health, reason = "down", f"nothing listens on port {r.port}"
     elif r.listen_drops_delta > 0:
         health = "overloaded"
         reason = f"{r.listen_drops_delta} listen drop(s) on port {r.port} in {r.interval:g} s"
-    elif load >= OVERLOAD:
-        health, reason = "overloaded", f"{bottleneck} at {load:.0%}"
+    elif pressure >= OVERLOAD:
+        health, reason = "overloaded", f"{worst} at {pressure:.0%}"
     else:
         health = "ok"
         reason = f"busiest: {bottleneck} at {load:.0%}" if bottleneck else "no signal"
-    return _replace(r, load=round(load, 4), bottleneck=bottleneck, health=health, reason=reason)
+    return _replace(r, load=round(load, 4), bottleneck=bottleneck, pressure=round(pressure, 4),
+                    health=health, reason=reason)
 
 
 def _replace(r: AgentReport, **kw: Any) -> AgentReport:
@@ -136,8 +146,9 @@ def parse_report(data: Any, source: str = "agent") -> AgentReport:
         kw[name] = ok
     if kw["health"] not in HEALTH:
         raise BadInput(f"{source}: health = {kw['health']!r}: one of {', '.join(HEALTH)}")
-    if not 0.0 <= kw["load"] <= 1.0:
-        raise BadInput(f"{source}: load = {kw['load']!r}: expected 0..1")
+    for k in ("load", "pressure"):
+        if not 0.0 <= kw[k] <= 1.0:
+            raise BadInput(f"{source}: {k} = {kw[k]!r}: expected 0..1")
     return AgentReport(**kw)
 
 
@@ -147,7 +158,8 @@ _FIELDS = {
     "connections": "int", "listening": "bool", "listen_queue": "int", "listen_backlog": "int",
     "listen_drops": "int", "listen_drops_delta": "int", "egress_dev": "str",
     "egress_bps": "float", "egress_capacity_bps": "float?", "max_conns": "int?",
-    "signals": "strs", "load": "float", "bottleneck": "str", "health": "str", "reason": "str",
+    "signals": "strs", "load": "float", "bottleneck": "str", "pressure": "float",
+    "health": "str", "reason": "str",
     "version": "int",
 }  # fmt: skip
 
@@ -210,6 +222,7 @@ def prometheus_text(r: AgentReport) -> str:
             metric("utilisation", "gauge", "Utilisation 0..1 per resource", u,
                    f'resource="{res}"')  # fmt: skip
     metric("load", "gauge", "Utilisation of the busiest resource in use (0..1)", r.load)
+    metric("pressure", "gauge", "Highest queue/limit signal in use (0..1)", r.pressure)
     for h in HEALTH:
         metric("health", "gauge", "1 for the current health verdict", int(r.health == h),
                f'state="{h}"')  # fmt: skip

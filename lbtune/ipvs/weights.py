@@ -14,9 +14,11 @@ Per real server, every poll (docs/ipvs.md, "Adaptive weights"):
    to what each server can do (what wlc needs); the headroom term moves them away from a
    server nearing saturation, and `floor` keeps a busy but healthy server in the rotation.
 4. **Overload**: a server whose agent says down (nothing listens) or reports listen-queue
-   drops in its last interval, or whose smoothed load reaches `high`, gets weight 0 and
-   keeps it until its smoothed load is back at `low` or below with no new drops
-   (hysteresis: no flapping around one threshold).
+   drops in its last interval, or whose smoothed pressure (work waiting or refused: listen
+   queue, run queue, memory, connection limit; not CPU or link use, a busy server is not
+   an overloaded one) reaches `high`, gets weight 0 and keeps it until its smoothed
+   pressure is back at `low` or below with no new drops (hysteresis: no flapping around
+   one threshold).
 5. **Deadband**: a weight changes only when the target differs from the weight in the
    kernel by at least `deadband` of it (and by at least `min_step`); entering or leaving 0
    always applies.
@@ -56,6 +58,7 @@ class ServerState:
     """What the formula remembers about one server between polls."""
 
     load: Optional[float] = None  # smoothed
+    pressure: Optional[float] = None  # smoothed
     throughput: Optional[float] = None  # smoothed bits/s
     capacity: Optional[float] = None  # last estimate, bits/s
     overloaded: bool = False
@@ -83,6 +86,7 @@ def observe(policy: Policy, st: ServerState, r: Optional[AgentReport]) -> Server
     if r is None:
         return replace(st, fallback=True)
     load = _ewma(st.load, r.load, policy.alpha)
+    pressure = _ewma(st.pressure, r.pressure, policy.alpha)
     tput = _ewma(st.throughput, r.egress_bps, policy.alpha)
     cap = st.capacity
     if load >= policy.measure_min and tput > 0:
@@ -91,8 +95,8 @@ def observe(policy: Policy, st: ServerState, r: Optional[AgentReport]) -> Server
     # smoothing like any load (one busy sample is not an overload)
     bad = r.health == "down" or r.listen_drops_delta > 0
     # hysteresis: in at `high`, out only at `low`
-    overloaded = bad or (load > policy.low if st.overloaded else load >= policy.high)
-    return ServerState(load, tput, cap, overloaded, False)
+    overloaded = bad or (pressure > policy.low if st.overloaded else pressure >= policy.high)
+    return ServerState(load, pressure, tput, cap, overloaded, False)
 
 
 def step(
@@ -136,9 +140,9 @@ def step(
             r = reports[s]
             assert r is not None
             bad = r.health == "down" or r.listen_drops_delta > 0
-            why = r.reason if bad else f"load {st.load:.2f}"
+            why = r.reason if bad else f"pressure {st.pressure:.2f}"
             targets[s] = 0
-            reasons[s] = (f"overloaded ({why}); back at load <= {policy.low:g}")
+            reasons[s] = f"overloaded ({why}); back at pressure <= {policy.low:g}"
         else:
             targets[s] = target(s, st, st.load)
             reasons[s] = (f"load {st.load:.2f}, capacity share {share(st):.2f}")

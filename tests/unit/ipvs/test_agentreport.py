@@ -24,7 +24,7 @@ BASE = AgentReport(
     listen_queue=64, listen_backlog=127, listen_drops=9, listen_drops_delta=0,
     egress_dev="eth0", egress_bps=30e6, egress_capacity_bps=40e6, max_conns=None,
     signals=("cpu", "runq", "mem", "listen", "egress", "conns"), load=0.0, bottleneck="",
-    health="ok", reason="",
+    pressure=0.0, health="ok", reason="",
 )  # fmt: skip
 
 
@@ -76,8 +76,10 @@ def test_haproxy_agent_check_lines():
     assert haproxy_line(judge(BASE)) == "up 25%\n"
     assert haproxy_line(judge(replace(BASE, listen_drops_delta=4))).startswith("drain #4 listen")
     assert haproxy_line(judge(replace(BASE, listening=False))).startswith("down #nothing")
-    full = judge(replace(BASE, egress_bps=40e6))
-    assert full.health == "overloaded" and haproxy_line(full).startswith("drain")
+    full = judge(replace(BASE, listen_queue=127))
+    assert full.health == "overloaded" and haproxy_line(full).startswith("drain #listen at")
+    busy = judge(replace(BASE, egress_bps=40e6))  # a full link: busy, still up
+    assert busy.health == "ok" and haproxy_line(busy) == "up 1%\n"
 
 
 def test_misc_check_exit_codes():
@@ -87,5 +89,5 @@ def test_misc_check_exit_codes():
     idle = judge(replace(BASE, egress_bps=0.0, cpu_util=0.0, runq=0, listen_queue=0,
                          mem_available=1 << 30))  # fmt: skip
     assert misc_exit_code(idle) == 255
-    nearly = judge(replace(BASE, egress_bps=39.9e6))
-    assert nearly.health == "overloaded" and misc_exit_code(nearly) == 1
+    queued = judge(replace(BASE, listen_queue=125))
+    assert queued.health == "overloaded" and misc_exit_code(queued) == 1

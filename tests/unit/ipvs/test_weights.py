@@ -22,7 +22,8 @@ def report(egress_mbit: float, capacity_mbit: Optional[float] = 100.0, drops: in
         listen_queue=queue, listen_backlog=511, listen_drops=drops, listen_drops_delta=drops,
         egress_dev="eth0", egress_bps=egress_mbit * 1e6,
         egress_capacity_bps=None if capacity_mbit is None else capacity_mbit * 1e6,
-        max_conns=None, signals=SIGNALS, load=0.0, bottleneck="", health="ok", reason="",
+        max_conns=None, signals=SIGNALS, load=0.0, bottleneck="", pressure=0.0, health="ok",
+        reason="",
     )  # fmt: skip
     return judge(r)
 
@@ -49,7 +50,8 @@ def run(rounds, policy=None, configured=CFG, current=None):
 def test_judge_takes_the_busiest_signal_and_calls_overload():
     r = report(60, 100)
     assert r.bottleneck == "egress" and r.load == pytest.approx(0.6) and r.health == "ok"
-    assert report(97, 100).health == "overloaded"
+    assert report(97, 100).health == "ok"  # a full link is busy, not overloaded
+    assert report(10, 100, queue=500).health == "overloaded"
     dropped = report(10, 100, drops=3)
     assert dropped.health == "overloaded" and "listen drop" in dropped.reason
     assert report(10, listening=False).health == "down"
@@ -68,9 +70,10 @@ def test_weights_follow_capacity_on_unequal_servers():
 
 def test_overloaded_server_gets_zero_until_it_recovers_below_low():
     p = Policy(alpha=1.0)  # no smoothing: the thresholds alone
-    busy = {"a": report(30), "b": report(30), "c": report(99)}
-    middle = {"a": report(30), "b": report(30), "c": report(88)}  # between low and high
-    calm = {"a": report(30), "b": report(30), "c": report(70)}
+    # listen-queue fill is pressure: 500/512 = 0.98, 450/512 = 0.88, 350/512 = 0.68
+    busy = {"a": report(30), "b": report(30), "c": report(30, queue=500)}
+    middle = {"a": report(30), "b": report(30), "c": report(30, queue=450)}  # low < p < high
+    calm = {"a": report(30), "b": report(30), "c": report(30, queue=350)}
     last, seen = run([busy, middle, middle, calm], policy=p)
     assert seen["c"][:3] == [0, 0, 0]  # in at 0.99, still out at 0.88 (> low 0.80)
     assert seen["c"][3] > 0 and "capacity share" in last["c"].reason
@@ -86,8 +89,16 @@ def test_listen_drops_and_down_servers_get_zero():
     assert last["a"].weight > 0
 
 
+def test_a_full_link_is_busy_not_overloaded():
+    last, _ = run([{"a": report(99, 100), "b": report(99, 100), "c": report(19.9, 20)}] * 3)
+    assert all(d.weight > 0 for d in last.values())
+    assert last["c"].weight == pytest.approx(last["a"].weight / 5, abs=1)
+
+
 def test_never_all_zero_when_all_overloaded():
-    rounds = [{"a": report(99, 100), "b": report(99, 100), "c": report(19.9, 20)}] * 3
+    full = {"queue": 510}
+    rounds = [{"a": report(99, 100, **full), "b": report(99, 100, **full),
+               "c": report(19.9, 20, **full)}] * 3  # fmt: skip
     last, seen = run(rounds)
     assert all(d.weight > 0 for d in last.values())
     assert all(w > 0 for ws in seen.values() for w in ws)
@@ -132,10 +143,13 @@ def test_deadband_keeps_small_changes_out():
 
 def test_smoothing_damps_a_single_spike():
     p = Policy(alpha=0.5)
-    rounds = [{"a": report(30), "b": report(30), "c": report(30)}] * 3
-    rounds.append({"a": report(30), "b": report(30), "c": report(99)})  # one sample
+    rounds = [{"a": report(30), "b": report(30), "c": report(30, queue=100)}] * 3
+    rounds.append({"a": report(30), "b": report(30), "c": report(30, queue=505)})  # one
     _, seen = run(rounds, policy=p)
-    assert seen["c"][-1] > 0  # smoothed load (0.3 -> 0.645) is nowhere near high
+    assert seen["c"][-1] > 0  # smoothed pressure (0.2 -> 0.59) is nowhere near high
+    rounds += [{"a": report(30), "b": report(30), "c": report(30, queue=505)}] * 4
+    _, seen = run(rounds, policy=p)
+    assert seen["c"][-1] == 0  # a lasting one is
 
 
 def test_idle_samples_do_not_make_a_server_look_slow():
