@@ -9,10 +9,13 @@ Per real server, every poll (docs/ipvs.md, "Adaptive weights"):
    C = 80 Mbit/s. Only samples with L >= `measure_min` update it (an idle server's ratio
    is noise); until a server has an estimate it counts as the largest (an unknown server
    is not assumed slow).
-3. **Capacity left**: target = base x C / max(C) x (floor + (1 - floor) x (1 - L)), with
-   base = configured weight x `scale`. The capacity term spreads connections in proportion
-   to what each server can do (what wlc needs); the headroom term moves them away from a
-   server nearing saturation, and `floor` keeps a busy but healthy server in the rotation.
+3. **Capacity left**: score = C / max(C) x (floor + (1 - floor) x (1 - L)) and
+   target = configured weight x `scale` x score / (the highest score of the servers in
+   service). The capacity term spreads connections in proportion to what each server can
+   do (what wlc needs); the headroom term moves them away from a server nearing saturation,
+   and `floor` keeps a busy but healthy server in the rotation. IPVS weights are relative:
+   dividing by the top score keeps the best server at its full weight, so servers that
+   get busier together change nothing (and nothing is written).
 4. **Overload**: a server whose agent says down (nothing listens) or reports listen-queue
    drops in its last interval, or whose smoothed pressure (work waiting or refused: listen
    queue, run queue, memory, connection limit; not CPU or link use, a busy server is not
@@ -123,11 +126,16 @@ def step(
             return 1.0
         return st.capacity / top
 
-    def target(s: str, st: ServerState, load: float) -> int:
-        base = configured[s] * policy.scale
-        w = base * share(st) * (policy.floor + (1 - policy.floor) * (1 - load))
+    def score(st: ServerState, load: float) -> float:
+        return share(st) * (policy.floor + (1 - policy.floor) * (1 - load))
+
+    def target(s: str, st: ServerState, load: float, top_score: float) -> int:
+        w = configured[s] * policy.scale * score(st, load) / top_score
         return min(MAX_WEIGHT, max(1, round(w)))
 
+    serving = [st for s, st in new.items() if configured[s] > 0 and not st.fallback
+               and st.load is not None and not st.overloaded]  # fmt: skip
+    top_score = max((score(st, st.load or 0.0) for st in serving), default=1.0) or 1.0
     targets: dict[str, int] = {}
     reasons: dict[str, str] = {}
     for s, st in new.items():
@@ -144,14 +152,15 @@ def step(
             targets[s] = 0
             reasons[s] = f"overloaded ({why}); back at pressure <= {policy.low:g}"
         else:
-            targets[s] = target(s, st, st.load)
+            targets[s] = target(s, st, st.load, top_score)
             reasons[s] = (f"load {st.load:.2f}, capacity share {share(st):.2f}")
     wanted = [s for s in configured if configured[s] > 0]
     if wanted and all(targets[s] == 0 for s in wanted):
         alive = [s for s in wanted if health[s] in ("ok", "overloaded")]
         if alive:
+            top_all = max(score(new[s], 1.0) for s in alive)
             for s in alive:
-                targets[s] = target(s, new[s], 1.0)
+                targets[s] = target(s, new[s], 1.0, top_all)
                 reasons[s] = "every server overloaded: weights by capacity alone"
         else:
             for s in wanted:
