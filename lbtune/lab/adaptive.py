@@ -101,6 +101,8 @@ class SchemeResult:
     samples: tuple[Sample, ...] = ()
     events: tuple[dict[str, Any], ...] = ()  # adapt's log (JSON lines)
     error: str = ""
+    weights_at_end: dict[str, int] = field(default_factory=dict)  # IPVS, as the load ended
+    weights_after: dict[str, int] = field(default_factory=dict)  # IPVS, after adapt exited
 
     @property
     def failures(self) -> Optional[int]:
@@ -236,6 +238,7 @@ class _Experiment:
         self.director = self.topo.directors[0]
         self.web: list[_Web] = []
         self.agents: list[subprocess.Popen[str]] = []
+        self.agent_argv: list[list[str]] = []
         self.config_path = f"{RUN_DIR}/director.toml"
 
     def step(self, name: str, detail: str = "") -> Any:
@@ -260,14 +263,28 @@ class _Experiment:
                                AGENT_SIGNALS, "--json", "--interval", "1")  # fmt: skip
                 if self.cfg.max_conns:
                     argv[-4:-4] = ["--max-conns", str(self.cfg.max_conns)]
-                proc = self.shell.spawn(argv)
-                self.agents.append(proc)
-                line = proc.stdout.readline() if proc.stdout else ""
-                if "listening" not in line:
-                    raise LabStepFailed(f"agent on {s.name} did not start: "
-                                        f"{proc.stderr.read() if proc.stderr else ''}")  # fmt: skip
+                self.agent_argv.append(argv)
+                self.agents.append(self.start_agent(argv, s.name))
         load_ipvs_modules("wlc", self.shell)
         load_ipvs_modules("rr", self.shell)
+
+    def start_agent(self, argv: list[str], name: str) -> subprocess.Popen[str]:
+        proc = self.shell.spawn(argv)
+        line = proc.stdout.readline() if proc.stdout else ""
+        if "listening" not in line:
+            raise LabStepFailed(f"agent on {name} did not start: "
+                                f"{proc.stderr.read() if proc.stderr else ''}")  # fmt: skip
+        return proc
+
+    def kernel_weights(self) -> dict[str, int]:
+        """Real server address -> weight, as IPVS in the director holds it now."""
+        out = self.shell.check(["ipvsadm", "-L", "-n"], self.director.netns)
+        weights = {}
+        for line in out.splitlines():
+            w = line.split()
+            if len(w) >= 4 and w[0] == "->" and w[3].isdigit() and ":" in w[1]:
+                weights[w[1].rsplit(":", 1)[0]] = int(w[3])
+        return weights
 
     def apply(self, scheduler: str) -> None:
         with open(self.config_path, "w", encoding="utf-8") as fh:
@@ -326,6 +343,7 @@ class _Experiment:
             self.progress("load", TICK, scheme, done=min(secs, time.monotonic() - t0),
                           total=secs)  # fmt: skip
         out, err = proc.communicate()
+        at_end = self.kernel_weights()
         sampler.stop.set()
         sampler.join(timeout=5)
         if adapt is not None:
@@ -338,7 +356,7 @@ class _Experiment:
         load = parse_wrk(out, tuple(argv)) if proc.returncode == 0 else None
         error = "" if load is not None else f"wrk exited {proc.returncode}: {err.strip()[-200:]}"
         return SchemeResult(scheme, load, requests, tuple(sampler.samples), tuple(events),
-                            error)  # fmt: skip
+                            error, at_end, self.kernel_weights())  # fmt: skip
 
     def teardown(self) -> None:
         for p in self.agents:
