@@ -46,7 +46,9 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "lbtune-agent"
-    sys_version = ""
+
+    def version_string(self) -> str:
+        return self.server_version
 
     def do_GET(self) -> None:
         try:
