@@ -48,7 +48,10 @@ class Event:
     applied: bool = True  # False under --dry-run
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
+        out = {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
+        if self.kind != "weight":
+            out.pop("applied")
+        return out
 
 
 def agent_url(cfg: DirectorConfig, rs: RealServer) -> Optional[str]:

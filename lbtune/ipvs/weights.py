@@ -147,10 +147,15 @@ def step(
         elif st.overloaded:
             r = reports[s]
             assert r is not None
-            bad = r.health == "down" or r.listen_drops_delta > 0
-            why = r.reason if bad else f"pressure {st.pressure:.2f}"
             targets[s] = 0
-            reasons[s] = f"overloaded ({why}); back at pressure <= {policy.low:g}"
+            if r.health == "down":
+                reasons[s] = f"down ({r.reason}); back once it serves"
+            elif r.listen_drops_delta > 0:
+                reasons[s] = f"overloaded ({r.reason}); back without drops and at pressure " \
+                             f"<= {policy.low:g}"  # fmt: skip
+            else:
+                reasons[s] = f"overloaded (pressure {st.pressure:.2f}); back at pressure " \
+                             f"<= {policy.low:g}"  # fmt: skip
         else:
             targets[s] = target(s, st, st.load, top_score)
             reasons[s] = (f"load {st.load:.2f}, capacity share {share(st):.2f}")
