@@ -124,8 +124,17 @@ def run_command(
     if s.netns or s.root != "/":
         raise BadInput("lab run builds its own namespaces in the lab kernel: no --netns/--root")
     if adaptive:
+        from click.core import ParameterSource
+
         from lbtune.cli.labadaptive import run_adaptive_command
 
+        own = ("mode", "scheduler", "servers", "weights", "threads", "keepalive", "tool",
+               "fault", "no_diagnose")  # fmt: skip
+        given = [n for n in own if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
+        if given:
+            raise BadInput(f"--adaptive runs its own experiment: --{given[0].replace('_', '-')} "
+                           "does not apply (it takes --rates, --schemes, --duration, "
+                           "--connections)")  # fmt: skip
         return run_adaptive_command(ctx, rates, schemes, duration, connections)
     if rates or schemes:
         raise BadInput("--rates and --schemes belong to --adaptive")

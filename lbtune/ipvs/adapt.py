@@ -27,7 +27,9 @@ from lbtune.ipvs.agentreport import AgentReport, parse_report
 from lbtune.ipvs.config import DirectorConfig, RealServer, VirtualService
 from lbtune.ipvs.reconcile import plan_director
 from lbtune.ipvs.weights import Decision, Policy, ServerState, step
+from lbtune.tune.engine import Interrupted
 from lbtune.tune.journal import StateDir
+from lbtune.tune.knob import KnobError
 from lbtune.tune.knobs.ipvs import Drain, IpvsDrainKnob
 from lbtune.tune.plan import Target
 
@@ -198,11 +200,19 @@ class Adapter:
             return False
         try:
             with self.state_dir.lock():
+                stale = self.state_dir.interrupted()
+                if stale is not None:
+                    raise Interrupted(f"apply {stale.id} ({stale.profile}) was interrupted; "
+                                      "run `lbtune rollback` first")  # fmt: skip
                 apply_weights(self.host, self.cfg, wanted)
         except Busy:
             events.append(Event(time.time(), "notice",
                                 reason="another lbtune run holds the lock: this round's "
                                        "weights wait for the next poll"))  # fmt: skip
+            return False
+        except (KnobError, OSError) as e:
+            events.append(Event(time.time(), "notice",
+                                reason=f"weights not set ({e}); the next poll tries again"))
             return False
         return True
 
@@ -233,7 +243,7 @@ def apply_weights(host: Host, cfg: DirectorConfig,
     for c in todo:
         now = c.knob.read(host)
         if not c.knob.same(now, c.desired):
-            raise BadInput(f"{c.knob.ident}: wrote weight {c.desired} but the kernel has {now}")
+            raise KnobError(f"{c.knob.ident}: wrote weight {c.desired} but the kernel has {now}")
     return len(todo)
 
 

@@ -81,3 +81,17 @@ def test_adapt_refuses_bad_input(tmp_path):
     assert r.exit_code == 2 and "agent = 'ftp://x'" in r.stderr
     r = run_cli("ipvs", "adapt", str(cfg), "--interval", "0")
     assert r.exit_code == 2 and "--interval" in r.stderr
+
+
+@pytest.mark.parametrize(("args", "msg"), [
+    (["--adaptive", "--mode", "proxy"], "--mode does not apply"),
+    (["--adaptive", "--no-keepalive"], "--keepalive does not apply"),
+    (["--rates", "60,15"], "belong to --adaptive"),
+    (["--adaptive", "--rates", "60,x"], "comma-separated whole numbers"),
+    (["--adaptive", "--rates", "60"], "2 to 8"),
+    (["--adaptive", "--schemes", "rr,lc"], "rr, wlc, adapt"),
+    (["--adaptive", "--duration", "1000"], "3 to 300"),
+])  # fmt: skip
+def test_lab_run_adaptive_refuses_what_does_not_apply(args, msg):
+    r = run_cli("lab", "run", *args)
+    assert r.exit_code == 2 and msg in r.stderr and r.stderr.count("\n") == 1
