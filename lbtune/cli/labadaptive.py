@@ -33,12 +33,13 @@ def render(doc: dict[str, Any]) -> None:
     out = console()
     servers = ", ".join(f"{n} {r} Mbit/s" for n, _a, r in doc["servers"])
     cfg = doc["config"]
-    t = Table(box=None, pad_edge=False, title_justify="left",
-              title=f"adaptive weights: {servers}; {cfg['connections']} connections, "
-                    f"{cfg['duration']:g} s per scheme, mix 50% 1 KiB / 40% 256 KiB / "
-                    "10% 768 KiB")  # fmt: skip
+    out.print(f"adaptive weights: {servers}; {cfg['connections']} connections, "
+              f"{cfg['duration']:g} s per scheme, mix 50% 1 KiB / 40% 256 KiB / 10% 768 KiB",
+              markup=False, soft_wrap=True)  # fmt: skip
+    t = Table(box=None, pad_edge=False)
     names = [n for n, _a, _r in doc["servers"]]
-    for col in ("scheme", "req/s", "p50 ms", "p99 ms", "errors", *names, "weight changes"):
+    shares = [f"{n} share" for n in names]
+    for col in ("scheme", "req/s", "p50 ms", "p99 ms", "errors", *shares, "weight changes"):
         t.add_column(col, justify="left" if col == "scheme" else "right")
     for r in rows(doc):
         t.add_row(r.scheme, "-" if r.rps is None else f"{r.rps:.1f}", _ms(r.p50_ms),
