@@ -484,3 +484,7 @@ def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], d
             if c.fix and c.level.value in ("fail", "warn"):
                 out.print(f"      fix: {c.fix}", markup=False)
     return int(ExitCode.FINDINGS) if failed else 0
+
+
+# `lbtune ipvs agent` and `lbtune ipvs adapt` (adaptive weights) live in their own module.
+from lbtune.cli import ipvs_adapt as _adapt  # noqa: E402,F401
