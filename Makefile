@@ -37,6 +37,8 @@ bench: setup
 	$(VENV)/bin/python bench/lab.py
 	$(VENV)/bin/python bench/probes.py
 	$(VENV)/bin/python bench/ipvs.py
+	$(VENV)/bin/python bench/monitor.py
+	$(VENV)/bin/python bench/adapt.py
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist

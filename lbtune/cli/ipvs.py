@@ -165,6 +165,8 @@ def _print_warnings(warnings: Sequence[str]) -> None:
 
 
 def _applied(ctx: click.Context, done: Any, source: str, verb: str) -> int:
+    from lbtune.tune.journal import lbtune_command
+
     s = runtime_of(ctx)
     cut = [{"object": k, "active": v} for k, v in done.cut.items()]
     if s.json:
@@ -181,7 +183,7 @@ def _applied(ctx: click.Context, done: Any, source: str, verb: str) -> int:
     for c in cut:
         out.print(f"warning: {c['object']} deleted at the drain timeout with {c['active']} "
                   "active connection(s)")
-    out.print(f"{verb} as {done.journal.id}; undo with `lbtune rollback`")
+    out.print(f"{verb} as {done.journal.id}; undo with `{lbtune_command(s.host(), 'rollback')}`")
     return 0
 
 
@@ -363,6 +365,7 @@ def _spec(host: Any, vips: Sequence[str], iface: Optional[str], dev: str,
 
 def _rs_apply(ctx: click.Context, spec: Any, targets: list[Any], verb: str) -> int:
     from lbtune.tune.engine import apply_plan
+    from lbtune.tune.journal import lbtune_command
     from lbtune.tune.plan import make_plan
 
     host = runtime_of(ctx).host()
@@ -379,7 +382,7 @@ def _rs_apply(ctx: click.Context, spec: Any, targets: list[Any], verb: str) -> i
         console().print(f"{spec.name}: nothing to change")
     else:
         _print_plan(plan, runtime_of(ctx).verbose, f"{verb}: {spec.name}")
-        console().print(f"{verb} as {journal.id}; undo with `lbtune rollback`")
+        console().print(f"{verb} as {journal.id}; undo with `{lbtune_command(host, 'rollback')}`")
     return 0
 
 
@@ -446,6 +449,9 @@ def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], d
                 out.print(f"      fix: {c.fix}", markup=False)
     return int(ExitCode.FINDINGS) if failed else 0
 
+
+# `lbtune ipvs agent` and `lbtune ipvs adapt` (adaptive weights) live in their own module.
+from lbtune.cli import ipvs_adapt as _adapt  # noqa: E402,F401
 
 # `ipvs export` lives in its own module (ipvsadm lines, keepalived blocks, VRRP pair).
 from lbtune.cli.ipvs_export import export_command  # noqa: E402

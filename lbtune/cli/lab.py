@@ -39,7 +39,7 @@ class _Progress:
         if step.state == "tick":
             self._tick(step)
             return
-        if self.bar is not None and step.name == "load":
+        if self.bar is not None and step.name in ("load", "scheme"):
             self.bar.stop()
             self.bar = None
         style = _STATE_STYLE.get(step.state, "")
@@ -96,12 +96,21 @@ def lab_group() -> None:
               help="Break something on purpose: wrong-arp resets the last real server's ARP "
                    "sysctls (the checklist stops the run before any load).")
 @click.option("--no-diagnose", is_flag=True, help="Skip `lbtune diagnose` of the director.")
+@click.option("--adaptive", is_flag=True,
+              help="The adaptive-weights experiment instead: rr, wlc and `lbtune ipvs adapt` "
+                   "on real servers of unequal capacity with a mixed workload "
+                   "(docs/ipvs.md); --duration is per scheme.")
+@click.option("--rates", metavar="M1,M2,..",
+              help="--adaptive: egress limit per real server in Mbit/s (default 60,60,15).")
+@click.option("--schemes", metavar="LIST",
+              help="--adaptive: schemes to compare (default rr,wlc,adapt).")
 @common_options
 @click.pass_context
 def run_command(
     ctx: click.Context, mode: str, scheduler: str, servers: int, weights: Optional[str],
     duration: float, threads: int, connections: int, keepalive: bool, tool: str,
-    fault: Optional[str], no_diagnose: bool,
+    fault: Optional[str], no_diagnose: bool, adaptive: bool, rates: Optional[str],
+    schemes: Optional[str],
 ) -> int:  # fmt: skip
     """Build the lab, prepare and check every role, run a bounded load, report.
 
@@ -114,6 +123,21 @@ def run_command(
     s = runtime_of(ctx)
     if s.netns or s.root != "/":
         raise BadInput("lab run builds its own namespaces in the lab kernel: no --netns/--root")
+    if adaptive:
+        from click.core import ParameterSource
+
+        from lbtune.cli.labadaptive import run_adaptive_command
+
+        own = ("mode", "scheduler", "servers", "weights", "threads", "keepalive", "tool",
+               "fault", "no_diagnose")  # fmt: skip
+        given = [n for n in own if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
+        if given:
+            raise BadInput(f"--adaptive runs its own experiment: --{given[0].replace('_', '-')} "
+                           "does not apply (it takes --rates, --schemes, --duration, "
+                           "--connections)")  # fmt: skip
+        return run_adaptive_command(ctx, rates, schemes, duration, connections)
+    if rates or schemes:
+        raise BadInput("--rates and --schemes belong to --adaptive")
     config = ScenarioConfig(
         mode=mode, scheduler=scheduler, servers=servers, weights=_weights(weights),
         duration=duration, threads=threads, connections=connections, keepalive=keepalive,

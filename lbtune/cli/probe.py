@@ -106,22 +106,33 @@ class _sigterm_raises:
 
 
 class _spinner:
-    """A status line with a spinner on stderr (only when stderr is a terminal)."""
+    """Progress on stderr: a status line with a spinner on a terminal, else one plain line
+    per step ("lbtune: counting for 10 s ..."), so scripts and tests can see when the window
+    started."""
 
     def __init__(self) -> None:
         self.enabled = sys.stderr.isatty()
         self._status: Any = None
+        self._tty: Any = None
 
     def __enter__(self) -> Callable[[str], None]:
-        if not self.enabled:
-            return lambda text: None
         import os
 
+        # Its own copy of stderr: while bcc compiles, lbtune collects what LLVM writes to
+        # fd 2 (to make errors one line), and progress must still get through meanwhile.
+        try:
+            self._tty = os.fdopen(os.dup(sys.stderr.fileno()), "w")
+        except (OSError, ValueError):  # no usable fd 2 (a test runner's stream)
+            return lambda text: None
+        if not self.enabled:
+
+            def line(text: str) -> None:
+                self._tty.write(f"lbtune: {text}\n")
+                self._tty.flush()
+
+            return line
         from rich.console import Console
 
-        # Its own copy of the terminal: while bcc compiles, lbtune collects what LLVM writes
-        # to fd 2 (to make errors one line), and the spinner must keep turning meanwhile.
-        self._tty = os.fdopen(os.dup(sys.stderr.fileno()), "w")
         self._status = Console(file=self._tty).status("starting")
         self._status.start()
 
@@ -133,6 +144,7 @@ class _spinner:
     def __exit__(self, *exc: object) -> None:
         if self._status is not None:
             self._status.stop()
+        if self._tty is not None:
             self._tty.close()
 
 

@@ -96,6 +96,7 @@ def apply_command(
 
     Ctrl-C or SIGTERM during the apply restores everything (exit 4).
     """
+    from lbtune.tune.journal import lbtune_command
     from lbtune.tune.service import NeedsConfirmation, apply_profile
 
     s = runtime_of(ctx)
@@ -122,7 +123,7 @@ def apply_command(
             echo(f"{result.profile}: nothing to change")
         else:
             _print_plan(plan, s.verbose)
-            echo(f"applied as {journal.id}; undo with `lbtune rollback`")
+            echo(f"applied as {journal.id}; undo with `{lbtune_command(s.host(), 'rollback')}`")
     return 0
 
 

@@ -118,9 +118,15 @@ def diagnose(
             if loader is not None:
                 sample = loader.read()
                 run = _finish_probes(loader, sample, win.seconds)
-        finally:
+        except BaseException:
+            # Ctrl-C or SIGTERM must not wait for a compile in progress (seconds, more on a
+            # loaded host): the process is leaving, and the kernel detaches every program
+            # whose file descriptors close with it.
             if loader is not None:
-                loader.close()
+                loader.close(wait=0)
+            raise
+        if loader is not None:
+            loader.close()
         mode = LIVE
     else:
         base = None if baseline is None else Sampler(baseline, ifaces, spec, clock)

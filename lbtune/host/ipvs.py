@@ -1,7 +1,9 @@
 """IPVS over generic netlink: the one module that speaks to the kernel's virtual server table.
 
-Reads services, destinations (with their connection counts and statistics), the TCP/UDP
-timeouts, sync daemons and the version; adds, edits and deletes services and destinations.
+The values, their wire format and the change requests are `lbtune.host.ipvs_wire` (pure;
+re-exported here, import them from this module). Reads services, destinations (with their
+connection counts and statistics), the TCP/UDP timeouts, sync daemons and the version;
+adds, edits and deletes services and destinations.
 Plain sockets, like `lbtune.host.netlink`, rather than pyroute2: one socket per session, the
 family id resolved once, and requests pipelined (many messages per `sendmsg`, one ACK each),
 which is what makes a reconcile of 10,000 destinations fast. Layouts and numbers are from
@@ -22,19 +24,94 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
 import socket
 import struct
-import sys
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterable, Iterator, Optional, Sequence
 
 from lbtune.errors import BadInput, NeedsPrivilege
 from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
-from lbtune.host.netlink import NLATTR, NLMSGHDR, align4, parse_attrs
+from lbtune.host.ipvs_wire import (
+    CMD_ATTR_DAEMON,
+    CMD_ATTR_TIMEOUT_TCP,
+    CMD_ATTR_TIMEOUT_TCP_FIN,
+    CMD_ATTR_TIMEOUT_UDP,
+    CMD_DEL_DEST,
+    CMD_DEL_SERVICE,
+    CMD_GET_CONFIG,
+    CMD_GET_DAEMON,
+    CMD_GET_DEST,
+    CMD_GET_INFO,
+    CMD_GET_SERVICE,
+    CMD_NEW_SERVICE,
+    CMD_SET_CONFIG,
+    CMD_SET_SERVICE,
+    DAEMON_MCAST_IFN,
+    DAEMON_STATE,
+    DAEMON_SYNC_ID,
+    F_ONEPACKET,
+    F_PERSISTENT,
+    F_SCHED1,
+    F_SCHED2,
+    F_SCHED3,
+    FWD_METHODS,
+    FWD_NAMES,
+    GENLMSGHDR,
+    INFO_CONN_TAB_SIZE,
+    INFO_VERSION,
+    IPVS_GENL_NAME,
+    IPVS_GENL_VERSION,
+    KNOWN_SCHEDULERS,
+    PROTOCOLS,
+    SERVICE_FLAG_MASK,
+    Counters,
+    Destination,
+    DestKey,
+    DestSettings,
+    IpvsInfo,
+    Op,
+    Service,
+    ServiceKey,
+    ServiceSettings,
+    SyncDaemon,
+    Timeouts,
+    add_dest_op,
+    add_service_op,
+    canonical_addr,
+    decode_dest,
+    decode_service,
+    default_netmask,
+    delete_dest_op,
+    delete_service_op,
+    edit_dest_op,
+    edit_service_op,
+    flag_names,
+    format_version,
+    get_str,
+    get_u,
+    parse_flags,
+    service_attrs,
+    set_timeouts_op,
+    str_attr,
+)
+from lbtune.host.netlink import NLMSGHDR, align4, parse_attrs
+
+# The public face of IPVS in lbtune: this module's session and reads, and the values and
+# requests of lbtune.host.ipvs_wire that callers use with them.
+__all__ = [
+    "FWD_METHODS", "FWD_NAMES", "F_ONEPACKET", "F_PERSISTENT", "F_SCHED1", "F_SCHED2",
+    "F_SCHED3", "KNOWN_SCHEDULERS", "PROC_IP_VS", "PROTOCOLS", "SERVICE_FLAG_MASK", "Counters",
+    "DestKey", "DestSettings", "Destination", "Ipvs", "IpvsError", "IpvsInfo", "IpvsSocket",
+    "IpvsUnavailable", "Op", "Service", "ServiceKey", "ServiceSettings", "SyncDaemon",
+    "Timeouts", "add_dest_op", "add_service_op", "available_schedulers", "canonical_addr",
+    "decode_dest", "decode_service", "default_netmask", "delete_dest_op", "delete_service_op",
+    "edit_dest_op", "edit_service_op", "flag_names", "format_version", "ipvs_loaded",
+    "ipvs_of", "module_available", "parse_flags", "read_daemons", "read_info", "read_service",
+    "read_services", "read_table", "read_timeouts", "set_timeouts_op",
+]  # fmt: skip
 
 # include/uapi/linux/netlink.h
 NETLINK_GENERIC = 16
@@ -53,40 +130,7 @@ SO_RCVBUFFORCE = 33
 GENL_ID_CTRL = 0x10
 CTRL_CMD_GETFAMILY = 3
 CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 1, 2
-GENLMSGHDR = struct.Struct("=BBH")
 
-# include/uapi/linux/ip_vs.h
-IPVS_GENL_NAME = "IPVS"
-IPVS_GENL_VERSION = 1
-CMD_NEW_SERVICE, CMD_SET_SERVICE, CMD_DEL_SERVICE, CMD_GET_SERVICE = 1, 2, 3, 4
-CMD_NEW_DEST, CMD_SET_DEST, CMD_DEL_DEST, CMD_GET_DEST = 5, 6, 7, 8
-CMD_GET_DAEMON, CMD_SET_CONFIG, CMD_GET_CONFIG, CMD_GET_INFO = 11, 12, 13, 15
-CMD_ATTR_SERVICE, CMD_ATTR_DEST, CMD_ATTR_DAEMON = 1, 2, 3
-CMD_ATTR_TIMEOUT_TCP, CMD_ATTR_TIMEOUT_TCP_FIN, CMD_ATTR_TIMEOUT_UDP = 4, 5, 6
-SVC_AF, SVC_PROTOCOL, SVC_ADDR, SVC_PORT, SVC_FWMARK = 1, 2, 3, 4, 5
-SVC_SCHED_NAME, SVC_FLAGS, SVC_TIMEOUT, SVC_NETMASK, SVC_STATS = 6, 7, 8, 9, 10
-SVC_PE_NAME, SVC_STATS64 = 11, 12
-DEST_ADDR, DEST_PORT, DEST_FWD_METHOD, DEST_WEIGHT = 1, 2, 3, 4
-DEST_U_THRESH, DEST_L_THRESH, DEST_ACTIVE_CONNS, DEST_INACT_CONNS = 5, 6, 7, 8
-DEST_PERSIST_CONNS, DEST_STATS, DEST_ADDR_FAMILY, DEST_STATS64 = 9, 10, 11, 12
-DAEMON_STATE, DAEMON_MCAST_IFN, DAEMON_SYNC_ID = 1, 2, 3
-INFO_VERSION, INFO_CONN_TAB_SIZE = 1, 2
-
-# Service flags. HASHED is the kernel's own bookkeeping, never part of a wanted state.
-F_PERSISTENT, F_HASHED, F_ONEPACKET = 0x1, 0x2, 0x4
-F_SCHED1, F_SCHED2, F_SCHED3 = 0x8, 0x10, 0x20
-SERVICE_FLAG_MASK = F_PERSISTENT | F_ONEPACKET | F_SCHED1 | F_SCHED2 | F_SCHED3
-
-PROTOCOLS = {"tcp": socket.IPPROTO_TCP, "udp": socket.IPPROTO_UDP, "sctp": 132}
-FWD_METHODS = {"masq": 0, "local": 1, "tunnel": 2, "dr": 3}  # IP_VS_CONN_F_* & FWD_MASK
-FWD_NAMES = {v: k for k, v in FWD_METHODS.items()}
-AF: dict[int, int] = {4: int(socket.AF_INET), 6: int(socket.AF_INET6)}
-FAMILY_OF_AF: dict[int, int] = {v: k for k, v in AF.items()}
-
-# Schedulers IPVS has ever shipped (net/netfilter/ipvs/ip_vs_<name>.c); which of them a
-# given kernel offers is `available_schedulers`.
-KNOWN_SCHEDULERS = ("rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo",
-                    "ovf", "mh", "twos")  # fmt: skip
 
 # Every answer is an skb of its own and every recv() returns one: acking each change would
 # cost a recv per change (in the UML lab about 0.2 ms each). Batches therefore ask for one
@@ -111,402 +155,7 @@ class IpvsError(OSError):
         return str(self.strerror)
 
 
-# ------------------------------------------------------------------------------ values
-
-
-def canonical_addr(addr: str, what: str) -> tuple[int, str]:
-    """(4 or 6, canonical text). inet_pton/inet_ntop rather than ipaddress: a 10,000-server
-    table parses 10,000 addresses, and this is ~10 times faster with the same strictness
-    (no leading zeros, no shorthand IPv4)."""
-    text = addr.strip("[]") if isinstance(addr, str) else ""
-    for family, af in ((4, socket.AF_INET), (6, socket.AF_INET6)):
-        try:
-            return family, socket.inet_ntop(af, socket.inet_pton(af, text))
-        except (OSError, ValueError):
-            continue
-    raise BadInput(f"{what}: {addr!r} is not an IP address")
-
-
-def _hostport(addr: str, port: int) -> str:
-    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
-
-
-def _split_hostport(text: str, what: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not port.isascii() or int(port) > 65535:
-        raise BadInput(f"{what}: {text!r} is not ADDRESS:PORT")
-    if ":" in host and not (host.startswith("[") and host.endswith("]")):
-        raise BadInput(f"{what}: {text!r}: an IPv6 address needs brackets ([addr]:port)")
-    return host, int(port)
-
-
-@dataclass(frozen=True, order=True)
-class ServiceKey:
-    """What identifies a virtual service: protocol, address and port, or a firewall mark."""
-
-    family: int  # 4 or 6
-    protocol: str  # "tcp" | "udp" | "sctp" | "fwmark"
-    addr: str = ""  # compressed text form; "" for fwmark services
-    port: int = 0
-    fwmark: int = 0
-
-    @classmethod
-    def of(cls, protocol: str, addr: str, port: int) -> ServiceKey:
-        if protocol not in PROTOCOLS:
-            raise BadInput(f"service protocol {protocol!r}: expected tcp, udp or sctp")
-        family, text = canonical_addr(addr, f"{protocol} service")
-        return cls(family, protocol, text, port)
-
-    @classmethod
-    def mark(cls, fwmark: int, family: int = 4) -> ServiceKey:
-        return cls(family, "fwmark", "", 0, fwmark)
-
-    @property
-    def ident(self) -> str:
-        """`tcp:10.0.0.1:80`, `udp:[2001:db8::1]:53`, `fwmark:7`, `fwmark:7:inet6`."""
-        if self.protocol == "fwmark":
-            return f"fwmark:{self.fwmark}" + (":inet6" if self.family == 6 else "")
-        return f"{self.protocol}:{_hostport(self.addr, self.port)}"
-
-    @classmethod
-    def parse(cls, ident: str) -> ServiceKey:
-        proto, sep, rest = ident.partition(":")
-        if not sep:
-            raise BadInput(f"IPVS service {ident!r}: expected PROTO:ADDR:PORT or fwmark:N")
-        if proto == "fwmark":
-            mark, _, fam = rest.partition(":")
-            if not mark.isdigit() or not mark.isascii() or fam not in ("", "inet6"):
-                raise BadInput(f"IPVS service {ident!r}: expected fwmark:N[:inet6]")
-            return cls.mark(int(mark), 6 if fam else 4)
-        host, port = _split_hostport(rest, f"IPVS service {ident!r}")
-        return cls.of(proto, host, port)
-
-    def __str__(self) -> str:
-        return self.ident
-
-
-@dataclass(frozen=True, order=True)
-class DestKey:
-    """A real server of a service: its address and port."""
-
-    family: int
-    addr: str
-    port: int
-
-    @classmethod
-    def of(cls, addr: str, port: int) -> DestKey:
-        family, text = canonical_addr(addr, "real server")
-        return cls(family, text, port)
-
-    @property
-    def ident(self) -> str:
-        return _hostport(self.addr, self.port)
-
-    @classmethod
-    def parse(cls, text: str) -> DestKey:
-        host, port = _split_hostport(text, "real server")
-        return cls.of(host, port)
-
-    def __str__(self) -> str:
-        return self.ident
-
-
-@dataclass(frozen=True)
-class ServiceSettings:
-    """Everything an edit sends: scheduler, flags, persistence (timeout 0 = none)."""
-
-    scheduler: str
-    flags: int = 0  # SERVICE_FLAG_MASK bits (persistent, one-packet, scheduler flags)
-    timeout: int = 0  # persistence timeout in seconds
-    netmask: int = 32  # persistence granularity as a prefix length (IPv4 or IPv6)
-    pe: str = ""  # persistence engine ("sip"), "" for none
-
-
-@dataclass(frozen=True)
-class DestSettings:
-    """Everything an edit sends for a real server."""
-
-    weight: int = 1
-    fwd: str = "dr"  # FWD_METHODS key
-    u_threshold: int = 0  # 0 = no limit
-    l_threshold: int = 0
-
-
-@dataclass(frozen=True)
-class Counters:
-    """IPVS statistics of a service or destination: totals since creation, and the kernel's
-    2-second estimator rates (per second)."""
-
-    conns: int = 0
-    inpkts: int = 0
-    outpkts: int = 0
-    inbytes: int = 0
-    outbytes: int = 0
-    cps: int = 0
-    inpps: int = 0
-    outpps: int = 0
-    inbps: int = 0
-    outbps: int = 0
-
-
-@dataclass(frozen=True)
-class Destination:
-    key: DestKey
-    settings: DestSettings
-    active: int = 0  # established connections
-    inactive: int = 0  # other states (SYN_RECV, FIN_WAIT, TIME_WAIT, ...)
-    persistent: int = 0  # persistence templates
-    counters: Counters = Counters()
-
-
-@dataclass(frozen=True)
-class Service:
-    key: ServiceKey
-    settings: ServiceSettings
-    counters: Counters = Counters()
-    destinations: tuple[Destination, ...] = ()
-
-    def dest(self, key: DestKey) -> Optional[Destination]:
-        for d in self.destinations:
-            if d.key == key:
-                return d
-        return None
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """IPVS connection timeouts in seconds (`ipvsadm --set tcp tcpfin udp`)."""
-
-    tcp: int
-    tcpfin: int
-    udp: int
-
-
-@dataclass(frozen=True)
-class SyncDaemon:
-    state: str  # "master" | "backup"
-    ifname: str
-    syncid: int
-
-
-@dataclass(frozen=True)
-class IpvsInfo:
-    version: str  # "1.2.1"
-    conn_tab_size: int
-    version_code: int = 0  # 0x010201
-
-
-def format_version(code: int) -> str:
-    """IPVS packs its version as 0x00MMmmpp: 0x010201 -> "1.2.1"."""
-    return f"{(code >> 16) & 0xFF}.{(code >> 8) & 0xFF}.{code & 0xFF}"
-
-
-def default_netmask(family: int) -> int:
-    return 32 if family == 4 else 128
-
-
-# ------------------------------------------------------------------------------ encoding
-
-
-def _attr(atype: int, payload: bytes) -> bytes:
-    raw = NLATTR.pack(NLATTR.size + len(payload), atype) + payload
-    return raw + b"\0" * (align4(len(raw)) - len(raw))
-
-
-def _u16(atype: int, v: int) -> bytes:
-    return _attr(atype, struct.pack("=H", v))
-
-
-def _u32(atype: int, v: int) -> bytes:
-    return _attr(atype, struct.pack("=I", v))
-
-
-def _be16(atype: int, v: int) -> bytes:
-    return _attr(atype, struct.pack("!H", v))
-
-
-def _str(atype: int, text: str) -> bytes:
-    return _attr(atype, text.encode() + b"\0")
-
-
-def _nested(atype: int, parts: Iterable[bytes]) -> bytes:
-    return _attr(atype | 0x8000, b"".join(parts))  # NLA_F_NESTED
-
-
-def _addr16(family: int, addr: str) -> bytes:
-    """union nf_inet_addr: 16 bytes, IPv4 in the first four."""
-    return socket.inet_pton(AF[family], addr).ljust(16, b"\0")
-
-
-def _netmask_bytes(family: int, prefix: int) -> bytes:
-    if family == 4:  # a be32 mask
-        return struct.pack("!I", (0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF if prefix else 0)
-    return struct.pack("=I", prefix)  # IPv6: the prefix length itself
-
-
-def _service_attrs(key: ServiceKey, settings: Optional[ServiceSettings] = None) -> bytes:
-    if settings is None:
-        return _service_id(key)
-    return _service_full(key, settings)
-
-
-@functools.lru_cache(maxsize=4096)
-def _service_id(key: ServiceKey) -> bytes:
-    """The attributes naming a service (every destination request carries them: built once
-    per service)."""
-    return _service_full(key, None)
-
-
-def _service_full(key: ServiceKey, settings: Optional[ServiceSettings]) -> bytes:
-    parts = [_u16(SVC_AF, AF[key.family])]
-    if key.protocol == "fwmark":
-        parts.append(_u32(SVC_FWMARK, key.fwmark))
-    else:
-        parts += [
-            _u16(SVC_PROTOCOL, PROTOCOLS[key.protocol]),
-            _attr(SVC_ADDR, _addr16(key.family, key.addr)),
-            _be16(SVC_PORT, key.port),
-        ]
-    if settings is not None:
-        parts += [
-            _str(SVC_SCHED_NAME, settings.scheduler),
-            _attr(SVC_FLAGS, struct.pack("=II", settings.flags & SERVICE_FLAG_MASK, 0xFFFFFFFF)),
-            _u32(SVC_TIMEOUT, settings.timeout),
-            _attr(SVC_NETMASK, _netmask_bytes(key.family, settings.netmask)),
-        ]
-        if settings.pe:
-            parts.append(_str(SVC_PE_NAME, settings.pe))
-    return _nested(CMD_ATTR_SERVICE, parts)
-
-
-# A destination's attributes have a fixed layout, packed in one call (a plan builds 10,000):
-# the nest header; ADDR (16 bytes); PORT (be16) and ADDR_FAMILY (u16), each padded to 4;
-# then, for add/edit, FWD_METHOD, WEIGHT, U_THRESH and L_THRESH (u32 each).
-_DEST_ID = struct.Struct("=HHHH16sHHH2xHHH2x")
-_DEST_SETTINGS = struct.Struct("=HHIHHIHHIHHI")
-
-
-def _dest_attrs(key: DestKey, settings: Optional[DestSettings] = None) -> bytes:
-    size = _DEST_ID.size + (_DEST_SETTINGS.size if settings is not None else 0)
-    out = _DEST_ID.pack(size, CMD_ATTR_DEST | 0x8000, 20, DEST_ADDR,
-                        _addr16(key.family, key.addr), 6, DEST_PORT, socket.htons(key.port),
-                        6, DEST_ADDR_FAMILY, AF[key.family])
-    if settings is None:
-        return out
-    return out + _DEST_SETTINGS.pack(8, DEST_FWD_METHOD, FWD_METHODS[settings.fwd],
-                                     8, DEST_WEIGHT, settings.weight,
-                                     8, DEST_U_THRESH, settings.u_threshold,
-                                     8, DEST_L_THRESH, settings.l_threshold)
-
-
-# ------------------------------------------------------------------------------ decoding
-
-
-def _get_u(attrs: dict[int, bytes], atype: int, default: int = 0) -> int:
-    """An unsigned attribute of any width, in host byte order."""
-    raw = attrs.get(atype)
-    return default if raw is None else int.from_bytes(raw, sys.byteorder)
-
-
-def _get_be16(attrs: dict[int, bytes], atype: int) -> int:
-    raw = attrs.get(atype, b"\0\0")
-    return int(struct.unpack("!H", raw[:2])[0])
-
-
-def _get_str(attrs: dict[int, bytes], atype: int) -> str:
-    return attrs.get(atype, b"").split(b"\0", 1)[0].decode(errors="replace")
-
-
-def _decode_addr(family: int, raw: bytes) -> str:
-    size = 4 if family == 4 else 16
-    return socket.inet_ntop(AF[family], raw[:size].ljust(size, b"\0"))
-
-
-def _decode_counters(attrs: dict[int, bytes]) -> Counters:
-    raw = attrs.get(SVC_STATS64) or attrs.get(SVC_STATS)  # same numbers for dest attributes
-    if raw is None:
-        return Counters()
-    s = parse_attrs(raw)
-    return Counters(*(_get_u(s, i) for i in range(1, 11)))
-
-
-def _decode_netmask(family: int, raw: Optional[bytes]) -> int:
-    if raw is None or len(raw) < 4:
-        return default_netmask(family)
-    if family == 6:
-        return int(struct.unpack("=I", raw[:4])[0])
-    mask = int(struct.unpack("!I", raw[:4])[0])
-    return bin(mask).count("1")  # a non-contiguous mask cannot be configured by lbtune
-
-
-def decode_service(body: bytes, counters: bool = True) -> Optional[Service]:
-    """A service from a GET_SERVICE reply body (after the genl header); None if not one."""
-    top = parse_attrs(body, GENLMSGHDR.size)
-    if CMD_ATTR_SERVICE not in top:
-        return None
-    a = parse_attrs(top[CMD_ATTR_SERVICE])
-    family = FAMILY_OF_AF.get(_get_u(a, SVC_AF))
-    if family is None:
-        return None
-    if SVC_FWMARK in a and _get_u(a, SVC_FWMARK):
-        key = ServiceKey.mark(_get_u(a, SVC_FWMARK), family)
-    else:
-        proto = {v: k for k, v in PROTOCOLS.items()}.get(_get_u(a, SVC_PROTOCOL), "")
-        if not proto:
-            return None
-        key = ServiceKey(family, proto, _decode_addr(family, a.get(SVC_ADDR, b"")),
-                         _get_be16(a, SVC_PORT))  # fmt: skip
-    flags_raw = a.get(SVC_FLAGS, b"\0" * 8)
-    flags = int(struct.unpack("=I", flags_raw[:4])[0]) & SERVICE_FLAG_MASK
-    settings = ServiceSettings(
-        scheduler=_get_str(a, SVC_SCHED_NAME),
-        flags=flags,
-        timeout=_get_u(a, SVC_TIMEOUT),
-        netmask=_decode_netmask(family, a.get(SVC_NETMASK)),
-        pe=_get_str(a, SVC_PE_NAME),
-    )
-    return Service(key, settings, _decode_counters(a) if counters else Counters())
-
-
-def decode_dest(body: bytes, service_family: int, counters: bool = True) -> Optional[Destination]:
-    """A destination from a GET_DEST reply body; None if not one."""
-    top = parse_attrs(body, GENLMSGHDR.size)
-    if CMD_ATTR_DEST not in top:
-        return None
-    a = parse_attrs(top[CMD_ATTR_DEST])
-    family = FAMILY_OF_AF.get(_get_u(a, DEST_ADDR_FAMILY), service_family)
-    key = DestKey(family, _decode_addr(family, a.get(DEST_ADDR, b"")), _get_be16(a, DEST_PORT))
-    fwd = FWD_NAMES.get(_get_u(a, DEST_FWD_METHOD) & 0x7, "masq")
-    settings = DestSettings(
-        weight=_get_u(a, DEST_WEIGHT),
-        fwd=fwd,
-        u_threshold=_get_u(a, DEST_U_THRESH),
-        l_threshold=_get_u(a, DEST_L_THRESH),
-    )
-    return Destination(
-        key,
-        settings,
-        active=_get_u(a, DEST_ACTIVE_CONNS),
-        inactive=_get_u(a, DEST_INACT_CONNS),
-        persistent=_get_u(a, DEST_PERSIST_CONNS),
-        counters=_decode_counters(a) if counters else Counters(),
-    )
-
-
 # ------------------------------------------------------------------------------ the socket
-
-
-@dataclass(frozen=True)
-class Op:
-    """One change request: a genl command and its attributes (built by the `*_op` helpers)."""
-
-    cmd: int
-    attrs: bytes
-    what: str  # for error messages: "add service tcp:10.0.0.1:80"
-    svc: Optional[ServiceKey] = None
-    dest: Optional[DestKey] = None
-    svc_settings: Optional[ServiceSettings] = None
-    dest_settings: Optional[DestSettings] = None
 
 
 class IpvsSocket:
@@ -550,7 +199,7 @@ class IpvsSocket:
     def _resolve_family(self) -> int:
         seq = self._next_seq()
         msg = self._message(GENL_ID_CTRL, NLM_F_REQUEST | NLM_F_ACK, CTRL_CMD_GETFAMILY,
-                            _str(CTRL_ATTR_FAMILY_NAME, IPVS_GENL_NAME), seq)  # fmt: skip
+                            str_attr(CTRL_ATTR_FAMILY_NAME, IPVS_GENL_NAME), seq)  # fmt: skip
         try:
             replies = self._exchange(msg, {seq})
         except OSError as e:
@@ -560,7 +209,7 @@ class IpvsSocket:
         for _seq, body in replies:
             attrs = parse_attrs(body, GENLMSGHDR.size)
             if CTRL_ATTR_FAMILY_ID in attrs:
-                return _get_u(attrs, CTRL_ATTR_FAMILY_ID)
+                return get_u(attrs, CTRL_ATTR_FAMILY_ID)
         raise IpvsUnavailable("the kernel did not name the IPVS netlink family")
 
     def _exchange(self, data: bytes, seqs: set[int], dump: bool = False) -> list[tuple[int, bytes]]:
@@ -682,48 +331,6 @@ def _error_of(body: bytes, flags: int) -> tuple[int, str]:
             detail = msg.split(b"\0", 1)[0].decode(errors="replace")
             text = f"{text} ({detail})"
     return code, text
-
-
-# ------------------------------------------------------------------------------ operations
-
-
-def add_service_op(key: ServiceKey, settings: ServiceSettings) -> Op:
-    return Op(CMD_NEW_SERVICE, _service_attrs(key, settings), f"add service {key}", key,
-              svc_settings=settings)  # fmt: skip
-
-
-def edit_service_op(key: ServiceKey, settings: ServiceSettings) -> Op:
-    return Op(CMD_SET_SERVICE, _service_attrs(key, settings), f"edit service {key}", key,
-              svc_settings=settings)  # fmt: skip
-
-
-def delete_service_op(key: ServiceKey) -> Op:
-    return Op(CMD_DEL_SERVICE, _service_attrs(key), f"delete service {key}", key)
-
-
-def add_dest_op(svc: ServiceKey, key: DestKey, settings: DestSettings) -> Op:
-    return Op(CMD_NEW_DEST, _service_attrs(svc) + _dest_attrs(key, settings),
-              f"add real server {key} to {svc}", svc, key, dest_settings=settings)  # fmt: skip
-
-
-def edit_dest_op(svc: ServiceKey, key: DestKey, settings: DestSettings) -> Op:
-    return Op(CMD_SET_DEST, _service_attrs(svc) + _dest_attrs(key, settings),
-              f"edit real server {key} of {svc}", svc, key, dest_settings=settings)  # fmt: skip
-
-
-def delete_dest_op(svc: ServiceKey, key: DestKey) -> Op:
-    return Op(CMD_DEL_DEST, _service_attrs(svc) + _dest_attrs(key),
-              f"delete real server {key} of {svc}", svc, key)  # fmt: skip
-
-
-def set_timeouts_op(tcp: int = 0, tcpfin: int = 0, udp: int = 0) -> Op:
-    """Set IPVS timeouts; 0 leaves that one unchanged (as `ipvsadm --set`)."""
-    attrs = b""
-    for atype, v in ((CMD_ATTR_TIMEOUT_TCP, tcp), (CMD_ATTR_TIMEOUT_TCP_FIN, tcpfin),
-                     (CMD_ATTR_TIMEOUT_UDP, udp)):  # fmt: skip
-        if v:
-            attrs += _u32(atype, v)
-    return Op(CMD_SET_CONFIG, attrs, f"set timeouts tcp={tcp} tcpfin={tcpfin} udp={udp}")
 
 
 # ------------------------------------------------------------------------------ the session
@@ -982,7 +589,7 @@ def read_services(sock: IpvsSocket, counters: bool = True) -> list[Service]:
 def read_service(sock: IpvsSocket, key: ServiceKey) -> Optional[Service]:
     """One service and its destinations; None when it does not exist."""
     try:
-        bodies = sock.request(CMD_GET_SERVICE, _service_attrs(key))
+        bodies = sock.request(CMD_GET_SERVICE, service_attrs(key))
     except OSError as e:
         if e.errno in (errno.ESRCH, errno.ENOENT):
             return None
@@ -996,7 +603,7 @@ def read_service(sock: IpvsSocket, key: ServiceKey) -> Optional[Service]:
 
 def _with_dests(sock: IpvsSocket, svc: Service, counters: bool = True) -> Service:
     dests = [d for d in (decode_dest(b, svc.key.family, counters)
-                         for b in sock.dump(CMD_GET_DEST, _service_attrs(svc.key)))
+                         for b in sock.dump(CMD_GET_DEST, service_attrs(svc.key)))
              if d is not None]  # fmt: skip
     return replace(svc, destinations=tuple(sorted(dests, key=lambda d: d.key)))
 
@@ -1013,16 +620,16 @@ def read_table(sock: IpvsSocket, counters: bool = True) -> list[Service]:
 def read_timeouts(sock: IpvsSocket) -> Timeouts:
     for body in sock.request(CMD_GET_CONFIG):
         a = parse_attrs(body, GENLMSGHDR.size)
-        return Timeouts(_get_u(a, CMD_ATTR_TIMEOUT_TCP), _get_u(a, CMD_ATTR_TIMEOUT_TCP_FIN),
-                        _get_u(a, CMD_ATTR_TIMEOUT_UDP))  # fmt: skip
+        return Timeouts(get_u(a, CMD_ATTR_TIMEOUT_TCP), get_u(a, CMD_ATTR_TIMEOUT_TCP_FIN),
+                        get_u(a, CMD_ATTR_TIMEOUT_UDP))  # fmt: skip
     raise IpvsError(errno.EIO, "IPVS_CMD_GET_CONFIG returned nothing")
 
 
 def read_info(sock: IpvsSocket) -> IpvsInfo:
     for body in sock.request(CMD_GET_INFO):
         a = parse_attrs(body, GENLMSGHDR.size)
-        code = _get_u(a, INFO_VERSION)
-        return IpvsInfo(format_version(code), _get_u(a, INFO_CONN_TAB_SIZE), code)
+        code = get_u(a, INFO_VERSION)
+        return IpvsInfo(format_version(code), get_u(a, INFO_CONN_TAB_SIZE), code)
     raise IpvsError(errno.EIO, "IPVS_CMD_GET_INFO returned nothing")
 
 
@@ -1033,8 +640,8 @@ def read_daemons(sock: IpvsSocket) -> list[SyncDaemon]:
         if CMD_ATTR_DAEMON not in top:
             continue
         a = parse_attrs(top[CMD_ATTR_DAEMON])
-        state = {1: "master", 2: "backup"}.get(_get_u(a, DAEMON_STATE), "none")
-        out.append(SyncDaemon(state, _get_str(a, DAEMON_MCAST_IFN), _get_u(a, DAEMON_SYNC_ID)))
+        state = {1: "master", 2: "backup"}.get(get_u(a, DAEMON_STATE), "none")
+        out.append(SyncDaemon(state, get_str(a, DAEMON_MCAST_IFN), get_u(a, DAEMON_SYNC_ID)))
     return out
 
 
@@ -1066,41 +673,3 @@ def available_schedulers(fs: HostFS) -> Optional[frozenset[str]]:
             if mod.startswith("ip_vs_") and mod[6:] in KNOWN_SCHEDULERS:
                 found.add(mod[6:])
     return frozenset(found) if seen_any else None
-
-
-def flag_names(flags: int, scheduler: str) -> list[str]:
-    """Service flags in ipvsadm's words: `persistent`, `ops`, `sh-fallback`, `sh-port`,
-    `mh-fallback`, `mh-port`, and `flag-1..3` for scheduler flags without a name."""
-    words = []
-    if flags & F_PERSISTENT:
-        words.append("persistent")
-    if flags & F_ONEPACKET:
-        words.append("ops")
-    for bit, n in ((F_SCHED1, 1), (F_SCHED2, 2), (F_SCHED3, 3)):
-        if flags & bit:
-            words.append(_SCHED_FLAG_NAMES.get((scheduler, bit), f"flag-{n}"))
-    return words
-
-
-def parse_flags(words: Iterable[str], scheduler: str) -> int:
-    """The inverse of `flag_names`; BadInput for a word this scheduler has no flag for."""
-    by_name = {name: bit for (sched, bit), name in _SCHED_FLAG_NAMES.items() if sched == scheduler}
-    by_name.update({"persistent": F_PERSISTENT, "ops": F_ONEPACKET,
-                    "flag-1": F_SCHED1, "flag-2": F_SCHED2, "flag-3": F_SCHED3})  # fmt: skip
-    flags = 0
-    for w in words:
-        if w not in by_name:
-            known = ", ".join(sorted(by_name))
-            raise BadInput(f"service flag {w!r} (scheduler {scheduler}): expected one of {known}")
-        flags |= by_name[w]
-    return flags
-
-
-# include/uapi/linux/ip_vs.h: IP_VS_SVC_F_SCHED_SH_FALLBACK/_PORT; mh uses the same bits
-# (net/netfilter/ipvs/ip_vs_mh.c).
-_SCHED_FLAG_NAMES = {
-    ("sh", F_SCHED1): "sh-fallback",
-    ("sh", F_SCHED2): "sh-port",
-    ("mh", F_SCHED1): "mh-fallback",
-    ("mh", F_SCHED2): "mh-port",
-}

@@ -51,11 +51,12 @@ _IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-.]{0,14}")
 _TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
 
 TOP_KEYS = ("director", "timeouts", "sysctl", "vip", "service")
-DIRECTOR_KEYS = ("prune", "drain_timeout")
+DIRECTOR_KEYS = ("prune", "drain_timeout", "agent_port")
 VIP_KEYS = ("address", "dev", "prefix")
 SERVICE_KEYS = ("protocol", "address", "port", "fwmark", "family", "scheduler", "flags",
                 "persistence", "persistence_netmask", "forward", "real_server")  # fmt: skip
-REAL_KEYS = ("address", "port", "weight", "upper", "lower", "forward")
+REAL_KEYS = ("address", "port", "weight", "upper", "lower", "forward", "agent")
+DEFAULT_AGENT_PORT = 9177  # `lbtune ipvs agent`'s default port (lbtune.ipvs.agent)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class RealServer:
     upper: int = 0  # connection thresholds; 0 = none
     lower: int = 0
     forward: str = "dr"
+    agent: str = ""  # the node agent's URL for `lbtune ipvs adapt`; "" = none
 
     @cached_property  # a 10,000-server config asks often: parse the address once
     def key(self) -> DestKey:
@@ -111,6 +113,7 @@ class DirectorConfig:
     sysctls: tuple[tuple[str, str], ...] = ()  # (full key, value)
     prune: str = "all"  # which kernel services not listed here are removed
     drain_timeout: float = 30.0
+    agent_port: int = DEFAULT_AGENT_PORT  # real servers without `agent`: http://ADDR:PORT/
 
     def service_addresses(self) -> set[str]:
         return {s.key.addr for s in self.services if s.key.protocol != "fwmark"}
@@ -205,6 +208,7 @@ def parse_config(data: Any, source: str = "<config>") -> DirectorConfig:
     d = _Doc(top.data.get("director", {}), source, "[director]", DIRECTOR_KEYS)
     prune = d.text("prune", "all", PRUNE)
     drain = d.integer("drain_timeout", 30, 0, 3600)
+    agent_port = d.integer("agent_port", DEFAULT_AGENT_PORT, 1, 65535)
 
     t = _Doc(top.data.get("timeouts", {}), source, "[timeouts]", TIMEOUTS)
     timeouts = tuple((k, t.integer(k, None, 1, MAX_TIMEOUT)) for k in TIMEOUTS if k in t.data)
@@ -234,7 +238,7 @@ def parse_config(data: Any, source: str = "<config>") -> DirectorConfig:
         seen[svc.key] = f"[[service]] #{i + 1}"
         services.append(svc)
     return DirectorConfig(source, tuple(services), tuple(vips), timeouts, sysctls, prune,
-                          float(drain))  # fmt: skip
+                          float(drain), agent_port)  # fmt: skip
 
 
 def _sysctls(raw: Any, source: str) -> tuple[tuple[str, str], ...]:
@@ -327,7 +331,10 @@ def _real(raw: Any, svc: _Doc, j: int, key: ServiceKey, forward: str) -> RealSer
     if lower > upper:
         raise r.fail(f"lower = {lower} is above upper = {upper} (the kernel refuses it; "
                      "upper = 0 means no limit and then lower must be 0 too)")  # fmt: skip
-    return RealServer(addr, port, weight, upper, lower, fwd)
+    agent = r.text("agent", "")
+    if agent and agent != "none" and not agent.startswith("http://"):
+        raise r.fail(f"agent = {agent!r}: an http:// URL of `lbtune ipvs agent`, or \"none\"")
+    return RealServer(addr, port, weight, upper, lower, fwd, agent)
 
 
 # ------------------------------------------------------------------------------ the host

@@ -179,10 +179,19 @@ def protocol_name(ethertype: int) -> str:
 class ProbeSession:
     """Loaded, attached probes; `read()` gives deltas; `close()` detaches everything."""
 
-    def __init__(self, host: Host, plan: ProbePlan, status: Optional[Status] = None) -> None:
+    def __init__(
+        self,
+        host: Host,
+        plan: ProbePlan,
+        status: Optional[Status] = None,
+        cost_window: float = COST_WINDOW_S,
+    ) -> None:
+        """`cost_window`: seconds of every COST_PERIOD_S with BPF statistics on (a longer
+        one keeps them on, for a caller that must measure every event's cost)."""
         from lbtune.host.bpf import BpfProgram, RunTimeStats
 
         self.host = host
+        self._cost_window = cost_window
         self.plan = plan
         self._lock = threading.Lock()
         self._stats = RunTimeStats()
@@ -239,9 +248,10 @@ class ProbeSession:
         probes: Sequence[str],
         ifaces: Optional[Sequence[str]] = None,
         status: Optional[Status] = None,
+        cost_window: float = COST_WINDOW_S,
     ) -> ProbeSession:
         """Plan, compile once, load and attach `probes` (see `plan_probes`)."""
-        return cls(host, plan_probes(host, probes, ifaces, status), status)
+        return cls(host, plan_probes(host, probes, ifaces, status), status, cost_window)
 
     def __enter__(self) -> ProbeSession:
         return self
@@ -283,10 +293,10 @@ class ProbeSession:
         """Statistics on for COST_WINDOW_S of every COST_PERIOD_S (the sampler thread; the
         first window was opened with the probes)."""
         while True:
-            stopped = self._stop.wait(COST_WINDOW_S)
+            stopped = self._stop.wait(self._cost_window)
             with self._lock:
                 self._stats_off()
-            if stopped or self._stop.wait(COST_PERIOD_S - COST_WINDOW_S):
+            if stopped or self._stop.wait(max(COST_PERIOD_S - self._cost_window, 0.0)):
                 return
             with self._lock:
                 if self._program is None or self._stop.is_set() or not self._stats_on():

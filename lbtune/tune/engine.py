@@ -20,6 +20,7 @@ from lbtune.tune.journal import (
     Journal,
     KnobRecord,
     StateDir,
+    lbtune_command,
 )
 from lbtune.tune.knob import Knob, KnobError
 from lbtune.tune.plan import Mode, Plan, Target, bounded
@@ -112,7 +113,8 @@ def apply_plan(
         stale = state.interrupted()
         if stale is not None:
             raise Interrupted(
-                f"apply {stale.id} ({stale.profile}) was interrupted; run `lbtune rollback` first"
+                f"apply {stale.id} ({stale.profile}) was interrupted; run "
+                f"`{lbtune_command(host, 'rollback')}` first"
             )
         changes = plan.to_apply
         if not changes and persist is None:
@@ -151,7 +153,7 @@ def apply_plan(
                 journal.save()
                 raise RollbackIncomplete(
                     f"{e}; restoring failed for {', '.join(failures)} "
-                    f"(journal {journal.id}: `lbtune rollback` retries)"
+                    f"(journal {journal.id}: `{lbtune_command(host, 'rollback')}` retries)"
                 ) from e
             journal.state = ROLLED_BACK
             journal.save()

@@ -31,7 +31,7 @@ from lbtune.tune.engine import (
     verify_journal,
     verify_targets,
 )
-from lbtune.tune.journal import Journal, StateDir
+from lbtune.tune.journal import Journal, StateDir, lbtune_command
 from lbtune.tune.knob import Knob
 from lbtune.tune.plan import Plan, Target, make_plan
 
@@ -159,7 +159,8 @@ def apply_profile(
             from lbtune.tune.engine import Interrupted
 
             raise Interrupted(
-                f"apply {stale.id} ({stale.profile}) was interrupted; run `lbtune rollback` first"
+                f"apply {stale.id} ({stale.profile}) was interrupted; run "
+                f"`{lbtune_command(host, 'rollback')}` first"
             )
         plan = make_plan(host, profile.name, resolve(profile, LazyInventory(host), iface))
         if plan.needs_reboot and not persist and not boot:

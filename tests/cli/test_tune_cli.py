@@ -172,3 +172,17 @@ def test_ring_change_on_the_default_route_interface_needs_yes(cli, hosts, tmp_pa
     assert files(root) == before  # refused before anything changed
     ok = cli("--root", str(root), "apply", "lb-dr", "--iface", "ens1f0np0", "--yes")
     assert ok.exit_code == 0, ok.stderr
+
+
+def test_undo_hints_name_the_root_they_apply_to(cli, hosts, tmp_path):
+    """Journals are per root (and per namespace): a hint to run plain `lbtune rollback` would
+    look in the running machine's state directory instead."""
+    root = copy_host(tmp_path, DELL)
+    r = cli("--root", str(root), "apply", "lb-dr", "--iface", "ens1f0np0", "--yes")
+    assert r.exit_code == 0, r.stderr
+    assert f"undo with `lbtune --root {root} rollback`" in r.stdout
+    journal = next((root / "var/lib/lbtune/journal").glob("*.json"))
+    journal.write_text(journal.read_text().replace('"state":"applied"', '"state":"applying"'))
+    again = cli("--root", str(root), "apply", "lb-dr", "--iface", "ens1f0np0", "--yes")
+    assert again.exit_code == 2
+    assert f"run `lbtune --root {root} rollback` first" in again.stderr

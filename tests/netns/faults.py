@@ -734,11 +734,18 @@ class TimeWaitOverflow(Fault):
         for _ in range(self.conns):
             c = socket.create_connection((self.addr, self.port), timeout=2)
             c.close()
-        deadline = time.monotonic() + 2
+        # Wait for the server to have closed every connection, then for the client sockets
+        # to have moved from FIN_WAIT2 to TIME_WAIT (the server's FIN is processed in softirq
+        # context; on a loaded machine either can lag). Deadlines are generous waits for a
+        # condition, not timing claims.
+        deadline = time.monotonic() + 10
         with self.served_cv:
             while self.served - start < self.conns and time.monotonic() < deadline:
                 self.served_cv.wait(0.05)
-        time.sleep(0.02)
+        expected_tw = min(tw_before + self.conns, self.max_tw)
+        deadline = time.monotonic() + 5
+        while sockstat().get("TCP.tw", 0) < expected_tw and time.monotonic() < deadline:
+            time.sleep(0.02)
         room = max(self.max_tw - tw_before, 0)
         over = max(self.conns - room, 0)
         return Truth(

@@ -140,6 +140,7 @@ def test_timewait_overflow_beyond_max_tw_buckets(netns):
 
 def test_timewait_within_the_buckets_does_not_overflow(netns):
     t = run(netns, F.TimeWaitOverflow(max_tw=16, conns=8))
+    assert t.details["served"] == 8
     assert t.delta() == 0
     assert t.after["sockstat TCP.tw"] == 8
 

@@ -34,17 +34,18 @@ from tests.netns.probe_traffic import (
     make_veth_pair,
     read_sysctl_global,
     send_steered,
-    wait_for,
 )
 
 pytest.importorskip("bcc", reason="the probes need bcc (python3-bpfcc; `make setup`)")
 PER_QUEUE = (10, 20, 30, 40)  # distinct per queue, so a swapped queue cannot pass
 
 
-def _session(netns: str, probes: list[str], ifaces: list[str] | None = None):  # type: ignore[no-untyped-def]
+def _session(netns: str, probes: list[str], ifaces: list[str] | None = None,  # type: ignore[no-untyped-def]
+             cost_window: float = 1.0):  # fmt: skip
     from lbtune.observe.probes import ProbeSession
 
-    return ProbeSession.open(Host.open("/", netns=netns), probes, ifaces)
+    return ProbeSession.open(Host.open("/", netns=netns), probes, ifaces,
+                             cost_window=cost_window)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- drops
@@ -161,7 +162,9 @@ def _open_close_twice(netns: str):  # type: ignore[no-untyped-def]
 
     seen = []
     for _ in range(2):
-        s = _session(netns, ["drops", "napi"])
+        # Statistics on for the whole session (the default samples 1 s of every 5, which a
+        # loaded machine can spend before the connects below): every event has its cost.
+        s = _session(netns, ["drops", "napi"], cost_window=3600.0)
         ids = set(s.program_ids())
         during = lbtune_programs()
         closed_port_connects(5)
@@ -194,17 +197,6 @@ def test_session_close_unloads_everything_and_switches_statistics_off(netns):
     assert read_sysctl_global("kernel.bpf_stats_enabled") == sysctl
 
 
-def _settled(before: set[int], quiet: float = 1.0) -> set[int]:
-    """The new lbt_ programs once their set has not changed for `quiet` seconds."""
-    seen = lbtune_programs() - before
-    while True:
-        time.sleep(quiet)
-        now = lbtune_programs() - before
-        if now == seen:
-            return now
-        seen = now
-
-
 def _lbtune(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "lbtune", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -215,8 +207,15 @@ def test_cli_detaches_on_signal_and_reports(netns, sig):
     before = lbtune_programs()
     proc = _lbtune("--netns", netns, "probe", "drops", "napi", "--duration", "60", "--json")
     try:
-        assert wait_for(lambda: bool(lbtune_programs() - before)), proc.stderr
-        running = _settled(before)  # every program attached; the window is running
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:  # progress lines until the window starts
+            lines.append(line)
+            if line.startswith("lbtune: counting for"):
+                break
+        else:
+            raise AssertionError(f"the window never started: {lines}")
+        running = lbtune_programs() - before  # every program attached; the window is running
         assert len(running) >= 2
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)

@@ -288,3 +288,17 @@ def test_effective_conf_is_max_of_all_and_interface(tmp_path):
     assert effective_conf(fs, "bond0.100", "rp_filter") == (2, 1, 2)
     assert effective_conf(fs, "eth0", "rp_filter") == (1, 1, 0)
     assert effective_conf(fs, "eth9", "rp_filter") is None
+
+
+def test_lbtune_command_names_root_and_netns(tmp_path):
+    from lbtune.host.fs import HostFS
+    from lbtune.host.host import Host
+    from lbtune.tune.journal import lbtune_command
+
+    assert lbtune_command(Host(HostFS("/")), "rollback") == "lbtune rollback"
+    assert lbtune_command(Host(HostFS("/"), netns="lab-rs1"), "history") == (
+        "lbtune --netns lab-rs1 history"
+    )
+    assert lbtune_command(Host(HostFS(str(tmp_path))), "rollback") == (
+        f"lbtune --root {tmp_path} rollback"
+    )

@@ -1,0 +1,183 @@
+"""`lbtune ipvs agent` (on a real server) and `lbtune ipvs adapt CONFIG` (on the director).
+
+Registered on the `ipvs` group by lbtune/cli/ipvs.py; docs/ipvs.md, "Adaptive weights".
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Optional
+
+import click
+
+from lbtune.cli.ipvs import _config, _host, _state, emit_json, ipvs_group
+from lbtune.cli.main import common_options, runtime_of
+from lbtune.cli.output import console
+from lbtune.errors import BadInput
+
+
+def _print_report(r: Any) -> None:
+    out = console()
+    util = r.utilisations()
+    cap = f" of {r.egress_capacity_bps / 1e6:g} Mbit/s" if r.egress_capacity_bps else ""
+    rows = [
+        ("node", f"{r.node} (port {r.port}, {r.interval:g} s sample)"),
+        ("cpu", f"{r.cpu_util:.0%} of {r.cpus} CPU(s), run queue {r.runq}"),
+        ("memory", f"{r.mem_available / 2**20:.0f} MiB available of "
+                   f"{r.mem_total / 2**20:.0f} MiB"),
+        ("connections", f"{r.connections} established"
+                        + (f" (full at {r.max_conns})" if r.max_conns else "")),
+        ("listen", (f"queue {r.listen_queue}/{r.listen_backlog + 1}, drops {r.listen_drops} "
+                    f"(+{r.listen_drops_delta})") if r.listening else "nothing listens"),
+        ("egress", f"{r.egress_dev or '?'}: {r.egress_bps / 1e6:.2f} Mbit/s{cap}"),
+        ("utilisation", ", ".join(f"{k} {v:.0%}" for k, v in util.items() if v is not None)),
+        ("load", f"{r.load:.2f} ({r.bottleneck or 'no signal'}; from "
+                 f"{','.join(r.signals)})"),
+        ("health", f"{r.health}: {r.reason}"),
+    ]  # fmt: skip
+    for k, v in rows:
+        out.print(f"{k:<12} {v}", markup=False)
+
+
+@ipvs_group.command("agent")
+@click.option("--listen", "listen_addr", default="0.0.0.0", show_default=True,  # noqa: S104
+              metavar="ADDR", help="Address the agent binds.")
+@click.option("--agent-port", type=int, default=9177, show_default=True,
+              help="HTTP port of the agent (GET / JSON, /metrics Prometheus, /haproxy).")
+@click.option("--port", type=int, default=80, show_default=True,
+              help="The served port the report is about (listener, connections).")
+@click.option("--egress", metavar="IF", help="Interface replies leave from "
+              "(default: the default route's).")
+@click.option("--signals", metavar="LIST", help="Resources the load is taken from "
+              "(default all: cpu,runq,mem,listen,egress,conns).")
+@click.option("--max-conns", type=int, help="Established connections that count as full.")
+@click.option("--interval", type=float, default=1.0, show_default=True,
+              help="Seconds between samples.")
+@click.option("--haproxy-port", type=int, help="Also serve HAProxy agent-check on this port.")
+@click.option("--once", is_flag=True, help="Print one report and exit (no server).")
+@click.option("--duration", type=float, help="Serve this many seconds, then exit.")
+@click.option("--misc-check", "misc_url", metavar="URL",
+              help="keepalived MISC_CHECK (misc_dynamic) mode: fetch the agent at URL and exit "
+                   "1 (fail) or 2 + weight; nothing is served.")
+@click.option("--timeout", type=float, default=2.0, show_default=True,
+              help="--misc-check: seconds to wait for the agent.")
+@common_options
+@click.pass_context
+def agent_command(
+    ctx: click.Context, listen_addr: str, agent_port: int, port: int, egress: Optional[str],
+    signals: Optional[str], max_conns: Optional[int], interval: float,
+    haproxy_port: Optional[int], once: bool, duration: Optional[float],
+    misc_url: Optional[str], timeout: float,
+) -> int:  # fmt: skip
+    """Node agent on a real server: a read-only HTTP endpoint with CPU, run queue, memory,
+    connections, listen queue and drops of the served port, egress use and a health
+    verdict (docs/ipvs.md, "Adaptive weights")."""
+    from lbtune.ipvs import agent as ag
+    from lbtune.ipvs.agentreport import misc_exit_code, parse_report
+
+    s = runtime_of(ctx)
+    if misc_url is not None:
+        from lbtune.host.http import FetchError, fetch_json
+
+        try:
+            report = parse_report(fetch_json(misc_url, timeout), misc_url)
+        except (FetchError, BadInput) as e:
+            print(f"lbtune: {e}", file=sys.stderr)
+            report = None
+        code = misc_exit_code(report)
+        if s.json:
+            emit_json({"url": misc_url, "exit": code,
+                       "report": report.to_json() if report else None})  # fmt: skip
+        return code
+    for p in (agent_port, haproxy_port):
+        if p is not None and not 0 <= p <= 65535:
+            raise BadInput(f"port {p}: 0 to 65535")
+    opts = ag.AgentOptions(port=port, egress=egress, signals=tuple(ag.parse_signals(signals)),
+                           max_conns=max_conns, interval=interval)  # fmt: skip
+    host = s.host()
+    if not host.is_live:
+        raise BadInput("the agent reports the running host: no --root")
+    sampler = ag.Sampler(host, opts)
+    if once:
+        sampler.sample()
+        time.sleep(interval)
+        r = sampler.sample()
+        if s.json:
+            emit_json(r.to_json())
+        else:
+            _print_report(r)
+        return 0
+    agent = ag.Agent(sampler)
+    ports = agent.serve(listen_addr, agent_port, haproxy_port)
+    where = f"http://{listen_addr}:{ports[0]}/"
+    extra = f", HAProxy agent-check on port {ports[1]}" if len(ports) > 1 else ""
+    if s.json:
+        sys.stdout.write(json.dumps({"listening": where, "ports": ports}) + "\n")
+    else:
+        console().print(f"agent for port {port} on {where} (/metrics, /haproxy, /healthz)"
+                        f"{extra}", markup=False)  # fmt: skip
+    sys.stdout.flush()
+    from lbtune.host.signals import interruptible
+
+    try:
+        with interruptible():
+            agent.run(None if duration is None else time.monotonic() + duration)
+    finally:
+        agent.close()
+    return 0
+
+
+@ipvs_group.command("adapt")
+@click.argument("config")
+@click.option("--interval", type=float, default=2.0, show_default=True,
+              help="Seconds between polls of the agents.")
+@click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
+@click.option("--timeout", type=float, default=1.0, show_default=True,
+              help="Seconds to wait for each agent.")
+@click.option("--dry-run", is_flag=True, help="Print what would be set; change nothing.")
+@click.option("--keep", is_flag=True, help="On exit leave the adapted weights (default: "
+              "put the configured weights back).")
+@common_options
+@click.pass_context
+def adapt_command(ctx: click.Context, config: str, interval: float, duration: Optional[float],
+                  timeout: float, dry_run: bool, keep: bool) -> int:  # fmt: skip
+    """Poll the real servers' agents and set IPVS weights from their reports: in-place weight
+    edits through the reconcile, under the lock, every change logged with its reason."""
+    from lbtune.host.signals import interruptible
+    from lbtune.ipvs.adapt import Adapter, Event, run
+
+    if not 0.2 <= interval <= 3600 or not 0.1 <= timeout <= 60:
+        raise BadInput("--interval 0.2..3600 and --timeout 0.1..60 seconds")
+    if duration is not None and duration <= 0:
+        raise BadInput("--duration must be positive")
+    s = runtime_of(ctx)
+    cfg = _config(config)
+    if not any(svc.servers for svc in cfg.services):
+        raise BadInput(f"{cfg.source}: no real servers to adapt")
+    host = _host(ctx, changes=not dry_run)
+    adapter = Adapter(host, cfg, None if dry_run else _state(ctx, host), timeout=timeout)
+
+    def log(e: Event) -> None:
+        if s.json:
+            sys.stdout.write(json.dumps(e.to_json()) + "\n")
+        else:
+            stamp = time.strftime("%H:%M:%S", time.localtime(e.time))
+            if e.kind == "weight":
+                verb = "set" if e.applied else "would set"
+                line = (f"{stamp} {verb} {e.service} {e.server} weight {e.previous} -> "
+                        f"{e.weight}: {e.reason}")  # fmt: skip
+            else:
+                line = f"{stamp} {e.reason}"
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    try:
+        with interruptible():
+            run(adapter, interval, duration, log)
+    finally:
+        if not keep:
+            for e in adapter.restore():
+                log(e)
+    return 0

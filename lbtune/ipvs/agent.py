@@ -1,0 +1,230 @@
+"""The node agent: samples a real server's resources and serves the report read-only.
+
+`Sampler.sample()` reads the host once (CPU times and memory through psutil, the run queue
+from /proc/stat, established connections of the served port from /proc/net/tcp{,6}, its
+listeners from sock_diag, the egress interface's counters from an rtnetlink dump and its
+capacity from a shaping qdisc or the link speed) and turns the difference to the previous
+sample into an `AgentReport` judged by `agentreport.judge`. `Agent` runs the sampler every
+interval in a thread and answers `GET /` (JSON), `/metrics` (Prometheus text), `/haproxy`
+(the agent-check line) and `/healthz`; an optional line port speaks HAProxy's agent-check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+import psutil
+
+from lbtune.errors import BadInput
+from lbtune.host import linkstats, qdisc, sockdiag
+from lbtune.host.host import Host
+from lbtune.host.http import HttpEndpoint, LineEndpoint, Reply
+from lbtune.ipvs.agentreport import SIGNALS, AgentReport, haproxy_line, judge, prometheus_text
+
+DEFAULT_PORT = 9177  # the agent's HTTP port (unassigned by IANA; beside node_exporter 9100)
+DEFAULT_INTERVAL = 1.0
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    port: int = 80  # the served port the report is about
+    egress: Optional[str] = None  # interface replies leave from; None: the default route's
+    signals: tuple[str, ...] = SIGNALS
+    max_conns: Optional[int] = None
+    node: str = ""
+    interval: float = DEFAULT_INTERVAL
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port <= 65535:
+            raise BadInput(f"--port {self.port}: 1 to 65535")
+        bad = [s for s in self.signals if s not in SIGNALS]
+        if bad or not self.signals:
+            raise BadInput(f"--signals {','.join(self.signals)!r}: a comma-separated list of "
+                           f"{', '.join(SIGNALS)}")  # fmt: skip
+        if not 0.1 <= self.interval <= 60:
+            raise BadInput(f"--interval {self.interval:g}: 0.1 to 60 seconds")
+        if self.max_conns is not None and self.max_conns < 1:
+            raise BadInput("--max-conns must be at least 1")
+
+
+def default_route_dev(host: Host) -> str:
+    """The interface of the IPv4 default route ("" when there is none)."""
+    for line in host.fs.read_lines("/proc/net/route")[1:]:
+        f = line.split()
+        if len(f) >= 2 and f[1] == "00000000":
+            return f[0]
+    return ""
+
+
+def established(host: Host, port: int) -> int:
+    """Established TCP connections whose local port is `port` (/proc/net/tcp and tcp6)."""
+    want = f":{port:04X}"
+    n = 0
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in host.fs.read_lines(path)[1:]:
+            f = line.split(None, 4)
+            if len(f) >= 4 and f[3] == "01" and f[1].endswith(want):
+                n += 1
+    return n
+
+
+def procs_running(host: Host) -> int:
+    for line in host.fs.read_lines("/proc/stat"):
+        if line.startswith("procs_running "):
+            return int(line.split()[1])
+    return 0
+
+
+def _capacity_bps(host: Host, dev: str) -> Optional[float]:
+    """The egress limit of dev: a root shaping qdisc's rate, else the link speed."""
+    if not dev:
+        return None
+    try:
+        for q in qdisc.dump_qdiscs():
+            if q.dev == dev and q.parent == "root" and q.rate_bps:
+                return float(q.rate_bps)
+    except OSError:
+        pass
+    speed = host.fs.read_int(f"/sys/class/net/{dev}/speed")
+    return float(speed) * 1e6 if speed and speed > 0 else None
+
+
+@dataclass(frozen=True)
+class _Raw:
+    t: float
+    busy: float
+    total: float
+    tx_bytes: int
+    drops: int
+
+
+class Sampler:
+    """Reads the host each call; rates are over the time since the previous call."""
+
+    def __init__(self, host: Host, opts: AgentOptions) -> None:
+        self.host, self.opts = host, opts
+        self.dev = opts.egress if opts.egress is not None else default_route_dev(host)
+        self.node = opts.node or os.uname().nodename
+        self._prev: Optional[_Raw] = None
+
+    def _listeners(self) -> list[sockdiag.ListenSocket]:
+        try:
+            return [s for s in sockdiag.dump_listen_sockets() if s.port == self.opts.port]
+        except OSError:
+            return []
+
+    def _tx_bytes(self) -> int:
+        if not self.dev:
+            return 0
+        try:
+            return linkstats.dump_link_stats().get(self.dev, {}).get("tx_bytes", 0)
+        except OSError:
+            return 0
+
+    def sample(self) -> AgentReport:
+        t = time.time()
+        ct = psutil.cpu_times()
+        total = float(sum(ct))
+        busy = total - ct.idle - getattr(ct, "iowait", 0.0)
+        listeners = self._listeners()
+        drops = sum(s.drops or 0 for s in listeners)
+        raw = _Raw(t, busy, total, self._tx_bytes(), drops)
+        prev = self._prev or raw
+        self._prev = raw
+        dt = max(raw.t - prev.t, 1e-6)
+        dtotal = raw.total - prev.total
+        cpu = (raw.busy - prev.busy) / dtotal if dtotal > 0 else 0.0
+        mem = psutil.virtual_memory()
+        top = max(listeners, key=lambda s: s.queue / (s.backlog + 1), default=None)
+        report = AgentReport(
+            node=self.node, port=self.opts.port, time=round(t, 3),
+            interval=round(raw.t - prev.t, 3), cpu_util=round(max(0.0, min(1.0, cpu)), 4),
+            cpus=psutil.cpu_count() or 1, runq=procs_running(self.host),
+            mem_available=int(mem.available), mem_total=int(mem.total),
+            connections=established(self.host, self.opts.port), listening=bool(listeners),
+            listen_queue=top.queue if top else 0, listen_backlog=top.backlog if top else 0,
+            listen_drops=drops, listen_drops_delta=max(0, drops - prev.drops),
+            egress_dev=self.dev,
+            egress_bps=round(8 * max(0, raw.tx_bytes - prev.tx_bytes) / dt, 1)
+            if raw is not prev else 0.0,
+            egress_capacity_bps=_capacity_bps(self.host, self.dev),
+            max_conns=self.opts.max_conns, signals=tuple(self.opts.signals),
+            load=0.0, bottleneck="", pressure=0.0, health="ok", reason="",
+        )  # fmt: skip
+        return judge(report)
+
+
+JSON_TYPE = "application/json"
+PROM_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TEXT_TYPE = "text/plain; charset=utf-8"
+
+
+class Agent:
+    """The sampler in a thread and the read-only endpoints serving its latest report."""
+
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.sampler.sample()  # the first call only primes the counters
+        time.sleep(min(0.2, sampler.opts.interval))
+        self._report = sampler.sample()
+        self._endpoints: list[Union[HttpEndpoint, LineEndpoint]] = []
+
+    @property
+    def report(self) -> AgentReport:
+        with self._lock:
+            return self._report
+
+    def route(self, path: str) -> Reply:
+        r = self.report
+        if path in ("/", "/report", "/report.json"):
+            return Reply(200, JSON_TYPE, json.dumps(r.to_json(), indent=1) + "\n")
+        if path == "/metrics":
+            return Reply(200, PROM_TYPE, prometheus_text(r))
+        if path == "/haproxy":
+            return Reply(200, TEXT_TYPE, haproxy_line(r))
+        if path == "/healthz":
+            return Reply(200 if r.health == "ok" else 503, TEXT_TYPE, f"{r.health}\n")
+        return Reply(404, TEXT_TYPE, "not found: / /metrics /haproxy /healthz\n")
+
+    def serve(self, host: str, port: int, haproxy_port: Optional[int] = None) -> list[int]:
+        """Start the endpoints; the ports they listen on (0 asks the kernel for one)."""
+        try:
+            http = HttpEndpoint(host, port, self.route)
+            self._endpoints.append(http)
+            if haproxy_port is not None:
+                self._endpoints.append(LineEndpoint(host, haproxy_port,
+                                                    lambda: haproxy_line(self.report)))
+        except OSError as e:
+            self.close()
+            raise BadInput(f"agent cannot listen on {host}:{port}: {e.strerror or e}") from None
+        for ep in self._endpoints:
+            ep.start()
+        return [ep.port for ep in self._endpoints]
+
+    def run(self, until: Optional[float] = None) -> None:
+        """Sample every interval until close() (or `until`, a time.monotonic() deadline)."""
+        while not self._stop.wait(self.sampler.opts.interval):
+            r = self.sampler.sample()
+            with self._lock:
+                self._report = r
+            if until is not None and time.monotonic() >= until:
+                break
+
+    def close(self) -> None:
+        self._stop.set()
+        for ep in self._endpoints:
+            ep.close()
+        self._endpoints.clear()
+
+
+def parse_signals(text: Optional[str]) -> Sequence[str]:
+    if not text:
+        return SIGNALS
+    return tuple(s.strip() for s in text.split(",") if s.strip())
