@@ -2,59 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Optional, Sequence
 
 import click
 
+from lbtune.cli.ipvscommon import director_config, emit_json, ipvs_host, ipvs_state
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console
-from lbtune.cli.output import emit_json as _emit_json
-from lbtune.errors import BadInput, ExitCode, NeedsPrivilege
-
-
-def emit_json(doc: Any) -> None:
-    """JSON on stdout; a document with more than _BIG plan rows goes out on one line: the
-    indenting encoder is pure Python and costs seconds per 10,000 rows (pipe through jq)."""
-    changes = doc.get("changes") if isinstance(doc, dict) else None
-    if isinstance(changes, list) and len(changes) > _BIG:
-        import json
-        import sys
-
-        from lbtune.cli.output import jsonable
-
-        sys.stdout.write(json.dumps(doc, default=jsonable) + "\n")
-    else:
-        _emit_json(doc)
-
-
-_BIG = 1000
+from lbtune.errors import BadInput, ExitCode
 
 
 @click.group("ipvs")
 def ipvs_group() -> None:
     """IPVS direct-routing director, real servers and self-test (docs/ipvs.md)."""
-
-
-def _config(path: str) -> Any:
-    from lbtune.ipvs.config import load_config
-
-    return load_config(path)
-
-
-def _host(ctx: click.Context, changes: bool = False) -> Any:
-    host = runtime_of(ctx).host()
-    if not host.is_live:
-        raise BadInput("lbtune ipvs works on the running kernel, not on a --root tree")
-    if changes and os.geteuid() != 0:
-        raise NeedsPrivilege("changing IPVS and addresses needs root")
-    return host
-
-
-def _state(ctx: click.Context, host: Any) -> Any:
-    from lbtune.tune.service import state_dir
-
-    return state_dir(runtime_of(ctx), host)
 
 
 # ------------------------------------------------------------------------------ plans
@@ -146,8 +106,8 @@ def plan_command(ctx: click.Context, config: str) -> int:
     """Show the operations `apply` would make: add, edit in place, drain, delete."""
     from lbtune.ipvs.reconcile import plan_director
 
-    cfg = _config(config)
-    host = _host(ctx)
+    cfg = director_config(config)
+    host = ipvs_host(ctx)
     planned = plan_director(host, cfg)
     if runtime_of(ctx).json:
         emit_json({"config": cfg.source, "operations": len(planned.plan.to_apply),
@@ -190,10 +150,10 @@ def _applied(ctx: click.Context, done: Any, source: str, verb: str) -> int:
 def _reconcile(ctx: click.Context, config: str, teardown: bool) -> int:
     from lbtune.ipvs.reconcile import apply_director, desired_targets, teardown_targets
 
-    cfg = _config(config)
-    host = _host(ctx, changes=True)
+    cfg = director_config(config)
+    host = ipvs_host(ctx, changes=True)
     targets_of = teardown_targets if teardown else desired_targets
-    done = apply_director(host, cfg, _state(ctx, host), targets_of=targets_of)
+    done = apply_director(host, cfg, ipvs_state(ctx, host), targets_of=targets_of)
     return _applied(ctx, done, cfg.source, "torn down" if teardown else "applied")
 
 
@@ -223,8 +183,8 @@ def status_command(ctx: click.Context, config: Optional[str]) -> int:
     """Services, real servers, weights, connections and rates; with CONFIG, drift (exit 1)."""
     from lbtune.ipvs.status import director_status
 
-    cfg = _config(config) if config else None
-    st = director_status(_host(ctx), cfg)
+    cfg = director_config(config) if config else None
+    st = director_status(ipvs_host(ctx), cfg)
     if runtime_of(ctx).json:
         doc: dict[str, Any] = {"loaded": st.loaded, "info": st.info, "timeouts": st.timeouts,
                                "daemons": st.daemons, "services": [
@@ -303,7 +263,7 @@ def selftest_command(ctx: click.Context, config: str, from_netns: Optional[str],
     on any failure."""
     from lbtune.ipvs.selftest import run_selftest
 
-    cfg = _config(config)
+    cfg = director_config(config)
     host = runtime_of(ctx).host()
     report = run_selftest(host, cfg, count, from_netns, None if send == "http" else b"",
                           timeout)
@@ -369,7 +329,7 @@ def _rs_apply(ctx: click.Context, spec: Any, targets: list[Any], verb: str) -> i
     from lbtune.tune.plan import make_plan
 
     host = runtime_of(ctx).host()
-    state = _state(ctx, host)
+    state = ipvs_state(ctx, host)
     with state.lock():  # lock first, then read the current values and plan
         plan = make_plan(host, spec.name, targets)
         journal = apply_plan(host, plan, state)
@@ -397,7 +357,7 @@ def rs_apply(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], de
     strict. Journaled."""
     from lbtune.ipvs.realserver import realserver_targets
 
-    host = _host(ctx, changes=True)
+    host = ipvs_host(ctx, changes=True)
     spec = _spec(host, vips, iface, dev, not keep_rp_filter)
     return _rs_apply(ctx, spec, realserver_targets(host, spec), "applied")
 
@@ -411,7 +371,7 @@ def rs_teardown(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str],
     """Remove the VIPs from lo (ARP settings stay; `lbtune rollback` restores them)."""
     from lbtune.ipvs.realserver import teardown_targets
 
-    host = _host(ctx, changes=True)
+    host = ipvs_host(ctx, changes=True)
     spec = _spec(host, vips, iface, dev)
     return _rs_apply(ctx, spec, teardown_targets(spec), "torn down")
 
@@ -430,7 +390,7 @@ def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], d
     from lbtune.host.netns import NetnsThread
     from lbtune.ipvs.realserver import verify_realserver
 
-    host = _host(ctx)
+    host = ipvs_host(ctx)
     spec = _spec(host, vips, iface, dev)
     arp = None
     if arp_from is not None and spec.v4:
@@ -450,10 +410,10 @@ def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], d
     return int(ExitCode.FINDINGS) if failed else 0
 
 
-# `lbtune ipvs agent` and `lbtune ipvs adapt` (adaptive weights) live in their own module.
-from lbtune.cli import ipvs_adapt as _adapt  # noqa: E402,F401
-
-# `ipvs export` lives in its own module (ipvsadm lines, keepalived blocks, VRRP pair).
+# `agent` and `adapt` (adaptive weights) and `export` (ipvsadm lines, keepalived blocks, a
+# VRRP pair) live in modules of their own.
+from lbtune.cli.ipvs_adapt import adapt_command, agent_command  # noqa: E402
 from lbtune.cli.ipvs_export import export_command  # noqa: E402
 
-ipvs_group.add_command(export_command)
+for _command in (agent_command, adapt_command, export_command):
+    ipvs_group.add_command(_command)

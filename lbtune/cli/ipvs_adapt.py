@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import click
 
-from lbtune.cli.ipvs import _config, _host, _state, emit_json, ipvs_group
+from lbtune.cli.ipvscommon import director_config, emit_json, ipvs_host, ipvs_state
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console
 from lbtune.errors import BadInput
@@ -41,7 +41,7 @@ def _print_report(r: Any) -> None:
         out.print(f"{k:<12} {v}", markup=False)
 
 
-@ipvs_group.command("agent")
+@click.command("agent")
 @click.option("--listen", "listen_addr", default="0.0.0.0", show_default=True,  # noqa: S104
               metavar="ADDR", help="Address the agent binds.")
 @click.option("--agent-port", type=int, default=9177, show_default=True,
@@ -129,7 +129,7 @@ def agent_command(
     return 0
 
 
-@ipvs_group.command("adapt")
+@click.command("adapt")
 @click.argument("config")
 @click.option("--interval", type=float, default=2.0, show_default=True,
               help="Seconds between polls of the agents.")
@@ -153,11 +153,11 @@ def adapt_command(ctx: click.Context, config: str, interval: float, duration: Op
     if duration is not None and duration <= 0:
         raise BadInput("--duration must be positive")
     s = runtime_of(ctx)
-    cfg = _config(config)
+    cfg = director_config(config)
     if not any(svc.servers for svc in cfg.services):
         raise BadInput(f"{cfg.source}: no real servers to adapt")
-    host = _host(ctx, changes=not dry_run)
-    adapter = Adapter(host, cfg, None if dry_run else _state(ctx, host), timeout=timeout)
+    host = ipvs_host(ctx, changes=not dry_run)
+    adapter = Adapter(host, cfg, None if dry_run else ipvs_state(ctx, host), timeout=timeout)
 
     def log(e: Event) -> None:
         if s.json:

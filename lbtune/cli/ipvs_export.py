@@ -49,7 +49,7 @@ def export_command(ctx: click.Context, /, config: Optional[str], fmt: str,
     With --format keepalived --peer ADDR: a complete keepalived.conf for this director of a
     VRRP pair (vrrp_instance with the VIPs, unicast to the peer, the IPVS sync daemon, and
     the virtual_server blocks). Check it with `keepalived -t -f FILE`."""
-    from lbtune.cli.ipvs import _config, _host, emit_json
+    from lbtune.cli.ipvscommon import director_config, emit_json, ipvs_host
     from lbtune.host.ipvs import Timeouts, ipvs_of
     from lbtune.ipvs.export import ipvsadm_lines, keepalived_blocks, services_from_table
 
@@ -64,14 +64,14 @@ def export_command(ctx: click.Context, /, config: Optional[str], fmt: str,
                        "no --role/--priority")
     timeouts: Optional[Timeouts] = None
     if config:
-        cfg = _config(config)
+        cfg = director_config(config)
         services = cfg.services
         t = dict(cfg.timeouts)
         if t:
             timeouts = Timeouts(t.get("tcp", 0), t.get("tcpfin", 0), t.get("udp", 0))
         source = cfg.source
     else:
-        session = ipvs_of(_host(ctx))
+        session = ipvs_of(ipvs_host(ctx))
         services = services_from_table(session.table())
         timeouts = session.timeouts()
         source = "kernel"
