@@ -87,22 +87,25 @@ def _wait(seconds: float) -> Optional[str]:
 
 
 class _sigterm_raises:
-    """While active, SIGTERM raises `_Terminated` in the main thread (like Ctrl-C does)."""
+    """While active, SIGTERM raises `_Terminated` and SIGINT KeyboardInterrupt in the main
+    thread, also when lbtune was started with SIGINT ignored (a background job of a script):
+    both stop the window early and still report, like `apply` and `lab run`."""
 
     def __enter__(self) -> None:
-        self._old: Any = None
+        self._old: dict[int, Any] = {}
         try:
-            self._old = signal.signal(signal.SIGTERM, self._raise)
-        except ValueError:  # not the main thread: leave the default
-            self._old = None
+            self._old[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._raise)
+            self._old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+        except ValueError:  # not the main thread: leave the defaults
+            pass
 
     @staticmethod
     def _raise(signum: int, frame: Any) -> None:
         raise _Terminated()
 
     def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
 
 
 class _spinner:

@@ -24,6 +24,7 @@ from lbtune.host.bpf import probe_problem
 from lbtune.host.host import Host
 from lbtune.host.inventory import discover_host
 from lbtune.host.nic import Nic
+from lbtune.host.signals import interruptible
 from lbtune.host.topology import CpuTopology
 from lbtune.observe.clock import SYSTEM_CLOCK, Clock
 from lbtune.observe.counters import BeforeAfter, CounterRef, Series, before_after, series
@@ -114,7 +115,8 @@ def diagnose(
     if host.is_live:
         run, loader = _start_probes(host, probes, ifaces, probe_status)
         try:
-            win = window(sampler, duration, progress, tick=tick_for(duration))
+            with interruptible():  # Ctrl-C and SIGTERM stop the window (exit 130)
+                win = window(sampler, duration, progress, tick=tick_for(duration))
             if loader is not None:
                 sample = loader.read()
                 run = _finish_probes(loader, sample, win.seconds)

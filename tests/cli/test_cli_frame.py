@@ -100,21 +100,37 @@ def test_exit_codes_are_documented(code):
 
 
 
-def test_ctrl_c_during_a_diagnosis_window_exits_130_with_one_line():
-    """click turns KeyboardInterrupt into Abort; it must still read as an interruption (130),
-    not as bad input (2). diagnose only reads counters, so the live host is safe to use."""
+def _ignore_sigint() -> None:  # runs in the child before exec
     import signal
-    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_ctrl_c_during_a_diagnosis_window_exits_130_with_one_line(sigint):
+    """click turns KeyboardInterrupt into Abort; it must still read as an interruption (130),
+    not as bad input (2), also when lbtune was started with SIGINT ignored (a background job
+    of a script; Python then leaves SIGINT ignored unless lbtune takes it). diagnose only reads
+    counters, so the live host is safe to use."""
+    import signal
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "lbtune", "diagnose", "--duration", "30", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_ignore_sigint if sigint == "ignored" else None,
     )
-    time.sleep(2.0)  # inside the window (the first sample takes milliseconds)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # progress until the window runs
+        seen.append(line)
+        if "sampling the counters" in line:
+            break
+    assert any("sampling the counters" in line for line in seen), seen
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=20)
+    out, rest = proc.communicate(timeout=60)
+    err = "".join(seen) + rest
     assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "Traceback" not in err
     assert json.loads(out)["error"]["type"] == "interrupted"

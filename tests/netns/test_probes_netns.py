@@ -197,15 +197,22 @@ def test_session_close_unloads_everything_and_switches_statistics_off(netns):
     assert read_sysctl_global("kernel.bpf_stats_enabled") == sysctl
 
 
-def _lbtune(*args: str) -> subprocess.Popen[str]:
+def _ignore_sigint() -> None:  # runs in the child before exec
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _lbtune(*args: str, sigint_ignored: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "lbtune", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ignore_sigint if sigint_ignored else None)  # fmt: skip
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cli_detaches_on_signal_and_reports(netns, sig):
     before = lbtune_programs()
-    proc = _lbtune("--netns", netns, "probe", "drops", "napi", "--duration", "60", "--json")
+    # SIGINT starts ignored (a background job of a script): lbtune must still take Ctrl-C.
+    proc = _lbtune("--netns", netns, "probe", "drops", "napi", "--duration", "60", "--json",
+                   sigint_ignored=sig == signal.SIGINT)  # fmt: skip
     try:
         assert proc.stderr is not None
         lines = []
