@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from lbtune.errors import BadInput
-from lbtune.lab.balancer import configure_realserver, load_ipvs_modules
+from lbtune.lab.balancer import STATE_DIR, configure_realserver, load_ipvs_modules
 from lbtune.lab.guest import in_lab
 from lbtune.lab.load import LoadResult, parse_wrk
 from lbtune.lab.progress import (
@@ -53,7 +53,6 @@ from lbtune.lab.uml import LabKernel, LabUnavailable, run_in_lab
 
 SCHEMES = ("rr", "wlc", "adapt")
 RUN_DIR = "/run/lbtune-lab/adaptive"
-STATE_DIR = "/run/lbtune-lab/state"
 AGENT_PORT = 9177
 FILES = (("tiny", 1024), ("mid", 256 * 1024), ("big", 768 * 1024))
 MIX = ("tiny", "mid", "tiny", "mid", "tiny", "mid", "tiny", "mid", "tiny", "big")  # 50/40/10

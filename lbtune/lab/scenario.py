@@ -39,6 +39,8 @@ from typing import Any, Iterator, Mapping, Optional
 from lbtune.errors import BadInput, LbtuneError
 from lbtune.lab import labprofile
 from lbtune.lab.balancer import (
+    RUN_DIR,
+    STATE_DIR,
     LabService,
     RealServer,
     break_realserver_arp,
@@ -63,8 +65,6 @@ from lbtune.lab.uml import LabUnavailable
 
 MODES = ("dr", "proxy")
 FAULTS = ("wrong-arp",)
-RUN_DIR = "/run/lbtune-lab"  # a tmpfs inside the guest
-STATE_DIR = f"{RUN_DIR}/state"  # journals of the lab's `lbtune apply` runs
 MAX_DURATION = 600.0
 DIAGNOSE_LEAD = 1.5  # seconds the diagnose process needs to take its first sample
 # Checklist failures the single-CPU guest causes by itself: (role, check) -> what must be in

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lbtune.errors import BadInput
-from lbtune.lab.balancer import LabService, RealServer, service_from_config
+from lbtune.lab.balancer import LabService, RealServer
 from lbtune.lab.labprofile import lab_director_profile
 from lbtune.lab.load import load_argv, parse_ab, parse_wrk
 from lbtune.lab.progress import ProgressReader, ProgressWriter, Step
@@ -104,12 +104,20 @@ def test_load_argv_is_a_list_bounded_in_time():
 # --------------------------------------------------------------------------- configs
 
 
-def test_service_round_trips_through_the_ipvs_config_shape():
+def test_service_is_written_as_an_lbtune_ipvs_config():
+    """The lab configures its director with `lbtune ipvs apply`: the config it writes must be
+    what the configurator itself reads."""
+    from lbtune.ipvs.config import parse_config_text
+
     svc = LabService("10.77.0.100", 80, "wrr", (RealServer("10.77.0.11", 1),
                                                RealServer("10.77.0.12", 3)))  # fmt: skip
-    cfg = svc.to_config()
-    assert cfg["service"][0]["forward"] == "dr"
-    assert service_from_config(cfg) == svc
+    cfg = parse_config_text(svc.director_toml("eth0"), "lab")
+    (vs,) = cfg.services
+    assert (vs.key.protocol, vs.key.addr, vs.key.port, vs.scheduler) == (
+        "tcp", "10.77.0.100", 80, "wrr")
+    assert [(r.address, r.port, r.weight, r.forward) for r in vs.servers] == [
+        ("10.77.0.11", 80, 1, "dr"), ("10.77.0.12", 80, 3, "dr")]
+    assert [(v.address, v.dev) for v in cfg.vips] == [("10.77.0.100", "eth0")]
 
 
 @pytest.mark.parametrize(
