@@ -124,6 +124,13 @@ def _check_names(p: Profile) -> None:
         check(f"cmdline.{k}", s.value["cpus"])
     for k in p.governor:
         check(f"governor.{k}", k)
+    defaults = p.nic.get("", {})
+    if defaults and len(p.nic) == 1:  # after includes: defaults that would apply nowhere
+        raise BadInput(
+            f"{p.path}: nic.{next(iter(defaults))}: a default for [nic.\"ROLE\"] and "
+            "[nic.IFNAME] sections, but the profile (with its includes) has none: put it "
+            'under the interface it is for, e.g. [nic."data"]'
+        )
     for sel, sec in p.nic.items():
         for k, s in sec.items():
             cpus = s.value.get("cpus") if isinstance(s.value, dict) else None

@@ -104,6 +104,19 @@ def test_nic_defaults_and_sections_merge(tmp_path: pathlib.Path, write_profile) 
     assert p.nic["data"]["channels"].value == 8
 
 
+def test_nic_defaults_without_any_section_are_refused(tmp_path: pathlib.Path,
+                                                      write_profile) -> None:  # fmt: skip
+    """`[nic] rings = ...` alone applies to no interface: refused, not a silent no-op; with
+    an included profile that has sections it is a default for them."""
+    alone = write_profile("alone", '[nic]\nrings = { value = "max", reason = "r" }\n')
+    with pytest.raises(BadInput, match=r'nic\.rings: a default .* e\.g\. \[nic\."data"\]'):
+        load_profile(str(alone), search=[tmp_path])
+    write_profile("base2", '[nic."data"]\nchannels = { value = 4, reason = "a" }\n')
+    top = write_profile("top2", '[profile]\ninclude = ["base2"]\n'
+                        '[nic]\nrings = { value = 1024, reason = "r" }\n')  # fmt: skip
+    assert load_profile(str(top), search=[tmp_path]).nic[""]["rings"].value == 1024
+
+
 @pytest.mark.parametrize(
     "files, start, loop",
     [
