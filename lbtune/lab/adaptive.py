@@ -46,7 +46,7 @@ from lbtune.lab.progress import (
     ProgressReader,
     ProgressWriter,
 )
-from lbtune.lab.servers import HTTP_PORT, WebServer
+from lbtune.lab.servers import HTTP_PORT, WebServer, nginx_conf
 from lbtune.lab.shell import LabStepFailed, Shell
 from lbtune.lab.topology import Topology, build_topology, plan_topology, teardown_topology
 from lbtune.lab.uml import LabKernel, LabUnavailable, run_in_lab
@@ -123,32 +123,13 @@ class AdaptiveResult:
         return out
 
 
-def nginx_conf(name: str, run_dir: str, docroot: str) -> str:
+def adaptive_nginx_conf(name: str, run_dir: str, docroot: str) -> str:
     """nginx.conf serving the workload's files from docroot (sendfile, one log line each)."""
-    return f"""# lbtune lab adaptive real server {name}: generated
-user root;
-worker_processes 1;
-pid {run_dir}/nginx.pid;
-error_log {run_dir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    log_format lab '$status';
-    access_log {run_dir}/access.log lab buffer=64k flush=1s;
-    client_body_temp_path {run_dir}/body;
-    proxy_temp_path {run_dir}/proxy;
-    fastcgi_temp_path {run_dir}/fastcgi;
-    uwsgi_temp_path {run_dir}/uwsgi;
-    scgi_temp_path {run_dir}/scgi;
-    sendfile on;
-    keepalive_timeout 5s;
-    server {{
-        listen {HTTP_PORT} backlog=4096;
-        root {docroot};
-        default_type application/octet-stream;
-        location / {{ add_header X-Lab-Server {name} always; }}
-    }}
-}}
-"""
+    http = "    sendfile on;\n    keepalive_timeout 5s;"
+    server = (f"        root {docroot};\n"
+              "        default_type application/octet-stream;\n"
+              f"        location / {{ add_header X-Lab-Server {name} always; }}")  # fmt: skip
+    return nginx_conf(f"lbtune lab adaptive real server {name}", run_dir, http, server)
 
 
 def wrk_script() -> str:
@@ -179,7 +160,7 @@ class _Web(WebServer):
     def start(self) -> None:
         os.makedirs(self.run_dir, exist_ok=True)
         with open(self.conf, "w", encoding="utf-8") as fh:
-            fh.write(nginx_conf(self.name, self.run_dir, self.docroot))
+            fh.write(adaptive_nginx_conf(self.name, self.run_dir, self.docroot))
         argv = ["nginx", "-p", self.run_dir, "-c", self.conf, "-e", self.error_log]
         self.shell.check(argv, self.netns)
         from lbtune.lab.servers import _wait_for_pidfile

@@ -40,9 +40,11 @@ class Served:
     non_200: int
 
 
-def render_nginx_conf(name: str, run_dir: str, port: int = HTTP_PORT) -> str:
-    """nginx.conf of one real server; every path below run_dir."""
-    return f"""# lbtune lab real server {name}: generated, lives in {run_dir}
+def nginx_conf(title: str, run_dir: str, http: str, server: str, port: int = HTTP_PORT) -> str:
+    """An nginx.conf for a lab node: one worker as root, every path below run_dir, one
+    access-log line (the status) per request; `http` and `server` are the directives that
+    differ between uses (already indented)."""
+    return f"""# {title}: generated, lives in {run_dir}
 user root;
 worker_processes 1;
 pid {run_dir}/nginx.pid;
@@ -56,18 +58,24 @@ http {{
     fastcgi_temp_path {run_dir}/fastcgi;
     uwsgi_temp_path {run_dir}/uwsgi;
     scgi_temp_path {run_dir}/scgi;
-    keepalive_requests 1000000;
-    keepalive_timeout 60s;
+{http}
     server {{
         listen {port} backlog=4096;
-        default_type text/plain;
-        location / {{
-            add_header {SERVER_HEADER} {name} always;
-            return 200 "{name}\\n";
-        }}
+{server}
     }}
 }}
 """
+
+
+def render_nginx_conf(name: str, run_dir: str, port: int = HTTP_PORT) -> str:
+    """nginx.conf of one real server: answers its own name to every request."""
+    http = "    keepalive_requests 1000000;\n    keepalive_timeout 60s;"
+    server = (f"        default_type text/plain;\n"
+              f"        location / {{\n"
+              f"            add_header {SERVER_HEADER} {name} always;\n"
+              f'            return 200 "{name}\\n";\n'
+              f"        }}")  # fmt: skip
+    return nginx_conf(f"lbtune lab real server {name}", run_dir, http, server, port)
 
 
 def render_haproxy_cfg(

@@ -133,15 +133,22 @@ def test_service_validation(change):
 
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed")
-def test_nginx_accepts_the_generated_config(tmp_path):
+@pytest.mark.parametrize("kind", ["realserver", "adaptive"])
+def test_nginx_accepts_the_generated_config(tmp_path, kind):
+    from lbtune.lab.adaptive import adaptive_nginx_conf
+
     conf = tmp_path / "nginx.conf"
-    conf.write_text(render_nginx_conf("rs1", str(tmp_path)))
+    if kind == "realserver":
+        conf.write_text(render_nginx_conf("rs1", str(tmp_path)))
+    else:
+        conf.write_text(adaptive_nginx_conf("rs1", str(tmp_path), str(tmp_path / "www")))
     proc = subprocess.run(
         ["nginx", "-t", "-q", "-p", str(tmp_path), "-c", str(conf), "-e", str(tmp_path / "e")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert 'return 200 "rs1\\n"' in conf.read_text()
+    expected = 'return 200 "rs1\\n"' if kind == "realserver" else "root " + str(tmp_path / "www")
+    assert expected in conf.read_text()
 
 
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy not installed")
