@@ -36,6 +36,7 @@ from lbtune.host.ipvs import (
     flag_names,
     parse_flags,
 )
+from lbtune.host.textfile import read_user_text
 
 _toml: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
@@ -124,17 +125,7 @@ class DirectorConfig:
 
 def load_config(path: str) -> DirectorConfig:
     """Read and validate a config file (the document alone; see `check_host`)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read: {e.strerror or e}") from None
-    if len(raw) > MAX_BYTES:
-        raise BadInput(f"{path}: larger than {MAX_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadInput(f"{path}: not UTF-8 text") from None
+    text = read_user_text(path, MAX_BYTES, "config")
     return parse_config_text(text, path)
 
 

@@ -32,6 +32,18 @@ def test_missing_config_file(cmd, tmp_path):
     assert "nope.toml: cannot read" in err
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device", "link-to-fifo"])
+def test_a_config_that_is_not_a_regular_file_is_refused_without_blocking(kind, tmp_path):
+    """A FIFO would block the read forever and /dev/zero never ends: refused at once."""
+    fifo = tmp_path / "dr.fifo"
+    os.mkfifo(fifo)
+    path = {"fifo": fifo, "device": "/dev/zero", "link-to-fifo": tmp_path / "dr.toml"}[kind]
+    if kind == "link-to-fifo":
+        (tmp_path / "dr.toml").symlink_to(fifo)
+    err = one_line_error(run_cli("ipvs", "plan", str(path)))
+    assert "cannot read config: not a regular file" in err
+
+
 @pytest.mark.parametrize("cmd", ["plan", "apply", "export"])
 def test_invalid_config_is_refused_before_anything_happens(cmd, tmp_path):
     cfg = tmp_path / "dr.toml"

@@ -9,6 +9,7 @@ from typing import Optional, Sequence, Union
 
 import lbtune
 from lbtune.errors import BadInput
+from lbtune.host.textfile import read_user_text
 from lbtune.tune.profile.cpuexpr import cpu_expr_names, is_builtin_cpu_name, parse_cpu_expr
 from lbtune.tune.profile.model import Profile, ProfileInfo, Setting, show_value
 from lbtune.tune.profile.schema import MAX_FILE_BYTES, MAX_INCLUDE_DEPTH, NAME, parse_profile_text
@@ -51,17 +52,7 @@ def _locate(name: str, dirs: Sequence[Path]) -> Path:
 
 
 def _read(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read profile: {e.strerror or e}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise BadInput(f"{path}: profile larger than {MAX_FILE_BYTES} bytes")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadInput(f"{path}: profile is not UTF-8 text") from None
+    return read_user_text(str(path), MAX_FILE_BYTES, "profile")
 
 
 def _load_file(path: Path) -> Profile:

@@ -294,6 +294,20 @@ def test_missing_profile_and_bad_names(tmp_path: pathlib.Path) -> None:
         load_profile("-rf", search=[tmp_path])
 
 
+def test_a_profile_that_is_not_a_regular_file_is_refused(tmp_path: pathlib.Path) -> None:
+    """A FIFO must not block the read: the search skips it, and the reader itself refuses
+    it (its check and its read are one open, so a file swapped in between is caught)."""
+    import os
+
+    os.mkfifo(tmp_path / "fifo.toml")
+    with pytest.raises(BadInput, match="not found"):
+        load_profile("fifo", search=[tmp_path])
+    from lbtune.host.textfile import read_user_text
+
+    with pytest.raises(BadInput, match=r"fifo\.toml: cannot read profile: not a regular file"):
+        read_user_text(str(tmp_path / "fifo.toml"), 100, "profile")
+
+
 def test_non_utf8_and_oversized_files(tmp_path: pathlib.Path) -> None:
     (tmp_path / "bin.toml").write_bytes(b"\xff\xfe[sysctl]\n")
     with pytest.raises(BadInput, match="not UTF-8"):
