@@ -2,72 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import click
 
+from lbtune.cli.labcommon import int_list, run_with_progress
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console, emit_json
 from lbtune.errors import BadInput, ExitCode
-
-_STATE_STYLE = {"start": "cyan", "done": "green", "fail": "bold red", "info": "dim"}
-
-
-def _weights(text: Optional[str]) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        return tuple(int(w) for w in text.split(","))
-    except ValueError:
-        raise BadInput(f"--weights {text!r}: comma-separated integers, e.g. 1,3") from None
-
-
-class _Progress:
-    """The run's steps on stderr: a live bar for the load on a terminal, plain lines else."""
-
-    def __init__(self, quiet: bool) -> None:
-        from rich.console import Console
-
-        self.quiet = quiet
-        self.err = Console(stderr=True, highlight=False)
-        self.bar: Any = None
-        self.task: Any = None
-
-    def __call__(self, step: Any) -> None:
-        if self.quiet:
-            return
-        if step.state == "tick":
-            self._tick(step)
-            return
-        if self.bar is not None and step.name in ("load", "scheme"):
-            self.bar.stop()
-            self.bar = None
-        style = _STATE_STYLE.get(step.state, "")
-        detail = f" {step.detail}" if step.detail else ""
-        self.err.print(
-            f"[dim]{step.elapsed:6.1f}s[/dim] [{style}]{step.state:>5}[/{style}] "
-            f"{step.name}{detail}",
-            markup=True, soft_wrap=True,
-        )  # fmt: skip
-
-    def _tick(self, step: Any) -> None:
-        if not self.err.is_terminal:
-            return
-        if self.bar is None:
-            from rich.progress import BarColumn, Progress, TimeRemainingColumn
-
-            self.bar = Progress(
-                "[cyan]  load", BarColumn(), "{task.completed:.0f}/{task.total:.0f} s",
-                TimeRemainingColumn(), console=self.err, transient=True,
-            )  # fmt: skip
-            self.task = self.bar.add_task("load", total=step.total)
-            self.bar.start()
-        self.bar.update(self.task, completed=step.done)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
 
 
 @click.group("lab")
@@ -139,15 +81,12 @@ def run_command(
     if rates or schemes:
         raise BadInput("--rates and --schemes belong to --adaptive")
     config = ScenarioConfig(
-        mode=mode, scheduler=scheduler, servers=servers, weights=_weights(weights),
+        mode=mode, scheduler=scheduler, servers=servers,
+        weights=int_list(weights, "--weights", "1,3"),
         duration=duration, threads=threads, connections=connections, keepalive=keepalive,
         tool=tool, fault=fault, diagnose=not no_diagnose,
     )  # fmt: skip
-    progress = _Progress(quiet=False)
-    try:
-        result = run_lab(config, progress)
-    finally:
-        progress.close()
+    result = run_with_progress(run_lab, config)
     if s.json:
         emit_json(result.to_json())
     else:

@@ -6,18 +6,10 @@ from typing import Any, Optional
 
 import click
 
+from lbtune.cli.labcommon import int_list, run_with_progress
 from lbtune.cli.main import runtime_of
 from lbtune.cli.output import console, emit_json
-from lbtune.errors import BadInput, ExitCode
-
-
-def _ints(text: Optional[str], what: str) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise BadInput(f"{what} {text!r}: comma-separated whole numbers, e.g. 60,60,15") from None
+from lbtune.errors import ExitCode
 
 
 def _ms(v: Optional[float]) -> str:
@@ -64,19 +56,14 @@ def render(doc: dict[str, Any]) -> None:
 
 def run_adaptive_command(ctx: click.Context, rates: Optional[str], schemes: Optional[str],
                          duration: float, connections: int) -> int:  # fmt: skip
-    from lbtune.cli.lab import _Progress
     from lbtune.lab.adaptive import SCHEMES, AdaptiveConfig, run_adaptive_lab
 
     cfg = AdaptiveConfig(
-        rates=_ints(rates, "--rates") or AdaptiveConfig.rates,
+        rates=int_list(rates, "--rates", "60,60,15") or AdaptiveConfig.rates,
         schemes=tuple(x.strip() for x in schemes.split(",")) if schemes else SCHEMES,
         duration=duration, connections=connections,
     )  # fmt: skip
-    progress = _Progress(quiet=False)
-    try:
-        doc = run_adaptive_lab(cfg, progress)
-    finally:
-        progress.close()
+    doc = run_with_progress(run_adaptive_lab, cfg)
     if runtime_of(ctx).json:
         emit_json(doc)
     else:

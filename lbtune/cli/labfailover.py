@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from lbtune.cli.labcommon import run_with_progress
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console, emit_json
 from lbtune.errors import BadInput, ExitCode
@@ -36,20 +37,17 @@ def failover_command(ctx: click.Context, /, kills: int, advert_int: float, sync:
     connections that survived. Exit 0 when every switch moved the VIP (and, with sync, no
     established connection broke), 1 otherwise, 3 when the lab kernel is unavailable.
     """
-    from lbtune.cli.lab import _Progress
     from lbtune.lab.failover import FailoverConfig, run_failover_lab
 
     s = runtime_of(ctx)
     if s.netns or s.root != "/":
-        raise BadInput("lab failover builds its own namespaces in the lab kernel: no --netns")
+        raise BadInput(
+            "lab failover builds its own namespaces in the lab kernel: no --netns/--root"
+        )
     config = FailoverConfig(kills=kills, advert_int=advert_int, sync=sync,
                             preempt_delay=preempt_delay, servers=servers, keepalive=keepalive,
                             settle=settle)  # fmt: skip
-    progress = _Progress(quiet=False)
-    try:
-        result = run_failover_lab(config, progress)
-    finally:
-        progress.close()
+    result = run_with_progress(run_failover_lab, config)
     if s.json:
         emit_json(result.to_json())
     else:
