@@ -66,7 +66,6 @@ class AdaptiveConfig:
     duration: float = 30.0  # seconds of load per scheme
     connections: int = 24
     interval: float = 1.0  # adapt poll interval
-    max_conns: int = 0  # passed to the agents (0: not a signal)
 
     def __post_init__(self) -> None:
         if not 2 <= len(self.rates) <= 8 or any(r <= 0 for r in self.rates):
@@ -218,7 +217,6 @@ class _Experiment:
         self.director = self.topo.directors[0]
         self.web: list[_Web] = []
         self.agents: list[subprocess.Popen[str]] = []
-        self.agent_argv: list[list[str]] = []
         self.config_path = f"{RUN_DIR}/director.toml"
 
     def step(self, name: str, detail: str = "") -> Any:
@@ -234,16 +232,13 @@ class _Experiment:
                 fh.write(os.urandom(size))
         with self.step("servers", f"nginx + agent x{len(self.topo.servers)}"):
             for s in self.topo.servers:
-                configure_realserver(s.netns, self.topo.vip, s.iface, self.shell)
+                configure_realserver(s.netns, self.topo.vip, s.iface)
                 web = _Web(s.name, s.netns, f"{RUN_DIR}/{s.name}", docroot, self.shell)
                 web.start()
                 self.web.append(web)
                 argv = _lbtune(s.netns, "ipvs", "agent", "--agent-port", str(AGENT_PORT),
                                "--port", str(HTTP_PORT), "--egress", s.iface, "--signals",
                                AGENT_SIGNALS, "--json", "--interval", "1")  # fmt: skip
-                if self.cfg.max_conns:
-                    argv[-4:-4] = ["--max-conns", str(self.cfg.max_conns)]
-                self.agent_argv.append(argv)
                 self.agents.append(self.start_agent(argv, s.name))
         load_ipvs_modules("wlc", self.shell)
         load_ipvs_modules("rr", self.shell)
@@ -398,8 +393,7 @@ def guest_run(config: dict[str, Any], progress: Optional[ProgressWriter] = None
                              schemes=tuple(config["schemes"]),
                              duration=float(config["duration"]),
                              connections=int(config["connections"]),
-                             interval=float(config["interval"]),
-                             max_conns=int(config.get("max_conns", 0)))  # fmt: skip
+                             interval=float(config["interval"]))  # fmt: skip
     except (KeyError, TypeError, ValueError) as e:
         raise BadInput(f"adaptive configuration: {e}") from None
     return run_adaptive(cfg, progress).to_json()

@@ -123,9 +123,7 @@ def configure_director(
     run_lbtune(netns, "ipvs", "apply", path)
 
 
-def configure_realserver(
-    netns: str, vip: str, iface: str = "eth0", shell: Optional[Shell] = None
-) -> None:
+def configure_realserver(netns: str, vip: str, iface: str = "eth0") -> None:
     """Make netns accept DR traffic for vip without answering ARP for it, with
     `lbtune ipvs realserver apply`."""
     run_lbtune(netns, "ipvs", "realserver", "apply", "--vip", vip, "--iface", iface)

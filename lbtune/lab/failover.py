@@ -157,7 +157,6 @@ class _Failover:
         self.dirs = [_Director(n, self.shell) for n in self.topo.directors]
         self.web: list[WebServer] = []
         self.prober: Optional[subprocess.Popen[bytes]] = None
-        self.steps: list[str] = []
 
     @contextlib.contextmanager
     def step(self, name: str, detail: str = "") -> Iterator[None]:
@@ -306,7 +305,7 @@ def run_failover(
         with run.step("servers", f"DR real servers, nginx x{len(run.topo.servers)}"):
             load_ipvs_modules("rr", run.shell)
             for s in run.topo.servers:
-                configure_realserver(s.netns, run.topo.vip, s.iface, run.shell)
+                configure_realserver(s.netns, run.topo.vip, s.iface)
                 web = WebServer(s.name, s.netns, f"{RUN_DIR}/{s.name}", run.shell)
                 web.start()
                 run.web.append(web)

@@ -427,7 +427,7 @@ class _Run:
             for d in self.topo.directors[:1]:  # one active director holds the VIP
                 configure_director(d.netns, self.service, d.iface, self.shell)
             for s in self.topo.servers:
-                configure_realserver(s.netns, self.topo.vip, s.iface, self.shell)
+                configure_realserver(s.netns, self.topo.vip, s.iface)
             if self.config.fault == "wrong-arp":
                 victim = self.topo.servers[-1]
                 break_realserver_arp(victim.netns, victim.iface, self.shell)
