@@ -25,6 +25,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -71,13 +72,45 @@ def run_dir() -> Path:
     return Path(runtime) / "lbtune" if runtime else Path(f"/tmp/lbtune-{os.getuid()}")  # noqa: S108
 
 
+def private_run_dir() -> Path:
+    """run_dir(), created 0700 if missing, and refused (LabError) unless it is a real
+    directory of this user that nobody else may write: its state file names a work
+    directory that `lab down` kills processes for and removes, so a planted one (the /tmp
+    fallback is a predictable name) must not be believed."""
+    path = run_dir()
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700, parents=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise LabError(
+            f"{path}: not a directory of this user that only it can write; remove it or set "
+            f"{ENV_RUN_DIR}"
+        )
+    return path
+
+
 def _state_path() -> Path:
-    return run_dir() / STATE_FILE
+    return private_run_dir() / STATE_FILE
+
+
+def _own_workdir(workdir: str) -> bool:
+    """True when `workdir` is a lab work directory of this user (uml.py makes them with
+    mkdtemp, prefix lbtune-lab-): the only kind `down` may kill for and remove."""
+    if not os.path.isabs(workdir) or not os.path.basename(workdir).startswith("lbtune-lab-"):
+        return False
+    try:
+        st = os.lstat(workdir)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with open(fd, "w", encoding="utf-8") as fh:
         json.dump(data, fh)
         fh.flush()
         os.fsync(fh.fileno())
@@ -111,7 +144,7 @@ def current() -> Optional[LabSession]:
         pid, workdir = int(data["supervisor"]), str(data["workdir"])
     except (KeyError, TypeError, ValueError):
         pid, workdir = 0, ""
-    if pid <= 0 or not _is_supervisor(pid):
+    if pid <= 0 or not _is_supervisor(pid) or not _own_workdir(workdir):
         with contextlib.suppress(OSError):
             _state_path().unlink()
         return None
@@ -127,9 +160,9 @@ def up() -> LabSession:
     if current() is not None:
         raise LabBusy("a lab is already up (lbtune lab down stops it)")
     find_lab_kernel()  # LabUnavailable here, not in the detached supervisor
-    run_dir().mkdir(parents=True, exist_ok=True)
-    log = run_dir() / "lab-up.log"
-    with open(log, "wb") as fh:
+    log = private_run_dir() / "lab-up.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with open(fd, "wb") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "lbtune.lab.session", "supervise"],
             stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
