@@ -44,6 +44,7 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    timeout = 5.0  # a client that connects and sends nothing must not hold a thread forever
     server: _Server
     server_version = "lbtune-agent"
 
@@ -147,13 +148,18 @@ class FetchError(Exception):
     """An agent could not be reached or did not answer with a document."""
 
 
+# Agents are polled directly: an http_proxy in the director's environment (systemd
+# Environment=, sudo -E) would make every agent look unreachable.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def fetch_json(url: str, timeout: float = 1.0) -> Any:
     """GET url and parse its JSON body; FetchError (one line) on any failure."""
     if not url.startswith(("http://", "https://")):
         raise FetchError(f"{url}: not an http:// URL")
     req = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (scheme checked)
+        with _DIRECT.open(req, timeout=timeout) as resp:
             raw = resp.read(MAX_BODY + 1)
     except urllib.error.HTTPError as e:
         raise FetchError(f"{url}: HTTP {e.code}") from None

@@ -66,6 +66,15 @@ def agent_url(cfg: DirectorConfig, rs: RealServer) -> Optional[str]:
     return f"http://{host}:{cfg.agent_port}/"
 
 
+def server_name(svc: VirtualService, rs: RealServer) -> str:
+    """How adapt names a real server of `svc` (state, events, planned weights): its address,
+    or ADDRESS:PORT where several real servers of the service share the address (masq and
+    tunnel services may)."""
+    if sum(1 for other in svc.servers if other.address == rs.address) > 1:
+        return f"[{rs.address}]:{rs.port}" if ":" in rs.address else f"{rs.address}:{rs.port}"
+    return rs.address
+
+
 def weight_targets(
     weights: Mapping[tuple[ServiceKey, str], tuple[int, str]],
 ) -> Callable[[DirectorConfig, Mapping[ServiceKey, Service], Drain], list[Target]]:
@@ -79,7 +88,7 @@ def weight_targets(
             if now is None:
                 continue
             for rs in svc.servers:
-                want = weights.get((svc.key, rs.address))
+                want = weights.get((svc.key, server_name(svc, rs)))
                 if want is None or now.dest(rs.key) is None:
                     continue
                 knob = IpvsDrainKnob.of(svc.key, rs.key)
@@ -147,14 +156,15 @@ class Adapter:
             return None
         out = {}
         for rs in svc.servers:
+            name = server_name(svc, rs)
             d = now.dest(rs.key)
             if d is None:
-                self._notice(events, f"rs {svc.key} {rs.address}",
-                             f"{svc.key.ident}: real server {rs.address} is not in the kernel; "
+                self._notice(events, f"rs {svc.key} {name}",
+                             f"{svc.key.ident}: real server {name} is not in the kernel; "
                              "skipped (adapt never adds real servers)")  # fmt: skip
                 continue
-            planned = self.planned.get((svc.key, rs.address))
-            out[rs.address] = planned if planned is not None else d.settings.weight
+            planned = self.planned.get((svc.key, name))
+            out[name] = planned if planned is not None else d.settings.weight
         return out
 
     def poll(self) -> list[Event]:
@@ -170,15 +180,15 @@ class Adapter:
             current = self._kernel_weights(svc, table, events)
             if current is None:
                 continue
-            servers = [rs for rs in svc.servers if rs.address in current]
-            configured = {rs.address: rs.weight for rs in servers}
+            names = {server_name(svc, rs): rs for rs in svc.servers}
+            servers = {n: rs for n, rs in names.items() if n in current}
+            configured = {n: rs.weight for n, rs in servers.items()}
             rep: dict[str, Optional[AgentReport]] = {}
-            for rs in servers:
+            for n, rs in servers.items():
                 url = agent_url(self.cfg, rs)
                 if url is not None:
-                    rep[rs.address] = reports.get(url)
-            st = {rs.address: self.state.get((svc.key, rs.address), ServerState())
-                  for rs in servers}  # fmt: skip
+                    rep[n] = reports.get(url)
+            st = {n: self.state.get((svc.key, n), ServerState()) for n in servers}
             new, decisions = step(self.policy, configured, current, rep, st)
             for addr, s in new.items():
                 self.state[(svc.key, addr)] = s
@@ -210,8 +220,8 @@ class Adapter:
                                 reason="another lbtune run holds the lock: this round's "
                                        "weights wait for the next poll"))  # fmt: skip
             return False
-        except (KnobError, OSError) as e:
-            events.append(Event(time.time(), "notice",
+        except (KnobError, OSError, BadInput) as e:  # BadInput: the host no longer fits
+            events.append(Event(time.time(), "notice",  # the config (a VIP moved away)
                                 reason=f"weights not set ({e}); the next poll tries again"))
             return False
         return True
@@ -220,7 +230,7 @@ class Adapter:
         """Put the configured weights back (on exit)."""
         if self.state_dir is None:
             return []
-        want = {(s.key, rs.address): (rs.weight, "adapt stopped: configured weight")
+        want = {(s.key, server_name(s, rs)): (rs.weight, "adapt stopped: configured weight")
                 for s in self.cfg.services for rs in s.servers}  # fmt: skip
         with self.state_dir.lock():
             n = apply_weights(self.host, self.cfg, want)
