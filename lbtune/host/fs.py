@@ -11,10 +11,15 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-from typing import Callable, Optional
+import stat
+from typing import IO, Callable, Optional
 
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.cpulist import CpuListError, parse_cpulist, parse_cpumask
+
+
+class _NotRegular(OSError):
+    """A path that exists but is not a regular file (FIFO, device, socket)."""
 
 
 class HostFS:
@@ -129,11 +134,9 @@ class HostFS:
         `speed` gives EINVAL) also read as None.
         """
         try:
-            with open(self._read_path(kpath), encoding="utf-8", errors="replace") as f:
-                return f.read().rstrip("\n")
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
-        except OSError:
+            with self._open_regular(kpath) as f:
+                return f.read().decode("utf-8", errors="replace").rstrip("\n")
+        except OSError:  # absent, unreadable, or not a regular file
             return None
 
     def read_lines(self, kpath: str) -> list[str]:
@@ -170,7 +173,7 @@ class HostFS:
         for name in names:
             path = os.path.join(directory, name)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError:
                 continue  # a symlink (ELOOP), a directory, no permission
             try:
@@ -179,6 +182,8 @@ class HostFS:
                 continue
             finally:
                 os.close(fd)
+            if not raw:  # a FIFO (non-blocking: no data) is no counter
+                continue
             try:
                 out[name] = int(raw)
             except ValueError:
@@ -254,11 +259,24 @@ class HostFS:
             os.close(fd)
 
     def read_bytes(self, kpath: str) -> Optional[bytes]:
+        """A file's bytes; None when absent; BadInput when it is not a regular file (a FIFO
+        would block, a device never ends: nothing lbtune reads or journals is either)."""
         try:
-            with open(self._read_path(kpath), "rb") as f:
+            with self._open_regular(kpath) as f:
                 return f.read()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+        except _NotRegular:
+            raise BadInput(f"{kpath}: not a regular file; refusing to read it") from None
+
+    def _open_regular(self, kpath: str) -> IO[bytes]:
+        """Open for reading without blocking on a FIFO; _NotRegular unless a regular file
+        (procfs and sysfs attributes are regular files)."""
+        fd = os.open(self._read_path(kpath), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise _NotRegular(kpath)
+        return os.fdopen(fd, "rb")
 
     def missing_dirs(self, kdir: str) -> list[str]:
         """The ancestors of `kdir` (itself included) that do not exist, outermost first:
@@ -288,6 +306,13 @@ class HostFS:
         points (state files).
         """
         target = self._write_target(kpath, follow)
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            pass
+        else:  # a device, FIFO or directory is never replaced by a file (/dev/null!)
+            if not (stat.S_ISREG(st.st_mode) or (not follow and stat.S_ISLNK(st.st_mode))):
+                raise BadInput(f"{kpath}: not a regular file; refusing to replace it")
         directory = os.path.dirname(target)
         self.makedirs(posixpath.dirname(posixpath.normpath(kpath)))
         tmp = f"{target}{TMP_INFIX}{os.getpid()}"

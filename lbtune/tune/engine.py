@@ -67,7 +67,13 @@ class Transaction:
             self.journal.save()
 
     def replace_file(self, kpath: str, content: bytes, mode: int = 0o644) -> None:
-        """Write a persistence file, journaling (fsynced) what it replaces first."""
+        """Write a persistence file, journaling (fsynced) what it replaces first. A link at
+        `kpath` is the admin's (`systemctl mask` links a unit to /dev/null): refused."""
+        if self.host.fs.islink(kpath):
+            raise BadInput(
+                f"{kpath} is a symlink (masked or managed elsewhere); refusing to write through "
+                "it: remove the link, or leave out --persist"
+            )
         self._journal_dirs(kpath)
         if not any(f.path == kpath for f in self.journal.files):
             original = self.host.fs.read_bytes(kpath)

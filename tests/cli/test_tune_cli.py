@@ -103,6 +103,35 @@ def test_persist_round_trip_on_root(cli, hosts, tmp_path):
     assert not conf.exists()
 
 
+@pytest.mark.parametrize("kind", ["masked-unit", "fifo-conf"])
+def test_persist_never_writes_through_a_link_or_over_a_non_file(cli, hosts, tmp_path, kind):
+    """`systemctl mask` links the unit to /dev/null (a FIFO stands in for the device here):
+    --persist must not replace what the link points to, nor any non-regular file, and the
+    apply is restored whole."""
+    import os
+
+    root = copy_host(tmp_path, DELL)
+    null = root / "dev" / "null-standin"
+    null.parent.mkdir(exist_ok=True)
+    os.mkfifo(null)
+    if kind == "masked-unit":
+        unit = root / "etc/systemd/system/lbtune-boot.service"
+        unit.parent.mkdir(parents=True, exist_ok=True)
+        unit.symlink_to("/dev/null-standin")
+        argv = ["lb-dr", "--iface", "ens1f0np0", "--yes"]
+    else:
+        conf = root / "etc/sysctl.d/60-lbtune.conf"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(conf)
+        argv = ["web"]
+    before = files(root)
+    r = cli("--root", str(root), "apply", *argv, "--persist")
+    assert r.exit_code == 4, (r.stdout, r.stderr)
+    assert "symlink" in r.stderr or "not a regular file" in r.stderr
+    assert null.is_fifo()
+    assert files(root) == before
+
+
 def test_profile_list_show_lint(cli):
     r = cli("profile", "list", "--json")
     names = {p["name"] for p in r.json["profiles"]}

@@ -1,0 +1,58 @@
+"""HostFS on a hostile tree: FIFOs and devices where files belong never block a read and are
+never replaced by a write."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lbtune.errors import BadInput
+from lbtune.host.fs import HostFS
+
+
+@pytest.fixture
+def tree(tmp_path):  # type: ignore[no-untyped-def]
+    (tmp_path / "proc/sys/net/core").mkdir(parents=True)
+    os.mkfifo(tmp_path / "proc/sys/net/core/somaxconn")
+    stats = tmp_path / "sys/class/net/eth0/statistics"
+    stats.mkdir(parents=True)
+    (stats / "rx_packets").write_text("5\n")
+    os.mkfifo(stats / "rx_dropped")
+    (tmp_path / "etc").mkdir()
+    os.symlink("/dev/zero", tmp_path / "etc" / "zero")  # resolves inside the root: absent
+    return tmp_path
+
+
+def test_a_fifo_reads_as_unreadable_and_never_blocks(tree):
+    fs = HostFS(str(tree))
+    assert fs.read("/proc/sys/net/core/somaxconn") is None
+    with pytest.raises(BadInput, match="not a regular file"):
+        fs.read_bytes("/proc/sys/net/core/somaxconn")
+    assert fs.read_int_dir("/sys/class/net/eth0/statistics").get("rx_packets") == 5
+
+
+def test_a_device_is_never_read_whole_nor_replaced():
+    fs = HostFS("/")
+    assert fs.read("/dev/zero") is None
+    with pytest.raises(BadInput, match="not a regular file"):
+        fs.read_bytes("/dev/zero")
+    with pytest.raises(BadInput, match="not a regular file; refusing to replace"):
+        fs.write_file("/dev/null", b"x")  # would have renamed a file over the device
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
+def test_a_fifo_is_not_replaced_by_a_write(tree):
+    fs = HostFS(str(tree))
+    with pytest.raises(BadInput, match="refusing to replace"):
+        fs.write_file("/proc/sys/net/core/somaxconn", b"1\n")
+    assert (tree / "proc/sys/net/core/somaxconn").is_fifo()
+
+
+def test_a_link_to_a_device_in_a_counter_directory_is_left_out(tmp_path):
+    stats = tmp_path / "sys/class/net/eth0/statistics"
+    stats.mkdir(parents=True)
+    (stats / "tx_packets").write_text("7\n")
+    os.symlink("/dev/zero", stats / "rx_bytes")  # a link: refused (ELOOP), never read
+    assert HostFS(str(tmp_path)).read_int_dir("/sys/class/net/eth0/statistics") == {
+        "tx_packets": 7}
