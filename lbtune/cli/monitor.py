@@ -77,9 +77,8 @@ def command(
     from lbtune.tui.app import MonitorApp
 
     try:
-        if not (sys.stdout.isatty() and sys.stdin.isatty()):
-            raise BadInput("monitor needs a terminal (stdin and stdout): for a report use "
-                           "`lbtune diagnose`")  # fmt: skip
+        if not _has_terminal():
+            raise BadInput(_NO_TERMINAL)
         app = MonitorApp(feed, iface=iface, report_dir=report_dir)
         code = app.run()
     finally:
@@ -87,6 +86,13 @@ def command(
     if app.return_code:  # Textual printed the error after restoring the terminal
         return int(ExitCode.INTERNAL)
     return int(code or 0)
+
+
+_NO_TERMINAL = "monitor needs a terminal (stdin and stdout): for a report use `lbtune diagnose`"
+
+
+def _has_terminal() -> bool:
+    return sys.stdout.isatty() and sys.stdin.isatty()
 
 
 def _feed(
@@ -117,7 +123,11 @@ def _feed(
         return TreeFeed(host, interval=seconds or 1.0)
     out = None
     if record is not None:
-        from lbtune.host.outfile import open_output
+        from lbtune.host.outfile import check_output, open_output
+
+        check_output(record, force, "--record")
+        if not _has_terminal():  # refuse before opening: --force would truncate the file
+            raise BadInput(_NO_TERMINAL)
 
         out = open_output(record, force, "--record")
     try:

@@ -28,7 +28,7 @@ from lbtune.ipvs.config import DirectorConfig, RealServer, VirtualService
 from lbtune.ipvs.reconcile import plan_director
 from lbtune.ipvs.weights import Decision, Policy, ServerState, step
 from lbtune.tune.engine import Interrupted
-from lbtune.tune.journal import StateDir
+from lbtune.tune.journal import StateDir, lbtune_command
 from lbtune.tune.knob import KnobError
 from lbtune.tune.knobs.ipvs import Drain, IpvsDrainKnob
 from lbtune.tune.plan import Target
@@ -213,7 +213,7 @@ class Adapter:
                 stale = self.state_dir.interrupted()
                 if stale is not None:
                     raise Interrupted(f"apply {stale.id} ({stale.profile}) was interrupted; "
-                                      "run `lbtune rollback` first")  # fmt: skip
+                                      f"run `{lbtune_command(self.host, 'rollback')}` first")
                 apply_weights(self.host, self.cfg, wanted)
         except Busy:
             events.append(Event(time.time(), "notice",

@@ -129,13 +129,20 @@ class Frame:
 Counter = Callable[[Window], Optional[int]]
 
 
-def _snmp(*keys: str) -> Counter:
-    def count(w: Window) -> Optional[int]:
-        if not any(w.has_snmp(k) for k in keys):
-            return None
-        return sum(w.snmp(k) for k in keys)
+@dataclass(frozen=True)
+class _Snmp:
+    """The sum of protocol counters (keys as observe/procnet names them: `Udp6.NoPorts`)."""
 
-    return count
+    keys: tuple[str, ...]
+
+    def __call__(self, w: Window) -> Optional[int]:
+        if not any(w.has_snmp(k) for k in self.keys):
+            return None
+        return sum(w.snmp(k) for k in self.keys)
+
+
+def _snmp(*keys: str) -> Counter:
+    return _Snmp(keys)
 
 
 def _nic_hw(w: Window) -> Optional[int]:
@@ -173,8 +180,8 @@ CAUSES: tuple[tuple[str, str, Counter], ...] = (
     ("SYN queue", "TcpExt.TCPReqQFullDrop", _snmp("TcpExt.TCPReqQFullDrop")),
     ("TCP backlog", "TcpExt.TCPBacklogDrop", _snmp("TcpExt.TCPBacklogDrop")),
     ("TCP rcvbuf prune", "TcpExt.RcvPruned", _snmp("TcpExt.RcvPruned")),
-    ("UDP rcvbuf", "Udp(6).RcvbufErrors", _snmp("Udp.RcvbufErrors", "Udp6.Udp6RcvbufErrors")),
-    ("UDP no port", "Udp(6).NoPorts", _snmp("Udp.NoPorts", "Udp6.Udp6NoPorts")),
+    ("UDP rcvbuf", "Udp(6).RcvbufErrors", _snmp("Udp.RcvbufErrors", "Udp6.RcvbufErrors")),
+    ("UDP no port", "Udp(6).NoPorts", _snmp("Udp.NoPorts", "Udp6.NoPorts")),
     ("rp_filter", "TcpExt.IPReversePathFilter", _snmp("TcpExt.IPReversePathFilter")),
     ("IP discards", "Ip.InDiscards", _snmp("Ip.InDiscards")),
     ("qdisc", "root qdisc drops (tc -s qdisc)", _qdisc),

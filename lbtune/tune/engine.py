@@ -183,7 +183,10 @@ def _restore(host: Host, journal: Journal, knobs: Sequence[KnobRecord]) -> list[
         except (OSError, BadInput) as e:
             failures.append(f"{f.path} ({getattr(e, 'strerror', None) or e})")
     for d in reversed(journal.dirs):
-        host.fs.remove_dir(d)  # only when empty: something else may have been put there
+        try:
+            host.fs.remove_dir(d)  # only when empty: something else may have been put there
+        except (OSError, BadInput) as e:  # the knobs below are restored all the same
+            failures.append(f"{d} ({getattr(e, 'strerror', None) or e})")
     for rec in reversed(knobs):
         try:
             knob = knob_from_record(rec.kind, rec.obj)

@@ -146,6 +146,7 @@ class StateDir:
         self._ensure()
         blob = json.dumps(data, separators=(",", ":")).encode()
         self.fs.write_file(self._kpath(journal.id), blob, 0o600, follow=False)
+        self.fs.remove_stale_temps(self._kpath(journal.id))  # of a save killed midway
 
     def load(self, name: str) -> Journal:
         kpath = posixpath.join(self.journal_kdir, name)
@@ -182,11 +183,14 @@ class StateDir:
         return [self.load(n) for n in names]
 
     def interrupted(self) -> Optional[Journal]:
-        """A journal left `applying` by a run that did not finish (crash, kill -9)."""
-        for j in reversed(self.journals()):
-            if j.state == APPLYING:
-                return j
-        return None
+        """A journal left `applying` by a run that did not finish (crash, kill -9). Only the
+        newest can be: no apply starts while one is (so only it is read, not every journal
+        of every apply)."""
+        names = [n for n in self.fs.listdir(self.journal_kdir) if n.endswith(".json")]
+        if not names:
+            return None
+        newest = self.load(max(names))
+        return newest if newest.state == APPLYING else None
 
     def new_journal(self, profile: str, knobs: list[KnobRecord]) -> Journal:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

@@ -170,3 +170,11 @@ def test_record_refuses_to_follow_a_symlink(tmp_path):
     res = run_cli("monitor", "--record", str(tmp_path / "link.rec"), "--force")
     assert res.exit_code == 2 and "symlink" in res.stderr
     assert target.read_text() == "keep"
+
+
+def test_record_without_a_terminal_leaves_an_existing_recording_alone(tmp_path):
+    rec = tmp_path / "old.rec"
+    rec.write_text("an earlier recording\n")
+    res = run_cli("monitor", "--record", str(rec), "--force")
+    assert res.exit_code == 2 and "needs a terminal" in res.stderr, res.stderr
+    assert rec.read_text() == "an earlier recording\n"
