@@ -217,6 +217,7 @@ class _Experiment:
         self.director = self.topo.directors[0]
         self.web: list[_Web] = []
         self.agents: list[subprocess.Popen[str]] = []
+        self.agent_argv: list[list[str]] = []
         self.config_path = f"{RUN_DIR}/director.toml"
 
     def step(self, name: str, detail: str = "") -> Any:
@@ -239,6 +240,7 @@ class _Experiment:
                 argv = _lbtune(s.netns, "ipvs", "agent", "--agent-port", str(AGENT_PORT),
                                "--port", str(HTTP_PORT), "--egress", s.iface, "--signals",
                                AGENT_SIGNALS, "--json", "--interval", "1")  # fmt: skip
+                self.agent_argv.append(argv)  # to start one again (tests kill agents)
                 self.agents.append(self.start_agent(argv, s.name))
         load_ipvs_modules("wlc", self.shell)
         load_ipvs_modules("rr", self.shell)
