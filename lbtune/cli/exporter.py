@@ -51,6 +51,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 def _seconds(text: Optional[str], option: str, default: float, low: float) -> float:
     if text is None:
         return default
+    if low == 0 and text.strip() in ("0", "0s", "0ms"):
+        return 0.0
     try:
         value = parse_duration(text)
     except BadInput:
@@ -135,6 +137,10 @@ def command(
             if once or out_path is not None:
                 return _textfile(exp, out_path, window, once, until)
             return _serve(exp, addr, port, until, s.json)
+    except KeyboardInterrupt as e:
+        if str(e) == "SIGTERM":  # `systemctl stop`, `kill`: the normal end of a daemon
+            return 0
+        raise
     finally:
         exp.close()
 

@@ -26,7 +26,7 @@ from lbtune.diagnose import probe_evidence as pe
 from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import Finding
 from lbtune.diagnose.rules import RULES, Rule, run_rules, sample_spec
-from lbtune.errors import LbtuneError, NeedsPrivilege
+from lbtune.errors import BadInput, LbtuneError, NeedsPrivilege
 from lbtune.exporter.series import (
     COUNTER_FAMILIES,
     Collection,
@@ -140,6 +140,9 @@ class Exporter:
             self.topology, self.nics = inv.cpus, {n.name: n for n in inv.nics}
         except Exception:  # a namespace or a partial tree: the rules that need them stay quiet
             self.topology, self.nics = None, {}
+        for check in self._verify():  # a typo in --profile is the user's to know at once
+            if check.checks is None:
+                raise BadInput(f"--profile {check.profile}: {check.error}")
         self.want_probes = probes and self.host.is_live
         self._probes: Optional[BackgroundProbes] = None
         self._probe_problem = ""

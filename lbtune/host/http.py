@@ -38,6 +38,7 @@ Route = Callable[[str], Reply]  # path (without query) -> reply
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # listen() backlog: 5 by default, a burst of scrapes SYN-retried
 
     def __init__(self, address: tuple[str, int], route: Route, family: int) -> None:
         self.address_family = family
