@@ -87,7 +87,7 @@ def _send(port: int, payload: bytes, read: bool = True) -> bytes:
 
 
 def test_scrapes_are_valid_prometheus_text_and_other_paths_are_refused():
-    with exporter("--min-interval", "0") as (proc, url):
+    with exporter("--min-interval", "0") as (_proc, url):
         status, ctype, text = get(f"{url}/metrics")
         assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
         check_metrics(text)
@@ -98,14 +98,14 @@ def test_scrapes_are_valid_prometheus_text_and_other_paths_are_refused():
         check_metrics(text2)
         assert 0 < parse(text2)["lbtune_window_seconds"][frozenset()] < 60
         assert get(f"{url}/nope")[0] == 404
-        req = urllib.request.Request(f"{url}/metrics", data=b"x", method="POST")
+        req = urllib.request.Request(f"{url}/metrics", data=b"x", method="POST")  # noqa: S310
         with pytest.raises(urllib.error.HTTPError) as e:
             DIRECT.open(req, timeout=10)
         assert e.value.code == 405
 
 
 def test_hostile_clients_neither_crash_nor_hang_it():
-    rnd = random.Random(17)  # a fixed seed: the same fuzz every run
+    rnd = random.Random(17)  # noqa: S311 (a fixed seed: the same fuzz every run)
     payloads = [
         bytes(rnd.getrandbits(8) for _ in range(rnd.randint(1, 4096))) for _ in range(40)
     ]
@@ -135,7 +135,7 @@ def test_hostile_clients_neither_crash_nor_hang_it():
         # A few silent connections held open do not stop a scrape meanwhile.
         held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(8)]
         try:
-            status, _, text = wait_for(lambda: _ok(f"{url}/metrics"), "a scrape after the fuzz")
+            _status, _, text = wait_for(lambda: _ok(f"{url}/metrics"), "a scrape after the fuzz")
             check_metrics(text)
         finally:
             for s in held:
