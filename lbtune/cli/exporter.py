@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 9178  # beside node_exporter (9100) and the real-server agent (9177)
 TEXTFILE_NAME = "lbtune.prom"
+PROBE_WAIT = 120.0  # seconds --once waits for the probes' compile before its window opens
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -162,6 +163,8 @@ def _textfile(exp: Exporter, out_path: Optional[str], window: float, once: bool,
     if not exp.host.is_live:  # a recorded tree: one collection, since boot
         _write(out_path, exp.scrape().text)
         return 0
+    if once:
+        exp.wait_probes(PROBE_WAIT)
     for w in stream(exp.sampler, window):
         _write(out_path, exp.collect(w).text)
         if once or (until is not None and time.monotonic() >= until):

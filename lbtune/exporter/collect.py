@@ -196,6 +196,12 @@ class Exporter:
             except (LbtuneError, OSError) as e:
                 return self._down(started, str(e))
 
+    def wait_probes(self, timeout: float) -> None:
+        """Wait until the probes are attached (or failed), at most `timeout` seconds: a
+        single collection (`--once`) should count with them from its first second."""
+        if self._probes is not None:
+            self._probes.attached.wait(timeout)
+
     def close(self) -> None:
         loader, self._probes = self._probes, None
         if loader is not None:

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.conftest import fork_call
-from tests.fleet.conftest import RULES, check_metrics, need_root, parse
+from tests.fleet.conftest import LBTUNE, RULES, check_metrics, need_root, parse
 from tests.fleet.test_exporter_http import exporter, wait_for
 
 PROM_PORT = 9090  # inside the namespace: nothing else listens there
@@ -157,3 +157,25 @@ def _metrics_in(netns: str, port: int) -> str:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         return str(r.read().decode())
+
+
+def test_probes_export_kernel_drop_reasons_and_their_own_cost(promns):
+    """`--probes --drop-locations`: the drops probe names the kernel's reason for the same
+    fault (NO_SOCKET in __udp4_lib_rcv) and reports what it cost."""
+    fault = ["ip", "netns", "exec", promns, sys.executable, "-c", UDP_TO_CLOSED_PORT]
+    with _process(fault):
+        r = subprocess.run(
+            [*LBTUNE, "--netns", promns, "exporter", "--once", "--interval", "2s", "--probes",
+             "--drop-locations"],
+            capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    check_metrics(r.stdout)
+    m = parse(r.stdout)
+    up = {dict(k)["source"]: v for k, v in m["lbtune_source_up"].items()}
+    assert up["probes"] == 1.0
+    assert m["lbtune_kernel_drops_total"][frozenset({("reason", "NO_SOCKET")})] > 0
+    loc = m["lbtune_kernel_drops_by_location_total"]
+    assert loc[frozenset({("reason", "NO_SOCKET"), ("location", "__udp4_lib_rcv")})] > 0
+    assert m["lbtune_probe_events_total"][frozenset({("probe", "drops")})] > 0
+    assert m["lbtune_probe_run_seconds_total"][frozenset({("probe", "drops")})] > 0
