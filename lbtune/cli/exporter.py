@@ -78,6 +78,8 @@ def _seconds(text: Optional[str], option: str, default: float, low: float) -> fl
               help="Listeners exported (fullest accept queue first), 0 to 100.")
 @click.option("--queues", "queues", metavar="IF[,IF]", help="Per-queue packets/drops of "
               "these interfaces (opt-in).")
+@click.option("--softnet-all", is_flag=True, help="Per CPU also RPS IPIs and flow-limit "
+              "drops (2 series per CPU more).")
 @click.option("--probes", is_flag=True, help="Load the drops probe (root, bcc): "
               "lbtune_kernel_drops_total{reason} and the probe's self-cost.")
 @click.option("--drop-locations", is_flag=True, help="With --probes: kernel drops by "
@@ -93,7 +95,8 @@ def _seconds(text: Optional[str], option: str, default: float, low: float) -> fl
 def command(
     ctx: click.Context, listen: Optional[str], textfile: Optional[str], once: bool,
     interval: Optional[str], min_interval: Optional[str], listeners: int,
-    queues: Optional[str], probes: bool, drop_locations: bool, profiles: tuple[str, ...],
+    queues: Optional[str], softnet_all: bool, probes: bool, drop_locations: bool,
+    profiles: tuple[str, ...],
     iface: Optional[str], verify_interval: Optional[str], duration: Optional[str],
 ) -> int:  # fmt: skip
     """Prometheus exporter: drops by cause, kernel drop reasons (probes), listen queues,
@@ -129,7 +132,8 @@ def command(
     for q in names:
         if q not in known:
             raise BadInput(f"--queues {q}: no such interface")
-    opts = Options(listeners=listeners, queues_of=names, drop_locations=drop_locations)
+    opts = Options(listeners=listeners, queues_of=names, drop_locations=drop_locations,
+                   softnet_all=softnet_all)  # fmt: skip
     exp = Exporter(s, opts, profiles, iface, probes, spacing, every)
     from lbtune.host.signals import interruptible
 

@@ -24,7 +24,9 @@ Rules (docs/fleet.md lists every series):
    listeners by accept-queue fill then drops; at most `max_findings` findings (most severe
    first); kernel drop reasons are the kernel's enum, and `location` labels (opt-in) are
    capped at `max_locations`, the rest counted under `location="other"`. Per-queue NIC
-   series only for the interfaces named in `queues_of` (opt-in).
+   series only for the interfaces named in `queues_of` (opt-in); per CPU, three softnet
+   counters (processed, dropped, times squeezed; RPS and flow limit with `softnet_all`);
+   per NIC, the driver's own drop counters (or the kernel's `rx_dropped` without them).
 4. **Base units, Prometheus names.** Seconds, bytes, ratios 0..1; `_total` only on
    counters; every name starts with `lbtune_`.
 """
@@ -50,14 +52,17 @@ DEFAULT_MAX_LOCATIONS = 50
 SOURCES = ("uptime", "snmp", "softnet", "softirqs", "interrupts", "nics", "listen", "udp",
            "qdisc", "sockstat", "conntrack", "ipvs")  # fmt: skip
 CONNTRACK_DROPS = ("drop", "early_drop", "insert_failed")
-SOFTNET = (  # (name part, SoftnetDelta field, help)
+SOFTNET = (  # (name part, SoftnetDelta field, help): per CPU by default
     ("processed", "processed", "packets processed by the CPU's NAPI/backlog"),
     ("dropped", "dropped", "packets dropped: per-CPU backlog full (netdev_max_backlog)"),
     ("times_squeezed", "time_squeeze", "NAPI rounds out of budget or time (netdev_budget)"),
+)
+SOFTNET_EXTRA = (  # with Options.softnet_all
     ("received_rps", "received_rps", "RPS/RFS inter-processor interrupts received"),
     ("flow_limit", "flow_limit", "packets dropped by the flow limit"),
 )
-NIC_SYSFS_DROPS = ("rx_dropped", "tx_dropped")
+# A NIC whose driver map names no drop counter of its own shows the kernel's rx_dropped.
+NIC_SYSFS_DROP = "rx_dropped"
 
 Labels = tuple[str, ...]
 Key = tuple[str, Labels]  # (family name, label values)
@@ -70,6 +75,7 @@ class Options:
     listeners: int = DEFAULT_LISTENERS
     queues_of: tuple[str, ...] = ()  # NICs whose per-queue series are exported
     drop_locations: bool = False  # kernel drop reasons by kernel location too
+    softnet_all: bool = False  # received_rps and flow_limit per CPU too
     max_findings: int = DEFAULT_MAX_FINDINGS
     max_locations: int = DEFAULT_MAX_LOCATIONS
 
@@ -149,7 +155,7 @@ _COUNTER_HELP: dict[str, tuple[str, Labels]] = {
     "lbtune_probe_run_seconds_total": ("CPU time the probe's BPF programs ran (probe "
                                        "self-cost)", ("probe",)),
 }  # fmt: skip
-for _part, _field, _help in SOFTNET:
+for _part, _field, _help in SOFTNET + SOFTNET_EXTRA:
     _COUNTER_HELP[f"lbtune_softnet_{_part}_total"] = (f"Per CPU: {_help}", ("cpu",))
 COUNTER_FAMILIES = tuple(_COUNTER_HELP)
 
@@ -195,9 +201,8 @@ def counter_deltas(c: Collection, opts: Options, totals: Totals) -> dict[Key, fl
             continue
         for name, n in d.nic_drops.items():
             out[("lbtune_nic_drops_total", (d.dev, name))] = n
-        for name in NIC_SYSFS_DROPS:
-            if name in d.stats:
-                out[("lbtune_nic_drops_total", (d.dev, name))] = d.stats[name]
+        if not d.nic_drops and NIC_SYSFS_DROP in d.stats:
+            out[("lbtune_nic_drops_total", (d.dev, NIC_SYSFS_DROP))] = d.stats[NIC_SYSFS_DROP]
         if d.dev in opts.queues_of:
             for q in d.queues:
                 labels = (d.dev, q.direction, str(q.queue))
@@ -205,8 +210,9 @@ def counter_deltas(c: Collection, opts: Options, totals: Totals) -> dict[Key, fl
                     out[("lbtune_nic_queue_packets_total", labels)] = q.packets
                 if q.drops is not None:
                     out[("lbtune_nic_queue_drops_total", labels)] = q.drops
+    softnet = SOFTNET + SOFTNET_EXTRA if opts.softnet_all else SOFTNET
     for s in w.softnet():
-        for part, attr, _ in SOFTNET:
+        for part, attr, _ in softnet:
             out[(f"lbtune_softnet_{part}_total", (str(s.cpu),))] = getattr(s, attr)
     ct = w.after.conntrack
     if ct is not None:
@@ -312,9 +318,6 @@ def _gauges(c: Collection, opts: Options) -> list[Family]:
         out.append(_gauge("lbtune_listen_queue_fill_ratio", "Accept queue length / effective "
                           "backlog of the top listeners (fullest first)", ("listener",),
                           [((ep,), round(fill, 6)) for ep, fill, _q, _d in rows]))  # fmt: skip
-        out.append(_gauge("lbtune_listen_queue_length", "Connections waiting in the accept "
-                          "queue of the top listeners", ("listener",),
-                          [((ep,), float(q)) for ep, _f, q, _d in rows]))  # fmt: skip
     ct = after.conntrack
     if ct is not None:
         out.append(_gauge("lbtune_conntrack_entries", "Connections tracked now", (),

@@ -36,12 +36,13 @@ def test_default_series_fit_the_budget_on_the_48_cpu_fixture_and_docs_state_the_
     n = len(_series(text))
     assert n <= BUDGET
     m = parse(text)
-    # 48 CPUs x 5 softnet counters, every drop cause, both data NICs, the findings.
+    # 48 CPUs x 3 softnet counters, every drop cause, the NICs, the findings.
     assert len(m["lbtune_softnet_dropped_total"]) == 48
     assert len(m["lbtune_drops_total"]) == 12
     devices = {dict(k)["device"] for k in m["lbtune_nic_drops_total"]}
     assert devices == {"eno1", "ens1f0np0", "ens1f1np1"}
     assert "lbtune_nic_queue_packets_total" not in m  # per-queue is opt-in
+    assert "lbtune_softnet_received_rps_total" not in m  # so are RPS and flow limit
     assert m["lbtune_up"] == {frozenset(): 1.0}
     assert m["lbtune_drops_total"][frozenset({("cause", "accept_queue")})] == 48211
     finding = frozenset({("rule", "accept-queue-overflow"), ("level", "fail"),
@@ -49,6 +50,19 @@ def test_default_series_fit_the_budget_on_the_48_cpu_fixture_and_docs_state_the_
     assert m["lbtune_finding"][finding] == 1.0
     docs = (REPO / "docs" / "fleet.md").read_text()
     assert f"**{n} series**" in docs, f"docs/fleet.md must state the count: {n} series"
+
+
+def test_every_opt_in_at_once_stays_bounded_and_docs_state_the_count():
+    text = _export(HOSTS / DELL, "--softnet-all", "--queues", "eno1,ens1f0np0,ens1f1np1",
+                   "--listeners", "100")  # fmt: skip
+    n = len(_series(text))
+    m = parse(text)
+    assert len(m["lbtune_softnet_received_rps_total"]) == 48
+    assert {dict(k)["device"] for k in m["lbtune_nic_queue_packets_total"]} == {
+        "eno1", "ens1f0np0", "ens1f1np1"}
+    assert n <= 2 * BUDGET
+    docs = (REPO / "docs" / "fleet.md").read_text()
+    assert f"**{n} series** with every opt-in" in docs
 
 
 def test_per_queue_series_only_for_the_interfaces_named():
