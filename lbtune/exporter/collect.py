@@ -39,9 +39,11 @@ from lbtune.exporter.series import (
 )
 from lbtune.host.bpf import probe_problem
 from lbtune.host.inventory import discover_host
+from lbtune.host.ipvs import ipvs_loaded, ipvs_of
 from lbtune.host.nic import Nic
 from lbtune.host.runtime import Runtime
 from lbtune.host.topology import CpuTopology
+from lbtune.ipvs.status import ServiceRow, service_row
 from lbtune.observe.clock import SYSTEM_CLOCK, Clock
 from lbtune.observe.model import Sample
 from lbtune.observe.probe_loader import BackgroundProbes
@@ -223,6 +225,17 @@ class Exporter:
         self._probe_problem = "" if sample is not None else "probes not attached"
         return sample
 
+    def _ipvs(self) -> tuple[Optional[list[ServiceRow]], str]:
+        """The IPVS table with counters, read afresh (live hosts with ip_vs loaded)."""
+        if not self.host.is_live or not ipvs_loaded(self.host.fs):
+            return None, ""
+        try:
+            session = ipvs_of(self.host)
+            session.invalidate()  # the session caches the table for plans: not here
+            return [service_row(s) for s in session.table(counters=True).values()], ""
+        except (LbtuneError, OSError) as e:
+            return None, str(e) or type(e).__name__
+
     def _verify(self) -> tuple[ProfileCheck, ...]:
         if not self.profiles:
             return ()
@@ -257,8 +270,9 @@ class Exporter:
     def _collect(self, window: Window, started: float) -> Result:
         probes = self._probe_read()
         self._add(window, probes)
+        services, ipvs_problem = self._ipvs()
         c = Collection(window, self._findings(window, probes), probes, self.want_probes,
-                       self._probe_problem, self._verify())  # fmt: skip
+                       self._probe_problem, self._verify(), services, ipvs_problem)  # fmt: skip
         fams = families(c, self.options, self.totals)
         return self._result(fams, started, up=True)
 

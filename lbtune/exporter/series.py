@@ -27,7 +27,13 @@ Rules (docs/fleet.md lists every series):
    series only for the interfaces named in `queues_of` (opt-in); per CPU, three softnet
    counters (processed, dropped, times squeezed; RPS and flow limit with `softnet_all`);
    per NIC, the driver's own drop counters (or the kernel's `rx_dropped` without them).
-4. **Base units, Prometheus names.** Seconds, bytes, ratios 0..1; `_total` only on
+4. **IPVS per virtual service, not per real server.** Each virtual service gets its
+   connections, packets and bytes (the kernel's own totals since the service was created:
+   an exception to rule 1, IPVS keeps them per object), active and inactive connections and
+   its real servers serving and drained: 9 series per service. Per real server (3 series
+   each) only with `ipvs_real_servers`: node_exporter's per-backend labels are what made
+   18k series on one director (node_exporter issue 1708).
+5. **Base units, Prometheus names.** Seconds, bytes, ratios 0..1; `_total` only on
    counters; every name starts with `lbtune_`.
 """
 
@@ -37,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from lbtune.diagnose.finding import Finding, rank
+from lbtune.ipvs.status import ServiceRow
 from lbtune.observe.dropcauses import DROP_CAUSES
 from lbtune.observe.probes import ProbeSample
 from lbtune.observe.window import Window
@@ -76,6 +83,7 @@ class Options:
     queues_of: tuple[str, ...] = ()  # NICs whose per-queue series are exported
     drop_locations: bool = False  # kernel drop reasons by kernel location too
     softnet_all: bool = False  # received_rps and flow_limit per CPU too
+    ipvs_real_servers: bool = False  # IPVS series per real server too
     max_findings: int = DEFAULT_MAX_FINDINGS
     max_locations: int = DEFAULT_MAX_LOCATIONS
 
@@ -110,6 +118,8 @@ class Collection:
     probes_wanted: bool = False
     probe_problem: str = ""  # why the probes are not counting ("" when they are)
     profiles: Sequence[ProfileCheck] = ()
+    ipvs_services: Optional[Sequence[ServiceRow]] = None  # the IPVS table; None: not read
+    ipvs_problem: str = ""  # why the table could not be read ("" when it was, or no IPVS)
 
 
 @dataclass
@@ -307,6 +317,8 @@ def _gauges(c: Collection, opts: Options) -> list[Family]:
         up.append((("probes",), 0.0 if c.probe_problem else 1.0))
     for p in c.profiles:
         up.append(((f"verify:{p.profile}",), 0.0 if p.checks is None else 1.0))
+    if c.ipvs_services is not None or c.ipvs_problem:
+        up.append((("ipvs_table",), 0.0 if c.ipvs_problem else 1.0))
     out.append(_gauge("lbtune_source_up", "1 when the source was read in this collection, 0 "
                       "when it could not be (its series are then absent, never zero)",
                       ("source",), up))  # fmt: skip
@@ -338,6 +350,8 @@ def _gauges(c: Collection, opts: Options) -> list[Family]:
     out.append(_gauge("lbtune_finding", "1 for each current finding (rule, level, object; at "
                       f"most {opts.max_findings}, most severe first)",
                       ("rule", "level", "object"), sorted(shown.items())))  # fmt: skip
+    if c.ipvs_services is not None:
+        out.extend(_ipvs(c.ipvs_services, opts))
     if c.profiles:
         in_sync, drifted = [], []
         for p in c.profiles:
@@ -352,6 +366,59 @@ def _gauges(c: Collection, opts: Options) -> list[Family]:
             out.append(_gauge("lbtune_profile_drifted_knobs", "Knobs of the profile that "
                               "drifted or are missing (lbtune verify)", ("profile",),
                               drifted))  # fmt: skip
+    return out
+
+
+def _ipvs(services: Sequence[ServiceRow], opts: Options) -> list[Family]:
+    """Per virtual service (and per real server when asked). The counters are the kernel's
+    own totals since the service (real server) was created, not window deltas: IPVS keeps
+    them per object, and a re-created object is a counter reset to Prometheus."""
+    conns, pkts, byts, active, inactive, servers = [], [], [], [], [], []
+    rs_conns, rs_active, rs_weight = [], [], []
+    for svc in sorted(services, key=lambda x: x.service):
+        k = (svc.service,)
+        conns.append((k, float(svc.counters.conns)))
+        pkts += [((svc.service, "in"), float(svc.counters.inpkts)),
+                 ((svc.service, "out"), float(svc.counters.outpkts))]  # fmt: skip
+        byts += [((svc.service, "in"), float(svc.counters.inbytes)),
+                 ((svc.service, "out"), float(svc.counters.outbytes))]  # fmt: skip
+        active.append((k, float(svc.active)))
+        inactive.append((k, float(svc.inactive)))
+        serving = sum(1 for r in svc.real_servers if r.weight > 0)
+        servers += [((svc.service, "serving"), float(serving)),
+                    ((svc.service, "drained"), float(len(svc.real_servers) - serving))]  # fmt: skip
+        if opts.ipvs_real_servers:
+            for r in svc.real_servers:
+                rk = (svc.service, r.address)
+                rs_conns.append((rk, float(r.counters.conns)))
+                rs_active.append((rk, float(r.active)))
+                rs_weight.append((rk, float(r.weight)))
+    out = [
+        Family("lbtune_ipvs_service_connections_total", "counter", "Connections the virtual "
+               "service scheduled (kernel total since it was created)", ("service",),
+               tuple(conns)),
+        Family("lbtune_ipvs_service_packets_total", "counter", "Packets of the virtual service "
+               "by direction (out is 0 with direct routing)", ("service", "direction"),
+               tuple(pkts)),
+        Family("lbtune_ipvs_service_bytes_total", "counter", "Bytes of the virtual service by "
+               "direction", ("service", "direction"), tuple(byts)),
+        _gauge("lbtune_ipvs_service_active_connections", "Active connections of the virtual "
+               "service (sum over its real servers)", ("service",), active),
+        _gauge("lbtune_ipvs_service_inactive_connections", "Inactive connections of the "
+               "virtual service", ("service",), inactive),
+        _gauge("lbtune_ipvs_service_real_servers", "Real servers of the virtual service: "
+               "serving (weight > 0) or drained (weight 0)", ("service", "state"), servers),
+    ]  # fmt: skip
+    if opts.ipvs_real_servers:
+        labels = ("service", "real_server")
+        out += [
+            Family("lbtune_ipvs_real_server_connections_total", "counter", "Connections "
+                   "scheduled to the real server (opt-in)", labels, tuple(rs_conns)),
+            _gauge("lbtune_ipvs_real_server_active_connections", "Active connections of the "
+                   "real server (opt-in)", labels, rs_active),
+            _gauge("lbtune_ipvs_real_server_weight", "IPVS weight of the real server "
+                   "(opt-in)", labels, rs_weight),
+        ]  # fmt: skip
     return out
 
 
