@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from lbtune.diagnose import probe_evidence as pe
 from lbtune.diagnose.context import Context
@@ -296,6 +296,3 @@ class Exporter:
 def index_page() -> str:
     return ("lbtune exporter: the metrics are at /metrics (docs/fleet.md)\n")
 
-
-def describe(result: Result) -> dict[str, Any]:
-    return {"series": result.series, "seconds": round(result.seconds, 6), "up": result.up}
