@@ -151,3 +151,20 @@ def _ok(url: str):  # type: ignore[no-untyped-def]
     except OSError:
         return None
     return r if r[0] == 200 else None
+
+
+def test_textfile_loop_rewrites_the_file_whole(tmp_path):
+    """`--textfile DIR` on the running host: a window per --interval, each written whole
+    (only lbtune.prom in DIR, valid every time it is read), until --duration."""
+    r = subprocess.run(
+        [*LBTUNE, "exporter", "--textfile", str(tmp_path), "--interval", "300ms",
+         "--duration", "1500ms"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["lbtune.prom"]
+    text = (tmp_path / "lbtune.prom").read_text()
+    check_metrics(text)
+    m = parse(text)
+    assert m["lbtune_up"] == {frozenset(): 1.0}
+    assert 0.2 < m["lbtune_window_seconds"][frozenset()] < 30  # one interval, not since boot
