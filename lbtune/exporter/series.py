@@ -128,6 +128,8 @@ class Totals:
 
     values: dict[Key, float] = field(default_factory=dict)
     locations: set[tuple[str, str]] = field(default_factory=set)  # (reason, location) kept
+    # probe -> (CPU seconds per second, seconds per event or None) of its last measurement
+    probe_cost: dict[str, tuple[float, Optional[float]]] = field(default_factory=dict)
 
     def add(self, deltas: Mapping[Key, float], families: Iterable[str]) -> None:
         """Add this window's deltas; forget series of `families` absent from it (rule 2)."""
@@ -161,9 +163,6 @@ _COUNTER_HELP: dict[str, tuple[str, Labels]] = {
                                       ()),
     "lbtune_ipvs_packets_total": ("IPVS packets by direction", ("direction",)),
     "lbtune_ipvs_bytes_total": ("IPVS bytes by direction", ("direction",)),
-    "lbtune_probe_events_total": ("Events the probe handled (BPF statistics)", ("probe",)),
-    "lbtune_probe_run_seconds_total": ("CPU time the probe's BPF programs ran (probe "
-                                       "self-cost)", ("probe",)),
 }  # fmt: skip
 for _part, _field, _help in SOFTNET + SOFTNET_EXTRA:
     _COUNTER_HELP[f"lbtune_softnet_{_part}_total"] = (f"Per CPU: {_help}", ("cpu",))
@@ -246,8 +245,7 @@ def counter_deltas(c: Collection, opts: Options, totals: Totals) -> dict[Key, fl
     return out
 
 
-PROBE_FAMILIES = ("lbtune_kernel_drops_total", "lbtune_kernel_drops_by_location_total",
-                  "lbtune_probe_events_total", "lbtune_probe_run_seconds_total")  # fmt: skip
+PROBE_FAMILIES = ("lbtune_kernel_drops_total", "lbtune_kernel_drops_by_location_total")
 
 
 def _probe_deltas(p: ProbeSample, opts: Options, totals: Totals, out: dict[Key, float]) -> None:
@@ -265,10 +263,14 @@ def _probe_deltas(p: ProbeSample, opts: Options, totals: Totals, out: dict[Key, 
                         loc = "other"
                 key = ("lbtune_kernel_drops_by_location_total", (reason, loc))
                 out[key] = out.get(key, 0) + d.count
+    # The kernel's BPF statistics are on only part of the time (observe/probes.py samples
+    # them): the cost is a ratio over the seconds they were on, kept until the next one.
     for cost in p.costs:
-        out[("lbtune_probe_events_total", (cost.probe,))] = cost.events
-        out[("lbtune_probe_run_seconds_total", (cost.probe,))] = cost.run_time_ns / 1e9
-    # A reason (or probe) seen before and quiet in this window keeps its series.
+        if cost.measured_seconds > 0:
+            per_event = cost.run_time_ns / 1e9 / cost.events if cost.events else None
+            totals.probe_cost[cost.probe] = (
+                cost.run_time_ns / 1e9 / cost.measured_seconds, per_event)
+    # A reason seen before and quiet in this window keeps its series.
     for key in totals.values:
         if key[0] in PROBE_FAMILIES and key not in out:
             out[key] = 0
@@ -292,6 +294,14 @@ def families(c: Collection, opts: Options, totals: Totals) -> list[Family]:
             help_, labels = _COUNTER_HELP[name]
             out.append(Family(name, "counter", help_, labels, tuple(by_family[name])))
     out.extend(_gauges(c, opts))
+    if c.probes is not None and totals.probe_cost:
+        cost = sorted(totals.probe_cost.items())
+        out.append(_gauge("lbtune_probe_cpu_ratio", "Share of one CPU the probe's BPF programs "
+                          "ran (probe self-cost; kernel BPF statistics, last measured "
+                          "interval)", ("probe",), [((p,), round(r, 9)) for p, (r, _) in cost]))
+        out.append(_gauge("lbtune_probe_event_cost_seconds", "Mean run time of the probe per "
+                          "event (kernel BPF statistics, last measured interval)", ("probe",),
+                          [((p,), e) for p, (_, e) in cost if e is not None]))  # fmt: skip
     return out
 
 
