@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import statistics
@@ -168,9 +169,12 @@ def main() -> int:
         return 3
     version = subprocess.run([NODE_EXPORTER, "--version"], capture_output=True, text=True,
                              check=False).stdout.splitlines()[0]  # fmt: skip
+    load_before = os.getloadavg()[0]
     results = measure("live", None, args.rounds, args.pause)
     results += measure("fixture 48 CPUs, 2 NICs", FIXTURE, args.rounds, args.pause)
-    write_json(OUT, run_meta(args.rounds, pause=args.pause, node_exporter=version), results)
+    load = (round(load_before, 2), round(os.getloadavg()[0], 2))  # a shared machine: say so
+    write_json(OUT, run_meta(args.rounds, pause=args.pause, node_exporter=version,
+                             loadavg_1min_before_after=load), results)  # fmt: skip
     write_markdown(
         OUT,
         ["# lbtune exporter vs node_exporter: scrape time and series",
@@ -180,7 +184,7 @@ def main() -> int:
          "no exporter-runtime series; lbtune with --min-interval 0 (it samples on every "
          "scrape). CPU ms per scrape = the process's user+system CPU over the rounds / "
          "rounds. The fixture is read by both (--root; --path.procfs/--path.sysfs). "
-         "`bench/exporter.py`."],
+         f"1-minute load average {load[0]} before, {load[1]} after. `bench/exporter.py`."],
         [("host", "l"), ("exporter", "l"), ("series", "r"), ("bytes", "r"),
          ("scrape ms (median)", "r"), ("p90", "r"), ("CPU ms/scrape", "r"),
          ("drop-cause series", "r"), ("finding series", "r"),
