@@ -175,3 +175,16 @@ def test_counters_are_window_deltas_seeded_since_boot_and_never_go_back(tmp_path
 def test_exporter_help_lists_in_the_readme():
     readme = (REPO / "README.md").read_text()
     assert re.search(r"\|\s*`lbtune exporter", readme)
+
+
+def test_every_drop_cause_and_series_family_is_documented():
+    from lbtune.exporter.series import COUNTER_FAMILIES
+    from lbtune.observe.dropcauses import DROP_CAUSES
+
+    docs = (REPO / "docs" / "fleet.md").read_text()
+    slugs = [c.slug for c in DROP_CAUSES]
+    assert len(set(slugs)) == len(slugs)
+    assert [s for s in slugs if f"`{s}`" not in docs] == []
+    short = {f.replace("lbtune_softnet_", "_") for f in COUNTER_FAMILIES}  # softnet rows abridge
+    missing = [f for f in sorted(short) if f.startswith("lbtune_") and f"`{f}`" not in docs]
+    assert missing == []
