@@ -11,12 +11,16 @@ PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm km
 # The lab's servers and load (run only inside the UML guest, never as host services).
 LAB_PKGS=(nginx-light haproxy wrk apache2-utils keepalived)
 LAB_UNITS=(nginx haproxy keepalived)
+# The fleet tests run Prometheus (and promtool) by hand in a namespace; the exporter bench runs
+# node_exporter by hand on a loopback port. Neither may run as a service of this host.
+FLEET_PKGS=(prometheus prometheus-node-exporter)
+FLEET_UNITS=(prometheus prometheus-node-exporter)
 VENV=.venv
 
 say() { printf '[setup] %s\n' "$*"; }
 
 missing=()
-for p in "${PKGS[@]}" "${LAB_PKGS[@]}"; do
+for p in "${PKGS[@]}" "${LAB_PKGS[@]}" "${FLEET_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -45,7 +49,7 @@ fi
 # The lab starts its own nginx/haproxy/keepalived inside the UML guest; none of them may run
 # or start at boot as a service of this host. Disabling is idempotent (a no-op once done).
 if command -v systemctl >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
-  for unit in "${LAB_UNITS[@]}"; do
+  for unit in "${LAB_UNITS[@]}" "${FLEET_UNITS[@]}"; do
     if systemctl is-enabled --quiet "$unit" 2>/dev/null; then
       systemctl disable --quiet "$unit" 2>/dev/null || true
       say "disabled the $unit service (the lab runs its own instances in the guest)"
@@ -84,9 +88,9 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import bcc' 2>/dev/nu
 fi
 stamp="$VENV/.lbtune-installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  say "installing lbtune (editable) with test, lint and tui extras"
+  say "installing lbtune (editable) with test, lint, tui and exporter extras"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e '.[test,lint,tui]' 'tox>=4.11'
+  "$VENV/bin/python" -m pip install -q -e '.[test,lint,tui,exporter]' 'tox>=4.11'
   rm -f "$VENV"/.lbtune-installed-*
   touch "$stamp"
 else

@@ -65,6 +65,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("lbtune.cli.probe", "Count drops by kernel reason, per-queue packets, NAPI (eBPF)."),
     "ipvs": ("lbtune.cli.ipvs:ipvs_group", "IPVS DR director, real servers, self-test."),
     "monitor": ("lbtune.cli.monitor", "Live TUI: drops by cause, queues, CPUs, findings."),
+    "exporter": ("lbtune.cli.exporter", "Prometheus metrics: drops by cause, findings, drift."),
 }
 
 

@@ -21,6 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
 
 MAX_BODY = 1 << 20  # an agent document is a few hundred bytes; refuse anything absurd
+MAX_CLIENTS = 64  # connections served at once; more are closed at once (a flood holds no threads)
+REQUEST_DEADLINE = 10.0  # seconds a connection may take in all (a byte-by-byte drip included)
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,43 @@ Route = Callable[[str], Reply]  # path (without query) -> reply
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # listen() backlog: 5 by default, a burst of scrapes SYN-retried
 
     def __init__(self, address: tuple[str, int], route: Route, family: int) -> None:
         self.address_family = family
         self.route = route
+        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # too many at once: this one is closed, not queued
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        # A drip-feeding client would keep a thread for ever (the timeout is per read):
+        # the connection is shut down at the deadline, whatever it is doing.
+        timer = threading.Timer(REQUEST_DEADLINE, _cut, (request,))
+        timer.daemon = True
+        timer.start()
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            timer.cancel()
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that resets or sends garbage is not worth a traceback on stderr
+
+
+def _cut(request: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        request.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Callable, Deque, Optional, Sequence
+from typing import Deque, Optional, Sequence
 
 from lbtune.diagnose import probe_evidence as pe
 from lbtune.diagnose.context import Context
 from lbtune.diagnose.report import LIVE, Report
 from lbtune.diagnose.rules import run_rules
 from lbtune.diagnose.view import FindingView, finding_view
+from lbtune.observe.dropcauses import DROP_CAUSES, Counter, SnmpSum
 from lbtune.observe.model import Sample
 from lbtune.observe.probes import ProbeSample, merge_samples
 from lbtune.observe.window import NicDelta, Window
@@ -126,66 +127,11 @@ class Frame:
 
 # ------------------------------------------------------------------------------ drop causes
 
-Counter = Callable[[Window], Optional[int]]
-
-
-@dataclass(frozen=True)
-class _Snmp:
-    """The sum of protocol counters (keys as observe/procnet names them: `Udp6.NoPorts`)."""
-
-    keys: tuple[str, ...]
-
-    def __call__(self, w: Window) -> Optional[int]:
-        if not any(w.has_snmp(k) for k in self.keys):
-            return None
-        return sum(w.snmp(k) for k in self.keys)
-
-
-def _snmp(*keys: str) -> Counter:
-    return _Snmp(keys)
-
-
-def _nic_hw(w: Window) -> Optional[int]:
-    if not w.after.nics:
-        return None
-    total = 0
-    for d in w.nics():
-        if d.nic_drops:  # the driver's own drop counters (ring empty, FIFO, port buffer)
-            total += sum(d.nic_drops.values())
-        else:
-            total += sum(q.drops or 0 for q in d.queues if q.direction == "rx")
-    return total
-
-
-def _softnet(w: Window) -> Optional[int]:
-    return sum(d.dropped for d in w.softnet()) if w.after.softnet else None
-
-
-def _qdisc(w: Window) -> Optional[int]:
-    if "qdisc" in w.after.missing:
-        return None
-    return sum(d.drops for d in w.qdiscs() if d.qdisc.parent == "root")
-
-
-def _conntrack(w: Window) -> Optional[int]:
-    if w.after.conntrack is None:
-        return None
-    return sum(w.conntrack(c) for c in ("drop", "early_drop", "insert_failed"))
-
-
-CAUSES: tuple[tuple[str, str, Counter], ...] = (
-    ("NIC ring/FIFO", "driver drop counters (ethtool -S), else per-queue rx drops", _nic_hw),
-    ("CPU backlog", "softnet_stat dropped (netdev_max_backlog)", _softnet),
-    ("accept queue", "TcpExt.ListenOverflows", _snmp("TcpExt.ListenOverflows")),
-    ("SYN queue", "TcpExt.TCPReqQFullDrop", _snmp("TcpExt.TCPReqQFullDrop")),
-    ("TCP backlog", "TcpExt.TCPBacklogDrop", _snmp("TcpExt.TCPBacklogDrop")),
-    ("TCP rcvbuf prune", "TcpExt.RcvPruned", _snmp("TcpExt.RcvPruned")),
-    ("UDP rcvbuf", "Udp(6).RcvbufErrors", _snmp("Udp.RcvbufErrors", "Udp6.RcvbufErrors")),
-    ("UDP no port", "Udp(6).NoPorts", _snmp("Udp.NoPorts", "Udp6.NoPorts")),
-    ("rp_filter", "TcpExt.IPReversePathFilter", _snmp("TcpExt.IPReversePathFilter")),
-    ("IP discards", "Ip.InDiscards", _snmp("Ip.InDiscards")),
-    ("qdisc", "root qdisc drops (tc -s qdisc)", _qdisc),
-    ("conntrack", "nf_conntrack drop + early_drop + insert_failed", _conntrack),
+# The table lives in observe/dropcauses.py (the exporter sums the same counters); these
+# names stay for the panels and their tests.
+_Snmp = SnmpSum
+CAUSES: tuple[tuple[str, str, Counter], ...] = tuple(
+    (c.name, c.counters, c.count) for c in DROP_CAUSES
 )
 
 
