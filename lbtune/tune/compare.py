@@ -246,16 +246,23 @@ def is_profile_ref(ref: str) -> bool:
 
 def _profile_drift(host: Host, source: str, profile: str, iface: Optional[str]) -> tuple[
         str, HostDrift]:
+    from lbtune.host.capture import read_manifest
     from lbtune.host.inventory import LazyInventory
     from lbtune.tune.engine import KnobStatus, verify_targets
     from lbtune.tune.profile import load_profile, resolve
 
     prof = load_profile(profile, root=host.fs.root)
-    checks = verify_targets(host, resolve(prof, LazyInventory(host), iface))
+    tgts = resolve(prof, LazyInventory(host), iface)
+    manifest = read_manifest(host.fs) or {}
+    if manifest.get("netns"):
+        # A namespace's capture: host-global knobs are the host's, as `verify --netns` skips.
+        tgts = [t for t in tgts if t.knob.netns_scoped(host)]
+    checks = verify_targets(host, tgts)
+    # A knob a namespace does not show (net.core.netdev_max_backlog) is the host's too.
+    bad = (KnobStatus.DRIFT,) if manifest.get("netns") else (KnobStatus.DRIFT, KnobStatus.MISSING)
     diffs = tuple(Difference(c.kind, c.object, c.desired,
                              None if c.current is None else " ".join(c.current.split()))
-                  for c in checks
-                  if c.status in (KnobStatus.DRIFT, KnobStatus.MISSING))
+                  for c in checks if c.status in bad)
     drift = HostDrift(source, host.fs.read("/proc/sys/kernel/hostname"),
                       host.fs.read("/proc/sys/kernel/osrelease"), len(checks), diffs)
     return prof.name, drift

@@ -56,9 +56,9 @@ def playbook(tmp: pathlib.Path, tasks: str, hosts: list[str], *flags: str,
                           capture_output=True, text=True, env=env, timeout=300)
     recap = {}
     for m in re.finditer(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+"
-                         r"failed=(\d+)", proc.stdout, re.M):
+                         r"failed=(\d+)\s+skipped=(\d+)", proc.stdout, re.M):
         recap[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)),
-                             "failed": int(m.group(5))}
+                             "failed": int(m.group(5)), "skipped": int(m.group(6))}
     got = {p.stem: json.loads(p.read_text()) for p in results.glob("*.json")}
     return {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "recap": recap,
             "r": got}

@@ -140,6 +140,21 @@ def test_check_apply_idempotent_rollback(tmp_path: pathlib.Path, namespaces: lis
     assert all(res["recap"][n]["changed"] == 0 for n in namespaces), res["out"]
 
 
+def test_host_global_knobs_in_a_namespace_are_listed_not_skipped(
+    tmp_path: pathlib.Path, namespaces: list[str]
+) -> None:
+    """The shipped `web` profile in a namespace: its host-global knobs (fs.file-max...) are
+    not applied there and are listed as such; the task itself still runs and reports."""
+    ns = namespaces[:1]
+    res = playbook(tmp_path / "web", profile_task(pathlib.Path("web")), ns, "--check")
+    assert res["rc"] == 0, res["out"]
+    assert res["recap"][ns[0]]["skipped"] == 0, res["out"]
+    assert res["recap"][ns[0]]["changed"] == 1
+    r = res["r"][ns[0]]
+    why = {k["object"]: k["why"] for k in r["not_applied"]}
+    assert why["fs.file-max"] == "host-global: not changed from a namespace"
+
+
 def test_failed_apply_fails_the_task_and_changes_nothing(
     tmp_path: pathlib.Path, namespaces: list[str]
 ) -> None:

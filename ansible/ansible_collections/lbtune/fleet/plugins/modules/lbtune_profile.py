@@ -101,7 +101,7 @@ changes:
   elements: dict
   sample: [{"kind": "sysctl", "object": "net.core.somaxconn", "current": "4096",
             "desired": "8192"}]
-skipped:
+not_applied:
   description: Knobs lbtune did not change, with the reason (not on this host, or
     host-global in a namespace).
   returned: always
@@ -147,10 +147,10 @@ def present(module, lb):
     _rc, plan = lb.run(["plan", p["profile"]] + where)
     rows = plan.get("changes", [])
     pending = [r for r in rows if r.get("action") == "change"]
-    skipped = [dict(_short(r), why=SKIP_REASON.get(r.get("action"), ""))
+    not_applied = [dict(_short(r), why=SKIP_REASON.get(r.get("action"), ""))
                for r in rows if r.get("action") in SKIP_REASON]
     result = dict(changed=bool(pending), changes=[_short(r) for r in pending],
-                  skipped=skipped, needs_reboot=bool(plan.get("needs_reboot")))
+                  not_applied=not_applied, needs_reboot=bool(plan.get("needs_reboot")))
     if module._diff:
         result["diff"] = diff_of(pending, "current", "desired", "lbtune %s" % p["profile"])
     if not pending or module.check_mode:
@@ -176,7 +176,7 @@ def absent(module, lb):
     _rc, hist = lb.run(["history"])
     live = [j for j in hist.get("journals", []) if j.get("state") == "applied"]
     mine = [j for j in live if _same_profile(j.get("profile"), name)]
-    result = dict(changed=False, rolled_back=[], changes=[], skipped=[])
+    result = dict(changed=False, rolled_back=[], changes=[], not_applied=[])
     if not mine:
         return result
     top = []
