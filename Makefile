@@ -40,6 +40,7 @@ bench: setup
 	$(VENV)/bin/python bench/monitor.py
 	$(VENV)/bin/python bench/adapt.py
 	$(VENV)/bin/python bench/exporter.py
+	$(VENV)/bin/python bench/ansible.py
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist

@@ -100,15 +100,17 @@ def _print_plan(plan: Any, verbose: int, title: str) -> None:
 
 @ipvs_group.command("plan")
 @click.argument("config")
+@click.option("--teardown", is_flag=True,
+              help="Plan what `ipvs teardown CONFIG` would do instead of `apply`.")
 @common_options
 @click.pass_context
-def plan_command(ctx: click.Context, config: str) -> int:
-    """Show the operations `apply` would make: add, edit in place, drain, delete."""
-    from lbtune.ipvs.reconcile import plan_director
+def plan_command(ctx: click.Context, config: str, teardown: bool) -> int:
+    """Show the operations `apply` (or `teardown`) would make: add, edit, drain, delete."""
+    from lbtune.ipvs.reconcile import desired_targets, plan_director, teardown_targets
 
     cfg = director_config(config)
     host = ipvs_host(ctx)
-    planned = plan_director(host, cfg)
+    planned = plan_director(host, cfg, targets_of=teardown_targets if teardown else desired_targets)
     if runtime_of(ctx).json:
         emit_json({"config": cfg.source, "operations": len(planned.plan.to_apply),
                    "unchanged": _unchanged(planned.plan), "changes": _rows(planned.plan),

@@ -60,6 +60,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("lbtune.cli.tune:history_command", "List applies and their state."),
     "diagnose": ("lbtune.cli.diagnose:diagnose_command", "Find where packets die and the fix."),
     "capture": ("lbtune.cli.capture:capture_command", "Save what lbtune reads, for --root."),
+    "compare": ("lbtune.cli.compare:compare_command",
+                "Which hosts differ from a template host or a profile (captures)."),
     "checklist": ("lbtune.cli.checklist:checklist_command", "Is this host ready for a load test?"),
     "lab": ("lbtune.cli.lab:lab_group", "The IPVS DR lab (UML kernel): load, spread, diagnosis."),
     "probe": ("lbtune.cli.probe", "Count drops by kernel reason, per-queue packets, NAPI (eBPF)."),
