@@ -148,7 +148,7 @@ def present(module, lb):
     rows = plan.get("changes", [])
     pending = [r for r in rows if r.get("action") == "change"]
     not_applied = [dict(_short(r), why=SKIP_REASON.get(r.get("action"), ""))
-               for r in rows if r.get("action") in SKIP_REASON]
+                   for r in rows if r.get("action") in SKIP_REASON]
     result = dict(changed=bool(pending), changes=[_short(r) for r in pending],
                   not_applied=not_applied, needs_reboot=bool(plan.get("needs_reboot")))
     if module._diff:
