@@ -28,7 +28,10 @@ class HostFS:
     def __init__(self, root: str = "/") -> None:
         if not os.path.isdir(root):
             raise BadInput(f"--root {root}: not a directory")
-        self.root = os.path.abspath(root)
+        # Resolved once: every path is compared against the root's real path, so a root
+        # given as a symlink (`current -> tree-2`) must be that real path, or everything
+        # below it would read as outside the root.
+        self.root = os.path.realpath(root)
         # Real paths of directories already resolved, for host trees only: a tree is a record
         # that only lbtune changes (and then clears this), while the live /sys changes under
         # a long-running monitor. Resolving every component of every path again was most of

@@ -217,7 +217,17 @@ class StateDir:
 
     def check_owner(self, journal: Journal) -> None:
         """BadInput when `journal` belongs to another root, machine or namespace."""
-        why = self.host.identity().mismatch(journal.root, journal.machine_id, journal.hostname)
+        renamed = frozenset(
+            v
+            for j in self.journals()
+            if j.state in ACTIVE
+            for k in j.knobs
+            if (k.kind, k.obj) == ("sysctl", "kernel.hostname")
+            for v in (k.original, k.desired)
+            if v
+        )
+        ident = self.host.identity()
+        why = ident.mismatch(journal.root, journal.machine_id, journal.hostname, renamed)
         if why is None and journal.netns != self.host.netns:
             why = f"it was written in netns {journal.netns}, this run is in {self.host.netns}"
         if why is not None:

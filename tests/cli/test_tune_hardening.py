@@ -329,3 +329,42 @@ def test_json_vocabulary_of_plan_verify_history(tmp_path, monkeypatch):
     for doc in (plan, knob, hist, shown):
         text = json.dumps(doc)
         assert '"obj"' not in text and '"ident"' not in text and '"value"' not in text
+
+
+# ------------------------------------------------------------------ issue 20 item 21
+
+
+def test_root_given_as_a_symlink_to_a_tree_reads_the_tree(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    root = copy_host(tmp_path, KVM)
+    link = tmp_path / "current"
+    link.symlink_to(root)
+    shown = run_cli("--root", str(link), "show", "--json")
+    assert shown.exit_code == 0, shown.stderr
+    direct = run_cli("--root", str(root), "show", "--json")
+    assert shown.json["cpus"] == direct.json["cpus"]
+    before = files(root)
+    r = run_cli("--root", str(link), "apply", profile(tmp_path))
+    assert r.exit_code == 0, r.stderr
+    assert (root / "proc/sys/net/core/somaxconn").read_text() == "8192\n"
+    assert run_cli("--root", str(link), "rollback").exit_code == 0
+    assert files(root) == before
+
+
+def test_a_profile_setting_the_hostname_rolls_back_without_a_machine_id(tmp_path, monkeypatch):
+    monkeypatch.delenv("LBTUNE_STATE_DIR", raising=False)
+    root = copy_host(tmp_path, KVM)
+    assert not (root / "etc/machine-id").exists()
+    prof = tmp_path / "name.toml"
+    prof.write_text('[profile]\nname = "name"\n[sysctl]\n'
+                    '"kernel.hostname" = { value = "renamed", reason = "r" }\n')  # fmt: skip
+    before = files(root)
+    assert run_cli("--root", str(root), "apply", str(prof)).exit_code == 0
+    assert (root / "proc/sys/kernel/hostname").read_text() == "renamed\n"
+    rb = run_cli("--root", str(root), "rollback")
+    assert rb.exit_code == 0, rb.stderr
+    assert files(root) == before
+    # another host's name (not one this journal set or replaced) is still refused
+    assert run_cli("--root", str(root), "apply", str(prof)).exit_code == 0
+    (root / "proc/sys/kernel/hostname").write_text("someone-else\n")
+    assert "not this host's" in one_line_error(run_cli("--root", str(root), "rollback"))
