@@ -252,10 +252,16 @@ class HostFS:
             return
         fd = os.open(target, os.O_RDWR | os.O_CLOEXEC)  # one open: read the ending, rewrite
         try:
-            size = os.fstat(fd).st_size
-            newline = size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+            st = os.fstat(fd)
+            newline = st.st_size == 0 or os.pread(fd, 1, st.st_size - 1) == b"\n"
             if data and newline and not data.endswith(b"\n"):
                 data += b"\n"
+            if st.st_nlink > 1:
+                # Another name shares this inode, maybe outside the root (a hard link in
+                # the tree): writing in place would change that file too. Give the tree's
+                # name its own inode instead, with the same mode and owner.
+                self._replace(target, data, stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
+                return
             os.ftruncate(fd, 0)
             os.pwrite(fd, data, 0)
         finally:
@@ -316,12 +322,22 @@ class HostFS:
         else:  # a device, FIFO or directory is never replaced by a file (/dev/null!)
             if not (stat.S_ISREG(st.st_mode) or (not follow and stat.S_ISLNK(st.st_mode))):
                 raise BadInput(f"{kpath}: not a regular file; refusing to replace it")
-        directory = os.path.dirname(target)
         self.makedirs(posixpath.dirname(posixpath.normpath(kpath)))
+        if not follow:
+            self._changed_links()  # a link replaced by a file
+        self._replace(target, content, mode)
+
+    def _replace(
+        self, target: str, content: bytes, mode: int, owner: Optional[tuple[int, int]] = None
+    ) -> None:
+        """Replace the file at the real path `target` by a new inode holding `content`:
+        `<target>.lbtune-tmp-<pid>`, fsync, rename over `target`, fsync the directory."""
         tmp = f"{target}{TMP_INFIX}{os.getpid()}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
         fd = os.open(tmp, flags, mode)
         try:
+            if owner is not None and os.geteuid() == 0:
+                os.fchown(fd, *owner)
             os.fchmod(fd, mode)  # the umask must not narrow a restored file's mode
             os.write(fd, content)
             os.fsync(fd)
@@ -330,10 +346,8 @@ class HostFS:
             os.unlink(tmp)
             raise
         os.close(fd)
-        if not follow:
-            self._changed_links()  # a link replaced by a file
         os.replace(tmp, target)
-        fsync_dir(directory)
+        fsync_dir(os.path.dirname(target))
 
     def remove_stale_temps(self, kpath: str) -> None:
         """Remove `<file>.lbtune-tmp-<pid>` left next to `kpath` by a killed write_file."""
@@ -388,9 +402,13 @@ class HostFS:
         self.makedirs(posixpath.dirname(posixpath.normpath(kpath)), 0o700)
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         try:
-            return os.open(target, flags, 0o600)
+            fd = os.open(target, flags, 0o600)
         except OSError as e:
             raise BadInput(f"{kpath}: cannot open state file ({e.strerror})") from None
+        if os.fstat(fd).st_nlink > 1:  # the holder truncates it: never another name's file
+            os.close(fd)
+            raise BadInput(f"{kpath}: state file has other hard links; refusing to write it")
+        return fd
 
 
 TMP_INFIX = ".lbtune-tmp-"

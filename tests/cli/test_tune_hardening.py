@@ -368,3 +368,37 @@ def test_a_profile_setting_the_hostname_rolls_back_without_a_machine_id(tmp_path
     assert run_cli("--root", str(root), "apply", str(prof)).exit_code == 0
     (root / "proc/sys/kernel/hostname").write_text("someone-else\n")
     assert "not this host's" in one_line_error(run_cli("--root", str(root), "rollback"))
+
+
+# ------------------------------------------------------------------ issue 20 item 10
+
+
+def test_apply_never_writes_through_a_hard_link_out_of_the_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    root = copy_host(tmp_path, KVM)
+    outside = tmp_path / "outside-somaxconn"
+    attr = root / "proc/sys/net/core/somaxconn"
+    outside.write_bytes(attr.read_bytes())
+    attr.unlink()
+    os.link(outside, attr)
+    original = outside.read_bytes()
+    before = files(root)
+    assert run_cli("--root", str(root), "apply", profile(tmp_path)).exit_code == 0
+    assert attr.read_text() == "8192\n"
+    assert outside.read_bytes() == original
+    assert run_cli("--root", str(root), "rollback").exit_code == 0
+    assert outside.read_bytes() == original and files(root) == before
+
+
+def test_a_lock_file_hard_linked_elsewhere_is_never_truncated(tmp_path, monkeypatch):
+    monkeypatch.delenv("LBTUNE_STATE_DIR", raising=False)
+    root = copy_host(tmp_path, KVM)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    state = root / "var/lib/lbtune"
+    state.mkdir(parents=True)
+    os.link(victim, state / "lock")
+    for args in (["rollback"], ["apply", profile(tmp_path)]):
+        assert "hard links" in one_line_error(run_cli("--root", str(root), *args))
+        assert victim.read_text() == "precious\n"
+    assert (root / "proc/sys/net/core/somaxconn").read_text() != "8192\n"
