@@ -306,6 +306,26 @@ class HostFS:
         if not self.isdir(kdir):
             raise BadInput(f"{kdir}: not a directory below the host root")
 
+    def check_parents(self, kpath: str) -> None:
+        """BadInput naming the reason when a directory above `kpath` resolves outside the
+        root or exists but is not a directory (`/etc` a file): `write_file(kpath)` would then
+        fail, and so would removing what it created. For checking a plan before anything
+        changes (the file itself is checked when it is written)."""
+        parts = [p for p in posixpath.normpath(kpath).split("/") if p][:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/" + "/".join(parts[:i])
+            real = self._inside(d)
+            if real == "/.lbtune-outside-root":
+                raise BadInput(f"{kpath}: {d} resolves outside the host root; refusing to write")
+            try:
+                st = os.stat(self.path(real))
+            except FileNotFoundError:
+                return  # created below the last existing directory
+            except NotADirectoryError:
+                raise BadInput(f"{kpath}: a parent of {d} is not a directory") from None
+            if not stat.S_ISDIR(st.st_mode):
+                raise BadInput(f"{kpath}: {d} is not a directory")
+
     def write_file(
         self, kpath: str, content: bytes, mode: int = 0o644, follow: bool = True
     ) -> None:

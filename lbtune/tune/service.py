@@ -170,6 +170,10 @@ def apply_profile(
             )
         if boot:  # at boot the bootloader already has the command line; never rewrite it
             plan = Plan(plan.profile, tuple(c for c in plan.changes if c.knob.kind != "cmdline"))
+        if persist:  # every file --persist touches, checked before the first change
+            from lbtune.tune.persist import check_persist_paths
+
+            check_persist_paths(host, plan)
         if not (yes or boot):
             confirm = _management_guard(host, plan)
             if confirm is not None:

@@ -402,3 +402,39 @@ def test_a_lock_file_hard_linked_elsewhere_is_never_truncated(tmp_path, monkeypa
         assert "hard links" in one_line_error(run_cli("--root", str(root), *args))
         assert victim.read_text() == "precious\n"
     assert (root / "proc/sys/net/core/somaxconn").read_text() != "8192\n"
+
+
+# ------------------------------------------------------------------ issue 20 item 11
+
+PERSIST_PROFILE = """[profile]
+name = "p"
+[sysctl]
+"net.core.somaxconn" = { value = 8192, reason = "accept queue" }
+[nic.ens3]
+txqueuelen = { value = 5000, reason = "r" }
+"""
+
+
+@pytest.mark.parametrize("case", ["sysctl.d-outside", "systemd-outside", "etc-is-a-file"])
+def test_persistence_paths_are_checked_before_anything_changes(tmp_path, monkeypatch, case):
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    root = copy_host(tmp_path, KVM)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if case == "sysctl.d-outside":
+        (root / "etc/sysctl.d").symlink_to(outside)
+    elif case == "systemd-outside":
+        (root / "etc/systemd/system").mkdir(parents=True, exist_ok=True)
+        (root / "etc/systemd/system").rename(tmp_path / "moved")
+        (root / "etc/systemd/system").symlink_to(outside)
+    else:
+        (root / "etc").rename(tmp_path / "moved")
+        (root / "etc").write_text("not a directory\n")
+    prof = tmp_path / "p.toml"
+    prof.write_text(PERSIST_PROFILE)
+    before = files(root)
+    r = run_cli("--root", str(root), "apply", str(prof), "--persist")
+    one_line_error(r, 2)
+    assert files(root) == before
+    assert list(outside.iterdir()) == []
+    assert not list((tmp_path / "state").rglob("*.json"))  # refused while planning: no journal
