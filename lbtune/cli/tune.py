@@ -124,6 +124,13 @@ def apply_command(
         else:
             _print_plan(plan, s.verbose)
             echo(f"applied as {journal.id}; undo with `{lbtune_command(s.host(), 'rollback')}`")
+    from lbtune.host.signals import late_signals
+
+    late = late_signals()
+    if late and journal is not None:
+        undo = lbtune_command(s.host(), "rollback")
+        click.echo(f"lbtune: {late[0]} arrived after apply {journal.id} was committed: it "
+                   f"stays applied (`{undo}` undoes it)", err=True)  # fmt: skip
     return 0
 
 

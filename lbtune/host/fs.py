@@ -367,20 +367,24 @@ class HostFS:
             raise
         os.close(fd)
         os.replace(tmp, target)
-        fsync_dir(os.path.dirname(target))
+        directory, base = os.path.split(target)
+        _remove_dead_temps(directory, base)  # of an earlier writer of this file, killed
+        fsync_dir(directory)
 
     def remove_stale_temps(self, kpath: str) -> None:
-        """Remove `<file>.lbtune-tmp-<pid>` left next to `kpath` by a killed write_file."""
+        """Remove `<file>.lbtune-tmp-<pid>` left next to `kpath` by a killed write (of a
+        writer no longer alive: see `remove_dead_temps`)."""
         target = self._write_target(kpath, follow=False)
         directory, base = os.path.split(target)
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            return
-        for name in names:
-            rest = name[len(base) + len(TMP_INFIX) :]
-            if name.startswith(base + TMP_INFIX) and rest.isdigit():
-                os.unlink(os.path.join(directory, name))
+        _remove_dead_temps(directory, base)
+
+    def remove_dead_temps(self, kdir: str) -> None:
+        """Remove every `*.lbtune-tmp-<pid>` in directory `kdir` whose writer is gone: a run
+        killed (kill -9, power loss) between writing the temp file and renaming it. A temp
+        of a live process is left alone, unless that PID was reused by a process started
+        after the temp was written. Call it holding the lock: every lbtune writer does."""
+        target = self._write_target(kdir, follow=False)
+        _remove_dead_temps(target, "")
 
     def file_mode(self, kpath: str) -> Optional[int]:
         """Permission bits of a file, None when absent."""
@@ -432,6 +436,56 @@ class HostFS:
 
 
 TMP_INFIX = ".lbtune-tmp-"
+
+
+def _remove_dead_temps(directory: str, base: str) -> None:
+    """Unlink `<base>*.lbtune-tmp-<pid>` in `directory` (any name when `base` is "") whose
+    writer process is gone."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        head, infix, pid = name.rpartition(TMP_INFIX)
+        if not infix or not pid.isdigit() or not head or (base and head != base):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and not _writer_alive(int(pid), st.st_mtime):
+                os.unlink(path)
+        except OSError:  # removed meanwhile, or not ours to remove
+            continue
+
+
+def _writer_alive(pid: int, written: float) -> bool:
+    """Is process `pid` (on this machine) the live writer of a temp file written at
+    `written`? This process is not: it never leaves a temp behind between two calls."""
+    if pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    except OverflowError:
+        return False
+    started = _process_start(pid)
+    # A PID reused after the writer died belongs to a process started after the temp.
+    return started is None or started <= written + 1.0
+
+
+def _process_start(pid: int) -> Optional[float]:
+    """When process `pid` started (seconds since the epoch), from the live /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
 
 
 def fsync_dir(directory: str) -> None:

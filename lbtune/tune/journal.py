@@ -128,6 +128,10 @@ class StateDir:
         with HostLock(self.fs, posixpath.join(self.base, "lock")):
             self._holder = os.getpid()
             try:
+                # The first save of a journal killed midway leaves only its temp file,
+                # which no journal names: remove such leftovers of dead runs here.
+                if self.fs.isdir(self.journal_kdir):
+                    self.fs.remove_dead_temps(self.journal_kdir)
                 yield
             finally:
                 self._holder = 0

@@ -438,3 +438,24 @@ def test_persistence_paths_are_checked_before_anything_changes(tmp_path, monkeyp
     assert files(root) == before
     assert list(outside.iterdir()) == []
     assert not list((tmp_path / "state").rglob("*.json"))  # refused while planning: no journal
+
+
+# ------------------------------------------------------------------ issue 20 item 19
+
+
+@pytest.mark.parametrize("value", ["garbage", "0:VICTIM"])
+def test_the_shipped_cli_has_no_test_pause_hook(tmp_path, monkeypatch, value):
+    """The pause hook lives in tests/lbtune_paused.py; LBTUNE_TEST_PAUSE means nothing."""
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    monkeypatch.setenv("LBTUNE_TEST_PAUSE", value.replace("VICTIM", str(victim)))
+    root = copy_host(tmp_path, KVM)
+    r = run_cli("--root", str(root), "apply", profile(tmp_path))
+    assert r.exit_code == 0, r.stderr
+    assert victim.read_text() == "precious\n"
+    assert (root / "proc/sys/net/core/somaxconn").read_text() == "8192\n"
+    import lbtune
+
+    src = pathlib.Path(lbtune.__file__).parent
+    assert not [p for p in src.rglob("*.py") if "LBTUNE_TEST_PAUSE" in p.read_text()]

@@ -75,3 +75,33 @@ def test_an_attribute_hard_linked_outside_the_root_is_replaced_not_written(tmp_p
     assert [p.name for p in attr.parent.iterdir()] == ["somaxconn"]  # no temp left
     fs.write_attr("/proc/sys/net/core/somaxconn", "128")
     assert attr.read_text() == "128\n" and outside.read_text() == "128\n"
+
+
+def test_only_temps_of_dead_writers_are_removed(tmp_path):
+    """Issue 20 item 15: `FILE.lbtune-tmp-PID` of a writer that is gone (or whose PID now
+    belongs to a process started after the temp was written) is removed; a live writer's
+    temp is left alone."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "etc/sysctl.d"
+    d.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (d / f"a.conf.lbtune-tmp-{dead.pid}").write_text("x")
+        (d / f"b.conf.lbtune-tmp-{live.pid}").write_text("x")  # written after live started
+        reused = d / f"c.conf.lbtune-tmp-{live.pid}"
+        reused.write_text("x")
+        os.utime(reused, (1_000_000, 1_000_000))  # 1970: before `live` started
+        (d / "keep.conf").write_text("x")
+        (d / "not-a-temp.lbtune-tmp-x").write_text("x")
+        HostFS(str(tmp_path)).remove_dead_temps("/etc/sysctl.d")
+        assert sorted(p.name for p in d.iterdir()) == [
+            f"b.conf.lbtune-tmp-{live.pid}", "keep.conf", "not-a-temp.lbtune-tmp-x"]
+    finally:
+        live.kill()
+        live.wait()
+    HostFS(str(tmp_path)).remove_stale_temps("/etc/sysctl.d/b.conf")
+    assert sorted(p.name for p in d.iterdir()) == ["keep.conf", "not-a-temp.lbtune-tmp-x"]
