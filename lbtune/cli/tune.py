@@ -94,7 +94,8 @@ def apply_command(
 ) -> int:
     """Apply PROFILE: journal the current values, change them, verify; undo all on failure.
 
-    Ctrl-C or SIGTERM during the apply restores everything (exit 4).
+    Ctrl-C or SIGTERM during the apply restores everything (exit 4); once the apply is
+    committed it stays (exit 0, one line on stderr).
     """
     from lbtune.tune.journal import lbtune_command
     from lbtune.tune.service import NeedsConfirmation, apply_profile

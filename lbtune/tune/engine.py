@@ -222,6 +222,9 @@ def rollback(host: Host, state: StateDir, to: Optional[str] = None) -> list[Jour
         else:
             selected = active[:1]
         if not selected:
+            foreign = state.foreign()
+            if foreign:
+                raise BadInput(f"nothing to roll back for this root; {foreign}")
             raise BadInput("nothing to roll back (see `lbtune history`)")
         for j in selected:
             state.check_owner(j)
