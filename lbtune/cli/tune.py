@@ -191,6 +191,7 @@ def _journal_json(j: Any) -> dict[str, Any]:
         "hostname": j.hostname,
         "netns": j.netns,
         "root": j.root,
+        "verified": j.verified,  # False: no digest (an older lbtune's), never restored
         "error": j.error,
         "knobs": [
             {

@@ -530,6 +530,7 @@ def test_a_journal_without_a_digest_is_listed_but_never_restored(tmp_path, monke
     path.write_text(json.dumps(body_of(path.read_bytes())))  # as lbtune wrote it before
     hist = run_cli("--root", str(root), "history", "--json")
     assert hist.exit_code == 0 and hist.json["journals"][0]["state"] == "applied"
+    assert hist.json["journals"][0]["verified"] is False
     msg = one_line_error(run_cli("--root", str(root), "rollback"))
     assert "no digest" in msg and str(path) in msg and "move it away" in msg
     assert (root / "proc/sys/net/core/somaxconn").read_text() == "8192\n"
