@@ -140,6 +140,11 @@ def runtime_of(ctx: click.Context) -> Runtime:
 
 def main(argv: Optional[list[str]] = None) -> None:
     """Console entry point: run the CLI and map every error to a documented exit code."""
+    from lbtune.host.signals import hold_after_decided
+
+    # Once an apply is committed (or restored) a SIGTERM must not turn its documented exit
+    # code into death by signal: held until exit (host/signals.py).
+    hold_after_decided()
     sys.exit(invoke(argv))
 
 

@@ -13,7 +13,6 @@ apply. Front ends (CLI, TUI, tests) parse, call and render; nothing here prompts
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Union
 
@@ -21,10 +20,8 @@ from lbtune.errors import BadInput, NeedsPrivilege
 from lbtune.host.host import Host
 from lbtune.host.runtime import Runtime
 from lbtune.tune.engine import (
-    FaultHook,
     KnobCheck,
     PersistHook,
-    Transaction,
     apply_plan,
     last_applied,
     rollback,
@@ -32,16 +29,10 @@ from lbtune.tune.engine import (
     verify_targets,
 )
 from lbtune.tune.journal import Journal, StateDir, lbtune_command
-from lbtune.tune.knob import Knob
 from lbtune.tune.plan import Plan, Target, make_plan
 
 if TYPE_CHECKING:
     from lbtune.tune.profile import Profile
-
-# Test hook (tests/cli/test_apply_signals.py): "INDEX:FIFO" makes apply write INDEX to the
-# FIFO and wait just before change INDEX (len(changes) = before persisting, +1 = after), so a
-# test can kill the process at an exact point. Never set in production.
-PAUSE_ENV = "LBTUNE_TEST_PAUSE"
 
 
 @dataclass(frozen=True)
@@ -112,21 +103,6 @@ def _management_guard(host: Host, plan: Plan) -> Optional[NeedsConfirmation]:
     )
 
 
-def _pause_hook(runtime: Runtime) -> Optional[tuple[int, str]]:
-    spec = runtime.environ.get(PAUSE_ENV)
-    if not spec:
-        return None
-    index, _, fifo = spec.partition(":")
-    return int(index), fifo
-
-
-def _pause(point: Optional[tuple[int, str]], i: int) -> None:
-    if point is not None and point[0] == i:
-        with open(point[1], "w") as f:  # the test reads this, then sends its signal
-            f.write(f"{i}\n")
-        time.sleep(60)
-
-
 def apply_profile(
     runtime: Runtime,
     name: str,
@@ -170,28 +146,20 @@ def apply_profile(
             )
         if boot:  # at boot the bootloader already has the command line; never rewrite it
             plan = Plan(plan.profile, tuple(c for c in plan.changes if c.knob.kind != "cmdline"))
+        if persist:  # every file --persist touches, checked before the first change
+            from lbtune.tune.persist import check_persist_paths
+
+            check_persist_paths(host, plan)
         if not (yes or boot):
             confirm = _management_guard(host, plan)
             if confirm is not None:
                 return confirm
-        point = _pause_hook(runtime)
-        n = len(plan.to_apply)
-        fault: Optional[FaultHook] = None
-        if point is not None:
-
-            def fault(i: int, knob: Knob) -> None:
-                _pause(point, i)
-
         hook: Optional[PersistHook] = None
         if persist:
             from lbtune.tune.persist import persist_plan
 
-            def hook(txn: Transaction, p: Plan) -> None:
-                _pause(point, n)
-                persist_plan(txn, p)
-                _pause(point, n + 1)
-
-        journal = apply_plan(host, plan, state, fault=fault, persist=hook)
+            hook = persist_plan
+        journal = apply_plan(host, plan, state, persist=hook)
     return ApplyResult(profile.name, plan, journal, bool(persist and journal))
 
 
