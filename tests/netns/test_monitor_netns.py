@@ -1,0 +1,108 @@
+"""`lbtune --netns NS monitor` in a real terminal (tmux) while a real fault runs in NS.
+
+The live feed, not a scripted one: a listener with a backlog of 2 that never accepts
+(tests/netns/faults.py `ListenOverflow`) and a flood of connects to it in the namespace. The
+screen, read with `tmux capture-pane`, must show the "accept queue" drop row counting, the
+listener's port in the listen queues panel, and the accept-queue finding naming that port.
+Waits are bounded by conditions (the screen showing the text), never by a sleep that is
+asserted on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.netns import faults as F
+
+PORT = 18080
+
+
+class Tmux:
+    """One tmux server of its own (a private socket), one pane: the monitor."""
+
+    def __init__(self, name: str) -> None:
+        self.sock = name
+        self.env = dict(os.environ, TERM="xterm-256color")
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True,
+                              env=self.env, timeout=20, check=False).stdout  # fmt: skip
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "mon")
+
+
+def _lines_with(screen: str, *words: str) -> list[str]:
+    return [ln for ln in screen.splitlines() if all(w in ln for w in words)]
+
+
+ACCEPT_ROW = re.compile(r"accept queue +(\S+) +(\S+) +([\d,]+) *│")
+
+
+def _accept_rows(screen: str) -> list[str]:
+    """The "accept queue" rows of the drops panel that count drops (cause, rate, history,
+    a total above 0)."""
+    out = []
+    for ln in screen.splitlines():
+        m = ACCEPT_ROW.search(ln)
+        if m and int(m.group(3).replace(",", "")) > 0:
+            out.append(ln)
+    return out
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is not installed: scripts/setup.sh installs it")
+    t = Tmux(f"lbtune-live-{os.getpid()}")
+    try:
+        yield t
+    finally:
+        t("kill-server")
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+def test_live_monitor_shows_a_real_listen_overflow(netns, tmux, size):
+    fault = F.ListenOverflow(port=PORT, backlog=2, clients=20)
+    with F.Background(netns, fault) as bg:
+        cmd = [sys.executable, "-m", "lbtune", "--netns", netns, "monitor", "--no-probes"]
+        tmux("new-session", "-d", "-s", "mon", "-x", str(size[0]), "-y", str(size[1]),
+             "-c", os.getcwd(), *cmd)  # fmt: skip
+        tmux("set-option", "-t", "mon", "remain-on-exit", "on")
+        seen = {"row": "", "port": "", "finding": ""}
+        end = time.monotonic() + 60
+        screen = ""
+        while time.monotonic() < end and not all(seen.values()):
+            bg.trigger()  # 20 connects to a queue of 3: about 17 overflow, every round
+            truth = bg.truth()
+            assert truth.details["effective_backlog"] == 2
+            for _ in range(10):
+                screen = tmux.screen()
+                seen["row"] = seen["row"] or "\n".join(_accept_rows(screen))
+                seen["port"] = seen["port"] or "\n".join(_lines_with(screen, f":{PORT}"))
+                seen["finding"] = seen["finding"] or "\n".join(
+                    _lines_with(screen, "Accept queue overflow"))  # fmt: skip
+                if all(seen.values()):
+                    break
+                time.sleep(0.2)
+        assert all(seen.values()), f"missing {[k for k, v in seen.items() if not v]}:\n{screen}"
+        # The listener row shows the full queue against its effective backlog of 2.
+        assert any(f"127.0.0.1:{PORT}" in ln for ln in seen["port"].splitlines()), screen
+        # The finding stays on screen over its window, with the port it names: a later
+        # screen (no trigger in between) still holds it.
+        later = tmux.screen()
+        assert "Accept queue overflow" in later and f"port {PORT}" in later, later
+        tmux("send-keys", "-t", "mon", "q")
+        end = time.monotonic() + 30
+        while time.monotonic() < end and tmux("display", "-p", "-t", "mon",
+                                               "#{pane_dead}").strip() != "1":  # fmt: skip
+            time.sleep(0.2)
+        assert tmux("display", "-p", "-t", "mon", "#{pane_dead_status}").strip() == "0"
