@@ -149,7 +149,9 @@ class ReportScreen(ModalScreen[Optional[ReportRequest]]):
             yield Label("seconds")
             yield Input(f"{self.default_seconds:g}", id="seconds")
             yield Label("file (.md, .html or .json; enter writes)")
-            yield Input(self.default_path, id="path")
+            # The cursor at the end, nothing selected: backspace edits the extension (a
+            # selected name would be replaced whole by the first key).
+            yield Input(self.default_path, id="path", select_on_focus=False)
             yield Static("", id="error")
 
     def on_mount(self) -> None:
