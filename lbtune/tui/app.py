@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -232,7 +232,7 @@ class MonitorApp(App[int]):
         yield Static("", id="status")
         yield Footer()
 
-    def on_resize(self, event: Any) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         self._lay_out(event.size.width)
 
     def _lay_out(self, width: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,9 +47,10 @@ class Tmux:
 
 def _start(tmux: Tmux, netns: str, size: tuple[int, int], *args: str) -> None:
     cmd = [sys.executable, "-m", "lbtune", "--netns", netns, "monitor", "--no-probes", *args]
+    # The shell prints the monitor's exit status and keeps the pane open to be read.
+    shell = f"{shlex.join(cmd)}; echo EXIT=$?; sleep 60"
     tmux("new-session", "-d", "-s", "mon", "-x", str(size[0]), "-y", str(size[1]),
-         "-c", os.getcwd(), *cmd)  # fmt: skip
-    tmux("set-option", "-t", "mon", "remain-on-exit", "on")
+         "-c", os.getcwd(), shell)  # fmt: skip
 
 
 def _wait(tmux: Tmux, cond: Callable[[str], bool], what: str, timeout: float = 60.0) -> str:
@@ -64,11 +66,8 @@ def _wait(tmux: Tmux, cond: Callable[[str], bool], what: str, timeout: float = 6
 
 def _quit(tmux: Tmux) -> None:
     tmux("send-keys", "-t", "mon", "q")
-    end = time.monotonic() + 30
-    while time.monotonic() < end and tmux("display", "-p", "-t", "mon",
-                                           "#{pane_dead}").strip() != "1":  # fmt: skip
-        time.sleep(0.2)
-    assert tmux("display", "-p", "-t", "mon", "#{pane_dead_status}").strip() == "0"
+    shown = _wait(tmux, lambda s: "EXIT=" in s, "the monitor's exit")
+    assert "EXIT=0" in shown, shown
 
 
 def _lines_with(screen: str, *words: str) -> list[str]:
