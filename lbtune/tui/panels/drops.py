@@ -10,7 +10,8 @@ SPARK_WIDTH = 20
 
 
 def render(frame: Frame, condensed: bool, width: int) -> list[Line]:
-    t = table("cause", "/s", "history", "total", right=frozenset({"/s", "total"}))
+    t = table("cause", "/s", "history", "total", right=frozenset({"/s", "total"}),
+              squeeze=frozenset({"history"}))  # fmt: skip
     for d in frame.drops:
         if condensed and not d.total and d.rate is not None:
             continue
@@ -23,7 +24,8 @@ def render(frame: Frame, condensed: bool, width: int) -> list[Line]:
         )
     out = t.lines(width)
     if frame.reasons:
-        k = table("kernel reason (probe)", "location", "/s", right=frozenset({"/s"}))
+        k = table("kernel reason (probe)", "location", "/s", right=frozenset({"/s"}),
+                  cut=frozenset({"location"}))  # fmt: skip
         for r in frame.reasons:
             k.add((r.reason, HOT), (r.location, ""), (rate(r.rate), ""))
         out += [(), *k.lines(width)]
