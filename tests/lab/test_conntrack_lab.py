@@ -26,7 +26,7 @@ def lab_run() -> dict[str, Any]:
     try:
         res = run_in_lab("tests.lab.guest.conntrack_full:run", MAX, CONNS, 2.0, DELAY, timeout=180)
     except LabUnavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"lab kernel unavailable: {e}")
     rounds = {r["format"]: r for r in res.value["rounds"]}
     assert set(rounds) == {"json", "text"}
     return rounds
