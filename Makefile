@@ -39,6 +39,7 @@ bench: setup
 	$(VENV)/bin/python bench/ipvs.py
 	$(VENV)/bin/python bench/monitor.py
 	$(VENV)/bin/python bench/adapt.py
+	$(VENV)/bin/python bench/failover.py
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist
