@@ -117,7 +117,7 @@ class Row:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)  # as bench/results/ipvs.*
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "ipvs.json")
     args = ap.parse_args()
     from bench.results_io import run_meta, write_json

@@ -93,7 +93,7 @@ def test_reads_never_load_ipvs(tmp_path):
     """plan, status and export only read: on a kernel without ip_vs loaded, they say so and
     leave it unloaded (looking up IPVS's netlink family would load the module)."""
     if ipvs_loaded(HostFS("/")):
-        pytest.skip("ip_vs is loaded on this host already")
+        pytest.skip("capability: a kernel without ip_vs loaded (ip_vs is loaded or built in here)")
     cfg = tmp_path / "dr.toml"
     cfg.write_text(GOOD)
     status = run_cli("ipvs", "status", "--json")

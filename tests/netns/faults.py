@@ -8,6 +8,10 @@ namespace (a forked child that joined it, or the UML lab guest's init namespace)
 * ``trigger()`` makes the loss happen, bounded in size and time (well under a second), and
   returns the ground truth: how much was attempted, how much the limit lets through, and the
   range the kernel's counter must move by (``lo``..``hi``);
+* ``arrival``   names a second kernel counter, moved by the load itself whether or not the
+  fault bites (``Tcp.PassiveOpens``, ``Udp.NoPorts``...): the positive control of a fix loop,
+  which proves the second load arrived (by at least ``attempted``) before the fault's counter
+  standing still can mean anything;
 * ``close()``   releases sockets, threads and peer namespaces (links in the target namespace go
   away with the namespace itself);
 * ``restart()`` restarts the "application" (a listener is closed and opened again, so that it
@@ -42,7 +46,7 @@ import traceback
 from dataclasses import dataclass, field, replace
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 CLONE_NEWNET = 0x40000000
 SO_MEMINFO = 55  # getsockopt: u32[9] of SK_MEMINFO_*; index 8 is SK_MEMINFO_DROPS
@@ -75,6 +79,7 @@ class Truth:
     before: Mapping[str, int] = field(default_factory=dict)
     after: Mapping[str, int] = field(default_factory=dict)
     details: Mapping[str, Any] = field(default_factory=dict)
+    arrival: str = ""  # the fault's positive-control counter (Fault.arrival), in before/after
 
     def delta(self, key: Optional[str] = None) -> int:
         """Counter movement over the trigger (default: the fault's main counter)."""
@@ -313,6 +318,9 @@ class Fault:
 
     name = "fault"
     counters: tuple[str, ...] = ()  # snmp keys to read before/after
+    # An snmp key (or a key of the fault's own snapshot) that the load moves by at least
+    # `attempted` once nothing is lost: proof that a load arrived (module docstring).
+    arrival = ""
 
     def setup(self) -> None:
         link_up("lo")
@@ -327,9 +335,11 @@ class Fault:
         """Restart the application side (default: there is none)."""
 
     def snapshot(self) -> dict[str, int]:
-        """The counters this fault moves, read now in the current namespace."""
+        """The counters this fault moves (and its arrival counter), read now in the current
+        namespace."""
         snmp = snmp_counters()
-        return {k: snmp.get(k, 0) for k in self.counters}
+        keys = (*self.counters, self.arrival) if "." in self.arrival else self.counters
+        return {k: snmp.get(k, 0) for k in keys}
 
 
 class ListenOverflow(Fault):
@@ -345,6 +355,7 @@ class ListenOverflow(Fault):
 
     name = "listen-overflow"
     counters = ("TcpExt.ListenOverflows", "TcpExt.ListenDrops")
+    arrival = "Tcp.PassiveOpens"  # one per handshake that got a child socket
 
     def __init__(self, port: int = 18080, backlog: int = 2, clients: int = 20,
                  addr: str = "127.0.0.1", somaxconn: Optional[int] = None) -> None:  # fmt: skip
@@ -409,6 +420,7 @@ class SynQueueFull(Fault):
     """
 
     name = "syn-queue-full"
+    arrival = "Tcp.InSegs"  # each spoofed SYN is one segment received
 
     def __init__(self, cookies: bool = False, port: int = 18081, backlog: int = 4,
                  syns: int = 40, somaxconn: Optional[int] = None) -> None:  # fmt: skip
@@ -488,6 +500,7 @@ class UdpRcvbufErrors(Fault):
 
     name = "udp-rcvbuf-errors"
     counters = ("Udp.RcvbufErrors", "Udp.InErrors", "Udp.InDatagrams")
+    arrival = "Udp.InDatagrams"  # each datagram the application read
 
     def __init__(self, port: int = 15353, rcvbuf: int = 4096, datagrams: int = 200,
                  size: int = 1000, addr: str = "127.0.0.1") -> None:  # fmt: skip
@@ -557,6 +570,7 @@ class RpFilterDrop(Fault):
 
     name = "rp-filter-drop"
     counters = ("TcpExt.IPReversePathFilter", "Udp.NoPorts")
+    arrival = "Udp.NoPorts"  # a packet the filter let through reaches UDP: no listener
 
     def __init__(self, packets: int = 50, mode: int = 1) -> None:
         self.packets, self.mode = packets, mode
@@ -686,6 +700,7 @@ class TimeWaitOverflow(Fault):
 
     name = "timewait-overflow"
     counters = ("TcpExt.TCPTimeWaitOverflow",)
+    arrival = "Tcp.PassiveOpens"
 
     def __init__(self, port: int = 18082, max_tw: int = 4, conns: int = 30,
                  addr: str = "127.0.0.1") -> None:  # fmt: skip
@@ -791,6 +806,7 @@ class ConntrackFull(Fault):
 
     name = "conntrack-full"
     counters = ()
+    arrival = "Tcp.PassiveOpens"  # a SYN conntrack dropped never completes a handshake
     TABLE = "lbtune_test"
 
     CLOSING = ("close_wait", "fin_wait", "last_ack", "time_wait", "close")
@@ -859,7 +875,9 @@ class ConntrackFull(Fault):
         self.listener = s
 
     def snapshot(self) -> dict[str, int]:
-        return conntrack_stats()
+        out = conntrack_stats()
+        out[self.arrival] = snmp_counters().get(self.arrival, 0)
+        return out
 
     def trigger(self) -> Truth:
         count0 = conntrack_stats().get("conntrack count", 0)
@@ -963,7 +981,8 @@ def run_fault(fault: Fault) -> Truth:
         after = fault.snapshot()
     finally:
         fault.close()
-    return replace(truth, setup_seconds=t1 - t0, seconds=t3 - t2, before=before, after=after)
+    return replace(truth, setup_seconds=t1 - t0, seconds=t3 - t2, before=before, after=after,
+                   arrival=truth.arrival or fault.arrival)
 
 
 def _child(conn: Connection, netns: Optional[str], fault: Fault) -> None:
@@ -993,7 +1012,8 @@ def _child(conn: Connection, netns: Optional[str], fault: Fault) -> None:
             t2 = time.monotonic()
             after = fault.snapshot()
             conn.send(("truth", replace(truth, setup_seconds=setup_s, seconds=t2 - t1,
-                                        before=before, after=after)))  # fmt: skip
+                                        before=before, after=after,
+                                        arrival=truth.arrival or fault.arrival)))  # fmt: skip
     except BaseException:
         code = 1
         with contextlib.suppress(OSError, EOFError):
@@ -1061,6 +1081,11 @@ class Background:
         self.conn.send(("restart", None))
         self._expect("restarted")
 
+    def forget(self) -> None:
+        """The next truth() waits for a new result: for a trigger sent by a forked child that
+        inherited this object (trigger_in_window around `run_cli("--netns", ...)`)."""
+        self._truth = None
+
     def truth(self) -> Truth:
         if self._truth is None:
             self._truth = self._expect("truth")
@@ -1090,6 +1115,38 @@ class Background:
 
     def __exit__(self, *exc: object) -> None:
         self._reap()
+
+
+@contextlib.contextmanager
+def trigger_in_window(bg: Background) -> Iterator[list[str]]:
+    """Make the next diagnose window taken in this process - or in a child forked inside the
+    block (`run_cli("--netns", ...)`) - contain the whole of bg's fault, by conditions, not
+    delays: once the window's first sample is in, the trigger starts; every later sample
+    first waits (up to bg.timeout) until the fault's result is in. Yields the order of
+    events as this process saw them: "sample", "trigger", "fault done" (or "fault not done").
+    Read the result with bg.truth() after the block."""
+    from lbtune.observe.sampler import Sampler
+
+    orig = Sampler.take
+    events: list[str] = []
+
+    def take(self: Any) -> Any:
+        if "trigger" in events and not any(e.startswith("fault ") for e in events):
+            assert bg.conn is not None
+            events.append("fault done" if bg.conn.poll(bg.timeout) else "fault not done")
+        sample = orig(self)
+        events.append("sample")
+        if "trigger" not in events:
+            bg.trigger()
+            events.append("trigger")
+        return sample
+
+    bg.forget()
+    Sampler.take = take  # type: ignore[method-assign]
+    try:
+        yield events
+    finally:
+        Sampler.take = orig  # type: ignore[method-assign]
 
 
 def run_in_netns(netns: str, fault: Fault) -> Truth:
@@ -1194,6 +1251,7 @@ class PortRangeExhausted(Fault):
 
     name = "port-range-exhausted"
     counters = ()
+    arrival = "Tcp.ActiveOpens"  # a connect() that found a port sent its SYN
 
     def __init__(self, ports: int = 10, low: int = 40000, port: int = 18091) -> None:
         self.ports, self.low, self.port = ports, low, port
@@ -1270,6 +1328,7 @@ class BacklogFlood(Fault):
     """
 
     name = "backlog-flood"
+    arrival = "softnet processed"  # every copy the backlog took
 
     def __init__(self, ports: int = 20, broadcasts: int = 20, max_backlog: Optional[int] = None,
                  budget: Optional[int] = None) -> None:  # fmt: skip
@@ -1338,6 +1397,7 @@ class OrphanFlood(Fault):
 
     name = "orphan-flood"
     counters = ("TcpExt.TCPAbortOnMemory",)
+    arrival = "Tcp.PassiveOpens"
 
     def __init__(self, max_orphans: Optional[int] = 4, first: int = 8, more: int = 12,
                  port: int = 18092) -> None:  # fmt: skip
@@ -1411,6 +1471,7 @@ class TcpMemPressure(Fault):
 
     name = "tcp-mem-pressure"
     counters = ("TcpExt.TCPMemoryPressures",)
+    arrival = "Tcp.PassiveOpens"
 
     def __init__(self, tcp_mem: Optional[str] = "16 32 8192", conns: int = 16,
                  kbytes: int = 192, port: int = 18093) -> None:  # fmt: skip

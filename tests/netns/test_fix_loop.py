@@ -5,8 +5,10 @@ up in a throwaway namespace and triggered inside `lbtune --netns NS diagnose --d
 --json --write-profile P.toml`; the rule must fire and the profile must hold its fix (and
 lint clean). `lbtune --netns NS plan P.toml` shows the change, `apply P.toml` makes it; the
 application restarts where its limit is fixed at listen() time (as the finding says); the
-SAME load is triggered again inside a second diagnose window: the fault's kernel counter
-does not move (the fault's own reading, not lbtune's) and the rule stays quiet. `verify`
+SAME load is triggered again inside a second diagnose window: a second kernel counter the
+load itself moves (the fault's `arrival`: Tcp.PassiveOpens, Udp.NoPorts...) proves it
+arrived, and the fault's kernel counter does not move (the fault's own reading, not
+lbtune's) and the rule stays quiet. `verify`
 exits 0, and `rollback` gives every per-namespace sysctl back the value it had before the
 apply (read with `ip netns exec`, not by lbtune).
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import pathlib
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -34,7 +35,6 @@ from tests.netns import faults as F
 from tests.netns.test_tune_cli_netns import ns_sysctls
 
 DURATION = 2
-DELAY = 0.8  # see test_diagnose_scenarios: the trigger lands well inside the window
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -99,24 +99,12 @@ LOOPS = [
 
 
 def diagnose_while(netns: str, bg: F.Background, *extra: str) -> tuple[CliResult, F.Truth]:
-    """A diagnose window in the namespace with the fault triggered inside it."""
-    box: dict[str, Any] = {}
+    """A diagnose window in the namespace with the fault triggered inside it: by conditions
+    (F.trigger_in_window: after the window's first sample; its last waits for the fault)."""
     args = ["--netns", netns, "diagnose", "--duration", str(DURATION), "--json", *extra]
-
-    def run() -> None:
-        try:
-            box["res"] = run_cli(*args)
-        except BaseException as e:  # surfaced below
-            box["error"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    bg.trigger(after=DELAY)
-    t.join(60)
-    truth = bg.truth()
-    if "error" in box:
-        raise box["error"]
-    return box["res"], truth
+    with F.trigger_in_window(bg):
+        res = run_cli(*args)  # forked (--netns): the child inherits the sampler hook
+    return res, bg.truth()
 
 
 def hits(res: CliResult, rule: str) -> list[dict[str, Any]]:
@@ -158,8 +146,12 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
         if loop.restart:
             bg.restart()
 
-        # 3. the same load again: the fault's counter does not move, the rule is quiet
+        # 3. the same load again: it arrived (the positive control moved by at least what
+        # was sent), yet the fault's counter does not move and the rule is quiet
         second, truth2 = diagnose_while(netns, bg)
+        assert truth2.arrival and truth2.attempted > 0, truth2
+        arrived = truth2.delta(truth2.arrival)
+        assert arrived >= truth2.attempted, (truth2.arrival, arrived, truth2.attempted)
         if loop.counter is not None:
             assert loop.counter in truth2.after, truth2  # the fault read it again
             moved = truth2.after.get(loop.counter, 0) - truth2.before.get(loop.counter, 0)

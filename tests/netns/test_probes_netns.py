@@ -22,6 +22,7 @@ import time
 import pytest
 
 from lbtune.host.host import Host
+from tests.conftest import needs_bcc
 from tests.netns.conftest import in_netns, ip
 from tests.netns.probe_traffic import (
     VethPair,
@@ -36,7 +37,7 @@ from tests.netns.probe_traffic import (
     send_steered,
 )
 
-pytest.importorskip("bcc", reason="the probes need bcc (python3-bpfcc; `make setup`)")
+pytestmark = needs_bcc
 PER_QUEUE = (10, 20, 30, 40)  # distinct per queue, so a swapped queue cannot pass
 
 
@@ -87,7 +88,7 @@ def _listen_overflow(netns: str):  # type: ignore[no-untyped-def]
 def test_drops_reports_listen_overflow_during_a_burst(netns):
     result = in_netns(netns, _listen_overflow, netns)
     if result is None:
-        pytest.skip("this kernel has no TCP_LISTEN_OVERFLOW drop reason (< 6.15)")
+        pytest.skip("capability: this kernel has no TCP_LISTEN_OVERFLOW drop reason (< 6.15)")
     clients, overflows, sample = result
     hits = [d for d in sample.drops if d.reason == "TCP_LISTEN_OVERFLOW" and d.protocol == "IPv6"]
     counted = sum(d.count for d in hits)

@@ -244,3 +244,20 @@ def test_progress_lines_pass_from_writer_to_reader(tmp_path):
         fh.write(', "total": 3}\nnot json\n')
     reader.poll(tmp_path)
     assert [(s.name, s.state, s.done, s.total) for s in seen[1:]] == [("load", "tick", 1, 3)]
+
+
+def test_adaptive_requests_without_an_access_log_are_unknown_not_zero(tmp_path):
+    """A server whose access log is missing served an unknown number of requests, not 0:
+    its count is None, the scheme says why, and no share is computed from it."""
+    from lbtune.lab.adaptive import _Web, rows
+
+    web = _Web("rs1", "ns-unused", str(tmp_path), str(tmp_path / "www"), Shell())
+    assert web.phase_requests() is None  # not started: nothing was logged or rotated
+    (tmp_path / "access.log.before").write_text("200\n200\n\n200\n")
+    assert web.phase_requests() == 3
+    scheme = {"scheme": "rr", "load": None, "failures": None, "events": [],
+              "requests": {"rs1": 30, "rs2": None}}  # fmt: skip
+    (row,) = rows({"schemes": [scheme]})
+    assert row.shares == {"rs1": None, "rs2": None}
+    scheme["requests"] = {"rs1": 30, "rs2": 10}
+    assert rows({"schemes": [scheme]})[0].shares == {"rs1": 0.75, "rs2": 0.25}
