@@ -29,6 +29,7 @@ from lbtune.host import addr as addrs
 from lbtune.host import route
 from lbtune.host.arp import ArpAnswer
 from lbtune.host.host import Host
+from lbtune.host.ifname import check_ifname
 from lbtune.host.ipvs import canonical_addr
 from lbtune.host.sysctl import conf_key, effective_conf
 from lbtune.tune.knobs.ipvs import ABSENT, PRESENT, AddressKnob, address_obj
@@ -71,6 +72,8 @@ def make_spec(
             out.append(text)
     if not out:
         raise BadInput("--vip: give at least one VIP")
+    check_ifname(iface, "--iface")
+    check_ifname(dev, "--dev")
     if iface == dev:
         raise BadInput(f"--iface {iface} and --dev {dev}: the VIP must not be on the facing "
                        "interface (the host would answer ARP for it)")
