@@ -279,6 +279,9 @@ def selftest_command(ctx: click.Context, config: str, from_netns: Optional[str],
                                                        if r.unattributed else ""), markup=False)
             for err, n in r.errors:
                 out.print(f"      {n} x {err}", markup=False)
+            for u in r.unanswered:
+                who = f"real server {u.address}" if u.address else "not scheduled"
+                out.print(f"      {who}: {u.failed} failed: {u.cause}", markup=False)
             if r.arp:
                 out.print(f"      ARP for the VIP answered by: {', '.join(r.arp)}", markup=False)
         out.print(f"self-test from {report.client}: {report.level.value}")

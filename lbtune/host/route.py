@@ -1,4 +1,4 @@
-"""Routing decisions of this network namespace, asked of the kernel (rtnetlink RTM_GETROUTE).
+"""Routing decisions and neighbours of this network namespace, asked of the kernel (rtnetlink).
 
 Two questions, both answered by the kernel's own lookup code rather than by reading tables:
 
@@ -11,6 +11,9 @@ Two questions, both answered by the kernel's own lookup code rather than by read
   be accepted (`ip route get DST from SRC iif IIF`)? The kernel runs its input route lookup,
   rp_filter included, with the live sysctls; a refusal comes back as an error (EINVAL on
   6.x kernels, EXDEV on older ones, for rp_filter).
+
+`neighbour_state(host, addr)` is the ARP/NDP entry of a neighbour (`ip neigh`): FAILED or
+INCOMPLETE for a real server the director cannot reach on its segment.
 
 Plain messages through `lbtune.host.netlink`; layouts from include/uapi/linux/rtnetlink.h
 (struct rtmsg, struct rtnexthop). Live hosts only; IPv4 and IPv6.
@@ -141,4 +144,27 @@ def input_refused(host: Host, dst: str, src: str, iif: str) -> Optional[OSError]
                       _request(dst, src, _ifindex(host, iif), 0))
     except OSError as e:
         return e
+    return None
+
+
+RTM_NEWNEIGH, RTM_GETNEIGH = 28, 30
+# struct ndmsg { u8 family; u8 pad1; u16 pad2; s32 ifindex; u16 state; u8 flags; u8 type; }
+NDMSG = struct.Struct("=BxxxiHBB")
+NDA_DST = 1
+NUD_STATES = {0x01: "INCOMPLETE", 0x02: "REACHABLE", 0x04: "STALE", 0x08: "DELAY",
+              0x10: "PROBE", 0x20: "FAILED", 0x40: "NOARP", 0x80: "PERMANENT"}
+
+
+def neighbour_state(host: Host, addr: str) -> Optional[str]:
+    """The neighbour (ARP/NDP) entry of `addr` here: REACHABLE, STALE, INCOMPLETE, FAILED
+    ... (`ip neigh`); None when there is none."""
+    addrs.links(host)  # live hosts only
+    fam, raw = _family(addr)
+    for mtype, body in netlink.dump(netlink.NETLINK_ROUTE, RTM_GETNEIGH,
+                                    NDMSG.pack(fam, 0, 0, 0, 0)):
+        if mtype != RTM_NEWNEIGH or len(body) < NDMSG.size:
+            continue
+        state = NDMSG.unpack_from(body)[2]
+        if netlink.parse_attrs(body, NDMSG.size).get(NDA_DST) == raw:
+            return NUD_STATES.get(state, f"0x{state:x}")
     return None
