@@ -94,6 +94,10 @@ def agent_command(
     for p in (agent_port, haproxy_port):
         if p is not None and not 0 <= p <= 65535:
             raise BadInput(f"port {p}: 0 to 65535")
+    if egress is not None:  # it names a sysfs path: the one interface-name rule
+        from lbtune.host.ifname import check_ifname
+
+        check_ifname(egress, "--egress")
     opts = ag.AgentOptions(port=port, egress=egress, signals=tuple(ag.parse_signals(signals)),
                            max_conns=max_conns, interval=interval)  # fmt: skip
     host = s.host()

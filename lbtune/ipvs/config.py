@@ -23,6 +23,7 @@ from functools import cached_property
 from typing import Any, Optional
 
 from lbtune.errors import BadInput
+from lbtune.host.ifname import is_ifname
 from lbtune.host.ipvs import (
     FWD_METHODS,
     KNOWN_SCHEDULERS,
@@ -48,7 +49,6 @@ PRUNE = ("all", "vips", "none")
 TIMEOUTS = ("tcp", "tcpfin", "udp")
 SYSCTL_PREFIX = "net.ipv4.vs."
 _SYSCTL_NAME = re.compile(r"[a-z0-9_]{1,64}")
-_IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-.]{0,14}")
 _TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
 
 TOP_KEYS = ("director", "timeouts", "sysctl", "vip", "service")
@@ -211,7 +211,7 @@ def parse_config(data: Any, source: str = "<config>") -> DirectorConfig:
         v = _Doc(raw, source, f"[[vip]] #{i + 1}", VIP_KEYS)
         family, addr = v.addr("address")
         dev = v.text("dev", None)
-        if not _IFNAME.fullmatch(dev) or dev in (".", ".."):
+        if not is_ifname(dev):
             raise v.fail(f"dev = {dev!r} is not an interface name")
         full = default_netmask(family)
         prefix = v.integer("prefix", full, 1, full)

@@ -100,7 +100,9 @@ def test_reads_never_load_ipvs(tmp_path):
     assert status.exit_code == 0, status.stderr
     assert status.json["loaded"] is False and status.json["services"] == []
     export = run_cli("ipvs", "export")
-    assert export.exit_code == 0 and export.stdout.strip() == ""
+    # nothing printed; since issue 16 item 10 it says why (exit 3) instead of an empty line
+    assert export.exit_code == 3 and export.stdout.strip() == "", export.stderr
+    assert "IPVS" in export.stderr and len(export.stderr.splitlines()) == 1
     plan = run_cli("ipvs", "plan", str(cfg), "--json")
     if plan.exit_code == 2:  # this kernel has no IPVS schedulers at all: said before anything
         assert "scheduler rr is not available in this kernel" in plan.stderr
