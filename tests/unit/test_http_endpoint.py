@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import socket
 
-from lbtune.host.http import HttpEndpoint, Reply, _Handler, fetch_json
+from lbtune.host import http
+from lbtune.host.http import HttpEndpoint, Reply, fetch_json
 
 
 def test_fetch_ignores_the_proxy_environment(monkeypatch):
@@ -21,7 +22,7 @@ def test_fetch_ignores_the_proxy_environment(monkeypatch):
 
 
 def test_a_silent_client_is_dropped_by_the_server(monkeypatch):
-    monkeypatch.setattr(_Handler, "timeout", 0.3)
+    monkeypatch.setattr(http, "REQUEST_DEADLINE", 0.3)
     ep = HttpEndpoint("127.0.0.1", 0, lambda path: Reply(200, "text/plain", "x"))
     ep.start()
     try:
