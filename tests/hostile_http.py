@@ -9,6 +9,7 @@ namespace): `python -m tests.hostile_http KIND:PORT ...` prints "ready" once all
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import sys
@@ -123,10 +124,8 @@ class Hostile:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self.sock.close()
 
 
