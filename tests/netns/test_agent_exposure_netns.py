@@ -366,3 +366,35 @@ def test_no_file_descriptor_leak_after_the_flood(lo_ns, agents):
     while len(os.listdir(f"/proc/{a.proc.pid}/fd")) > fds_before + 2 and time.monotonic() < guard:
         time.sleep(0.2)
     assert len(os.listdir(f"/proc/{a.proc.pid}/fd")) <= fds_before + 2
+
+
+# ------------------------------------------------------------------ promtool
+
+
+def _metrics(port: int) -> str:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+    buf = b""
+    while chunk := s.recv(65536):
+        buf += chunk
+    s.close()
+    head, _, body = buf.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200"), head
+    return body.decode()
+
+
+def test_the_real_metrics_pass_promtool(lo_ns, agents):
+    """promtool (Debian's prometheus, installed by scripts/setup.sh) lints the agent's real
+    /metrics: base units (bytes, not bits), _total only on counters."""
+    import shutil
+
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: scripts/setup.sh installs Debian's prometheus"
+    a = _start(lo_ns, "--listen", "127.0.0.1")
+    agents.append(a)
+    text = in_netns(lo_ns, _metrics, AGENT)
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                       text=True, timeout=60, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "lbtune_agent_egress_bytes_per_second{" in text  # the egress rate is there
+    assert "lbtune_agent_source_ok{" in text
