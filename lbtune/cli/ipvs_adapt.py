@@ -161,8 +161,8 @@ def agent_command(
         sys.stdout.write(json.dumps({"listening": where, "ports": ports,
                                      "allow": [str(n) for n in networks]}) + "\n")
     else:
-        console().print(f"agent for port {port} on {where} (/metrics, /haproxy, /healthz)"
-                        f"{extra}; clients from {allowed}", markup=False)  # fmt: skip
+        sys.stdout.write(f"agent for port {port} on {where} (/metrics, /haproxy, /healthz)"
+                         f"{extra}; clients from {allowed}\n")  # one line, never wrapped
     sys.stdout.flush()
     from lbtune.host.signals import interruptible
 
