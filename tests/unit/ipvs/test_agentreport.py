@@ -68,8 +68,9 @@ def test_prometheus_text_parses_with_the_reference_parser():
                                   "egress": 0.75})  # fmt: skip
     health = {s.labels["state"]: s.value for s in families["lbtune_agent_health"].samples}
     assert health == {"ok": 1, "overloaded": 0, "down": 0, "unknown": 0}
-    cap = families["lbtune_agent_egress_capacity_bits_per_second"].samples[0]
-    assert cap.value == 40e6 and cap.labels["dev"] == "eth0"
+    # Prometheus base units: 40 Mbit/s is 5,000,000 bytes/s
+    cap = families["lbtune_agent_egress_capacity_bytes_per_second"].samples[0]
+    assert cap.value == 40e6 / 8 and cap.labels["dev"] == "eth0"
 
 
 def test_haproxy_agent_check_lines():
