@@ -54,7 +54,9 @@ def _print_report(r: Any) -> None:
         out.print(f"{k:<12} {v}", markup=False)
 
 
-MISC_TIMEOUT_MAX = 30.0  # keepalived's misc_timeout defaults to the delay_loop (60 s)
+# The longest total deadline of one agent fetch (host/http.MAX_TIMEOUT): below keepalived's
+# default misc_timeout, the checker's delay_loop (60 s unless set).
+MISC_TIMEOUT_MAX = 30.0
 
 
 def _finite(value: Optional[float], name: str, low: float, high: float) -> None:
@@ -202,7 +204,7 @@ def _misc_check(s: Any, url: str, timeout: float) -> int:
               help="Seconds between polls of the agents.")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
 @click.option("--timeout", type=float, default=1.0, show_default=True,
-              help="Seconds to wait for each agent.")
+              help="Seconds to wait for each agent (total, at most 30).")
 @click.option("--dry-run", is_flag=True, help="Print what would be set; change nothing.")
 @click.option("--keep", is_flag=True, help="On exit leave the adapted weights (default: "
               "put the configured weights back).")
@@ -215,8 +217,8 @@ def adapt_command(ctx: click.Context, config: str, interval: float, duration: Op
     from lbtune.host.signals import interruptible
     from lbtune.ipvs.adapt import Adapter, Event, run
 
-    if not 0.2 <= interval <= 3600 or not 0.1 <= timeout <= 60:
-        raise BadInput("--interval 0.2..3600 and --timeout 0.1..60 seconds")
+    if not 0.2 <= interval <= 3600 or not 0.1 <= timeout <= MISC_TIMEOUT_MAX:
+        raise BadInput(f"--interval 0.2..3600 and --timeout 0.1..{MISC_TIMEOUT_MAX:g} seconds")
     if duration is not None and not (math.isfinite(duration) and duration > 0):
         raise BadInput(f"--duration {duration:g}: a positive number of seconds")
     s = runtime_of(ctx)

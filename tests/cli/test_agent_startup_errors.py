@@ -84,3 +84,13 @@ def test_adapt_duration_must_be_a_positive_number(value, tmp_path):
 def test_bad_listen_and_allow_are_refused(args, words):
     r = _lbtune("ipvs", "agent", "--agent-port", "0", "--duration", "5", *args)
     _refused(r, *words)
+
+
+def test_adapt_timeout_beyond_the_fetch_deadline_is_refused(tmp_path):
+    """The fetch refuses a deadline over 30 s: adapt must not accept one that would make
+    every agent look unreachable."""
+    cfg = tmp_path / "dr.toml"
+    cfg.write_text('[[service]]\naddress = "10.0.0.100"\nport = 80\n'
+                   '  [[service.real_server]]\n  address = "10.0.0.11"\n')
+    r = _lbtune("ipvs", "adapt", str(cfg), "--dry-run", "--timeout", "45", "--duration", "1")
+    _refused(r, "--timeout")
