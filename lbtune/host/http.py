@@ -122,6 +122,7 @@ class RefusalLog:
             held, self.held = self.held, 0
         if self._write is not None:
             more = f" ({held} more not shown)" if held else ""
+            line = line.replace("\r", "\\r").replace("\n", "\\n")  # one line, always
             # stderr gone (a closed pipe): the server keeps serving
             with contextlib.suppress(OSError, ValueError):
                 self._write(line + more)

@@ -30,3 +30,33 @@ def test_a_silent_client_is_dropped_by_the_server(monkeypatch):
             assert s.recv(1) == b""  # the server closed the connection without a request
     finally:
         ep.close()
+
+
+def test_refusals_are_one_line_each_and_rate_limited(monkeypatch):
+    now = {"t": 1000.0}
+    monkeypatch.setattr(http.time, "monotonic", lambda: now["t"])
+    out: list[str] = []
+    log = http.RefusalLog(out.append, burst=3, window=10.0)
+    for i in range(8):
+        log(f"refused 192.0.2.{i}:1\nforged second line")
+    assert len(out) == 3 and all("\n" not in line for line in out)
+    now["t"] += 10.0  # the next window: the held-back count goes out with the first line
+    log("refused 192.0.2.9:1")
+    assert out[-1] == "refused 192.0.2.9:1 (5 more not shown)"
+    assert log.total == 9
+
+
+def test_allow_lists():
+    nets = http.parse_networks("10.0.0.0/24, 192.0.2.7,::1")
+    assert http.peer_allowed("10.0.0.200", nets) and http.peer_allowed("192.0.2.7", nets)
+    assert http.peer_allowed("::ffff:10.0.0.9", nets)  # IPv4 through a dual-stack socket
+    assert not http.peer_allowed("10.0.1.1", nets) and not http.peer_allowed("::2", nets)
+    assert not http.peer_allowed("garbage", nets)
+    assert http.peer_allowed("203.0.113.5", http.parse_networks("any"))
+    assert http.peer_allowed("203.0.113.5", None)
+    for bad in ("10.0.0.0/33", "eth0", ",", ""):
+        try:
+            http.parse_networks(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} accepted")
