@@ -6,8 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # chromium: the HTML report is checked in a real headless browser (tests/browser.py).
+# prometheus: its promtool lints the agent's real /metrics (the service never starts: the
+# policy-rc.d below).
 PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm kmod
-      user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium)
+      user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium
+      prometheus)
 # The lab's servers and load (run only inside the UML guest, never as host services).
 LAB_PKGS=(nginx-light haproxy wrk apache2-utils keepalived)
 LAB_UNITS=(nginx haproxy keepalived)

@@ -170,13 +170,30 @@ def _fail(code: int, kind: str, message: str, as_json: bool) -> int:
     return code
 
 
+def _misc_check_mode(args: list[str]) -> bool:
+    """`lbtune ... ipvs agent --misc-check URL`: keepalived reads the exit code as a weight."""
+    words = args[: args.index("--")] if "--" in args else args
+    return ("ipvs" in words and "agent" in words
+            and any(w == "--misc-check" or w.startswith("--misc-check=") for w in words))
+
+
 def invoke(argv: Optional[list[str]] = None) -> int:
     """Run the CLI and return its exit code instead of exiting (used by tests and main).
 
     Every error becomes its documented exit code and one line on stderr; under --json also
-    `{"error": {"code", "type", "message"}}` on stdout.
+    `{"error": {"code", "type", "message"}}` on stdout. Under `ipvs agent --misc-check`
+    every error exits 1 instead: keepalived's misc_dynamic reads exit 2..255 as the weight
+    plus 2 (an internal error's 70 would set weight 68 on a server that failed its check).
     """
     args = sys.argv[1:] if argv is None else list(argv)
+    if _misc_check_mode(args):
+        ok, code = _invoke(args)
+        return code if ok else int(ExitCode.FINDINGS)
+    return _invoke(args)[1]
+
+
+def _invoke(args: list[str]) -> tuple[bool, int]:
+    """(whether the command ran to its end, the exit code)."""
     debug = "--debug" in args or os.environ.get("LBTUNE_DEBUG") == "1"
     as_json = _wants_json(args)
     slot = _Slot()
@@ -189,30 +206,31 @@ def invoke(argv: Optional[list[str]] = None) -> int:
     except click.exceptions.Abort as e:
         # click turns Ctrl-C into Abort; a "no" at a confirmation prompt is an Abort too.
         if isinstance(e.__cause__, KeyboardInterrupt):
-            return _fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted", as_json)
-        return _fail(int(ExitCode.USAGE), "aborted", "aborted", as_json)
+            return False, _fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted",
+                                as_json)  # fmt: skip
+        return False, _fail(int(ExitCode.USAGE), "aborted", "aborted", as_json)
     except click.ClickException as e:
         if as_json:
-            return _fail(int(ExitCode.USAGE), "usage", e.format_message(), True)
+            return False, _fail(int(ExitCode.USAGE), "usage", e.format_message(), True)
         e.show()
-        return int(ExitCode.USAGE)
+        return False, int(ExitCode.USAGE)
     except click.exceptions.Exit as e:
-        return int(e.exit_code)
+        return e.exit_code == 0, int(e.exit_code)
     except LbtuneError as e:
         if debug:
             _print_traceback()
-        return _fail(int(e.exit_code), _error_type(e), shown(str(e)), as_json)
+        return False, _fail(int(e.exit_code), _error_type(e), shown(str(e)), as_json)
     except KeyboardInterrupt:
-        return _fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted", as_json)
+        return False, _fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted", as_json)
     except BrokenPipeError:
-        return 0
+        return False, 0
     except Exception as e:
         if debug:
             _print_traceback()
-            return int(ExitCode.INTERNAL)
+            return False, int(ExitCode.INTERNAL)
         message = shown(f"internal error: {type(e).__name__}: {e} (run with --debug for details)")
-        return _fail(int(ExitCode.INTERNAL), "internal", message, as_json)
-    return int(rv) if isinstance(rv, int) else 0
+        return False, _fail(int(ExitCode.INTERNAL), "internal", message, as_json)
+    return True, int(rv) if isinstance(rv, int) else 0
 
 
 def _print_traceback() -> None:

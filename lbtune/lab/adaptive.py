@@ -204,6 +204,8 @@ class _Sampler(threading.Thread):
                         doc = peer.call(fetch_json, f"http://{addr}:{AGENT_PORT}/", 1.5)
                     except FetchError:
                         continue
+                    if doc.get("egress_bps") is None:
+                        continue  # the agent could not read its link counters this time
                     self.samples.append(Sample(
                         t, name, round(float(doc["egress_bps"]) / 1e6, 2),
                         int(doc["connections"]), float(doc["load"]),

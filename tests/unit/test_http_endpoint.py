@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import socket
 
-from lbtune.host.http import HttpEndpoint, Reply, _Handler, fetch_json
+from lbtune.host import http
+from lbtune.host.http import HttpEndpoint, Reply, fetch_json
 
 
 def test_fetch_ignores_the_proxy_environment(monkeypatch):
@@ -21,7 +22,7 @@ def test_fetch_ignores_the_proxy_environment(monkeypatch):
 
 
 def test_a_silent_client_is_dropped_by_the_server(monkeypatch):
-    monkeypatch.setattr(_Handler, "timeout", 0.3)
+    monkeypatch.setattr(http, "REQUEST_DEADLINE", 0.3)
     ep = HttpEndpoint("127.0.0.1", 0, lambda path: Reply(200, "text/plain", "x"))
     ep.start()
     try:
@@ -62,28 +63,48 @@ def test_a_dripping_client_is_cut_at_the_deadline(monkeypatch):
     assert sent < len(payload)  # cut before the client finished dripping
 
 
-def test_connections_beyond_the_cap_are_closed_and_the_rest_served(monkeypatch):
-    import lbtune.host.http as http
-
-    monkeypatch.setattr(http, "MAX_CLIENTS", 2, raising=False)
-    monkeypatch.setattr(_Handler, "timeout", 30.0)  # the silent ones stay, held by the cap
+def test_silent_clients_beyond_the_workers_cannot_starve_a_scrape(monkeypatch):
+    """Connections beyond the worker pool wait in the accept queue (no thread each); silent
+    ones are cut at the request deadline, so a real request behind them is still served."""
+    monkeypatch.setattr(http, "WORKERS", 2)
+    monkeypatch.setattr(http, "REQUEST_DEADLINE", 0.5)
     ep = HttpEndpoint("127.0.0.1", 0, lambda path: Reply(200, "application/json", '{"ok": 1}'))
     ep.start()
     try:
-        silent = [socket.create_connection(("127.0.0.1", ep.port), timeout=10) for _ in range(2)]
-        with socket.create_connection(("127.0.0.1", ep.port), timeout=10) as third:
-            assert third.recv(1) == b""  # closed at once: the two silent ones hold the slots
+        silent = [socket.create_connection(("127.0.0.1", ep.port), timeout=10) for _ in range(4)]
+        assert fetch_json(f"http://127.0.0.1:{ep.port}/", timeout=10) == {"ok": 1}
         for s in silent:
+            assert s.recv(1) == b""  # each was closed by the server, not left hanging
             s.close()
-        ok = None
-        for _ in range(50):  # the slots free as the handlers see the closes
-            try:
-                ok = fetch_json(f"http://127.0.0.1:{ep.port}/", timeout=5)
-                break
-            except Exception:
-                import time
-
-                time.sleep(0.1)
-        assert ok == {"ok": 1}
     finally:
         ep.close()
+
+
+def test_refusals_are_one_line_each_and_rate_limited(monkeypatch):
+    now = {"t": 1000.0}
+    monkeypatch.setattr(http.time, "monotonic", lambda: now["t"])
+    out: list[str] = []
+    log = http.RefusalLog(out.append, burst=3, window=10.0)
+    for i in range(8):
+        log(f"refused 192.0.2.{i}:1\nforged second line")
+    assert len(out) == 3 and all("\n" not in line for line in out)
+    now["t"] += 10.0  # the next window: the held-back count goes out with the first line
+    log("refused 192.0.2.9:1")
+    assert out[-1] == "refused 192.0.2.9:1 (5 more not shown)"
+    assert log.total == 9
+
+
+def test_allow_lists():
+    nets = http.parse_networks("10.0.0.0/24, 192.0.2.7,::1")
+    assert http.peer_allowed("10.0.0.200", nets) and http.peer_allowed("192.0.2.7", nets)
+    assert http.peer_allowed("::ffff:10.0.0.9", nets)  # IPv4 through a dual-stack socket
+    assert not http.peer_allowed("10.0.1.1", nets) and not http.peer_allowed("::2", nets)
+    assert not http.peer_allowed("garbage", nets)
+    assert http.peer_allowed("203.0.113.5", http.parse_networks("any"))
+    assert http.peer_allowed("203.0.113.5", None)
+    for bad in ("10.0.0.0/33", "eth0", ",", ""):
+        try:
+            http.parse_networks(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} accepted")
