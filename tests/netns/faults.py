@@ -544,6 +544,75 @@ class UdpRcvbufErrors(Fault):
             self.rx = None
 
 
+def _paced(n: int, seconds: float) -> Any:
+    """range(n), paced as ten even bursts a second over `seconds` (0: all at once)."""
+    bursts = max(1, int(seconds * 10))
+    start = time.monotonic()
+    for b in range(bursts):
+        yield from range(n * b // bursts, n * (b + 1) // bursts)
+        wait = start + (b + 1) * seconds / bursts - time.monotonic()
+        if wait > 0 and b + 1 < bursts:
+            time.sleep(wait)
+
+
+class UdpNoPort(Fault):
+    """Datagrams to a UDP port nothing is bound to (a dead DNS server, say), over lo.
+
+    An unconnected sender ignores the ICMP port unreachable that answers each one, so every
+    datagram is sent: Udp.NoPorts moves by exactly `datagrams` (drop reason NO_SOCKET). They
+    go out in ten bursts a second over `seconds` (a steady stream, as from clients of a dead
+    DNS server), so a window that opens late still sees most of them.
+    """
+
+    name = "udp-no-port"
+    counters = ("Udp.NoPorts", "Udp.InDatagrams")
+
+    def __init__(self, port: int = 15354, datagrams: int = 300, addr: str = "127.0.0.1",
+                 seconds: float = 0.0) -> None:  # fmt: skip
+        self.addr, self.port, self.datagrams, self.seconds = addr, port, datagrams, seconds
+
+    def trigger(self) -> Truth:
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            for _ in _paced(self.datagrams, self.seconds):
+                tx.sendto(b"dns?", (self.addr, self.port))
+        finally:
+            tx.close()
+        return Truth(
+            fault=self.name, counter="Udp.NoPorts", attempted=self.datagrams, capacity=0,
+            lo=self.datagrams, hi=self.datagrams, obj=f"{self.addr}:{self.port}", knobs={},
+        )  # fmt: skip
+
+
+class TcpNoListener(Fault):
+    """Connections to a TCP port nothing listens on, over lo: each SYN is answered with a
+    reset (reason NO_SOCKET) and each connect fails with ECONNREFUSED, so Tcp.OutRsts moves by
+    exactly `connects` (nothing else in the namespace sends resets)."""
+
+    name = "tcp-no-listener"
+    counters = ("Tcp.OutRsts", "Tcp.AttemptFails")
+
+    def __init__(self, port: int = 18090, connects: int = 200, addr: str = "127.0.0.1",
+                 seconds: float = 0.0) -> None:  # fmt: skip
+        self.addr, self.port, self.connects, self.seconds = addr, port, connects, seconds
+
+    def trigger(self) -> Truth:
+        refused = 0
+        for _ in _paced(self.connects, self.seconds):
+            c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                c.connect((self.addr, self.port))
+            except ConnectionRefusedError:
+                refused += 1
+            finally:
+                c.close()
+        assert refused == self.connects, f"{self.connects - refused} connects were not refused"
+        return Truth(
+            fault=self.name, counter="Tcp.OutRsts", attempted=self.connects, capacity=0,
+            lo=self.connects, hi=self.connects, obj=f"{self.addr}:{self.port}", knobs={},
+        )  # fmt: skip
+
+
 class RpFilterDrop(Fault):
     """Strict reverse-path filtering on an asymmetric path: every packet is dropped.
 
