@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Optional, Sequence
 
-from lbtune.diagnose.finding import Evidence, Finding
+from lbtune.diagnose.finding import Evidence, Finding, Fix
 from lbtune.diagnose.rules.base import endpoint
 from lbtune.diagnose.rules.closed_port import NO_PORT_SAID, UNKNOWN_PORT, port_fixes
 from lbtune.observe.probes import DropCount, NapiCount, PortCount, ProbeSample
@@ -262,8 +262,17 @@ def closed_port(f: Finding, ports: Sequence[PortCount], seconds: float) -> Findi
         object=f"{proto} {ep}" if f.object == unknown else f.object,
         cause=f"{f.cause.replace(NO_PORT_SAID, '')} {said}",
         evidence=f.evidence + tuple(ev),
-        fixes=tuple(port_fixes(proto, ep)),
+        fixes=tuple(_same_netns(f, fx) for fx in port_fixes(proto, ep)),
     )
+
+
+def _same_netns(f: Finding, fix: Fix) -> Fix:
+    """`fix` with the `ip netns exec NS` prefix the finding's own fixes carry, if any."""
+    first = next((x.command for x in f.fixes if x.command), "") or ""
+    if not first.startswith("ip netns exec ") or not fix.command:
+        return fix
+    prefix = " ".join(first.split()[:4])
+    return replace(fix, command=f"{prefix} {fix.command}")
 
 
 def _kernel_says(rule: str, extra: Sequence[Evidence]) -> str:

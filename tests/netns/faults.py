@@ -498,7 +498,8 @@ class UdpRcvbufErrors(Fault):
     def setup(self) -> None:
         super().setup()
         rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+        if self.rcvbuf:  # 0: the application leaves it at net.core.rmem_default
+            rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
         rx.bind((self.addr, self.port))
         rx.setblocking(False)
         self.rx = rx
