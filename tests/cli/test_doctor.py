@@ -68,3 +68,12 @@ def test_doctor_text(cli):
     r = cli("doctor", "--no-compile")
     assert r.exit_code == 0
     assert "kprobes" in r.stdout and "tracepoints" in r.stdout
+
+
+def test_doctor_text_has_no_trailing_spaces(cli):
+    """Every line used to be padded to 120 columns with spaces (the table's width)."""
+    r = cli("doctor", "--no-compile")
+    assert r.exit_code == 0
+    lines = r.stdout.splitlines()
+    assert len(lines) > 10
+    assert [line for line in lines if line != line.rstrip()] == []

@@ -321,6 +321,7 @@ def test_udp_datagrams_to_a_closed_port_without_probes(netns):
     assert "run with the probes" in f["cause"]
     fix = fix_with(f, "nothing listens on the udp")
     assert fix["scope"] == "application" and fix["knob"] == "nothing listens on the udp port", fix
+    assert fix["command"] == f"ip netns exec {netns} ss -ulpn", fix  # the namespace's sockets
     assert any("VIP" in x["knob"] and "lo" in x["note"] for x in f["fixes"]), f["fixes"]
     assert text.exit_code == 1 and "UDP datagrams to a port nothing listens on" in text.stdout
     assert "No packet loss" not in text.stdout
