@@ -306,7 +306,29 @@ def test_ephemeral_ports_counted_exactly(conf: dict[str, str]) -> None:
     b = sample(1, sockstat=st, ephemeral_in_use=27500)  # range 32768-60999 = 28232 ports
     f = one(run(conf, sample(0, sockstat=st), b), "ephemeral-ports")
     assert f.level is Level.FAIL and f.count == 27500
-    assert f.fixes[0].desired == "1024 65535" and f.fixes[0].current == "32768 60999"
+    # one range everywhere: the shipped web/lb-proxy profiles' 10000-65535, and how to go lower
+    assert f.fixes[0].desired == "10000 65535" and f.fixes[0].current == "32768 60999"
+    assert "ip_local_reserved_ports" in f.fixes[0].note
+    assert f.unit == "ports in use" and "busiest pair" in f.cause
+
+
+def test_ephemeral_ports_estimate_never_claims_more_ports_than_exist(
+    conf: dict[str, str],
+) -> None:
+    """262,144 TIME_WAIT sockets against a range of 28,232 ports: they are sockets, spread
+    over several destinations, not "262,144 ports in use"."""
+    st = SockStat(0, 10, 0, 262144, 10, 1, 0, 0)
+    f = one(run(conf, None, sample(0, sockstat=st)), "ephemeral-ports")
+    assert f.count == 262144 and f.unit == "sockets in TIME_WAIT", (f.count, f.unit)
+    assert "several destinations" in f.cause and "per (source, destination) pair" in f.cause
+
+
+def test_busiest_pair_counts_ports_per_destination() -> None:
+    from lbtune.host.sockdiag import busiest_pair
+
+    pairs = [("10.0.0.1", "10.0.0.9:80")] * 3 + [("10.0.0.1", "10.0.0.8:80")] * 2
+    assert busiest_pair(pairs) == 3
+    assert busiest_pair([]) == 0
 
 
 def test_ephemeral_ports_estimate_is_only_a_warning(conf: dict[str, str]) -> None:
