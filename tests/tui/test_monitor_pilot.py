@@ -209,3 +209,20 @@ async def test_the_end_of_a_replay_is_said_and_the_last_frame_stays():
         assert ended[0].error is None
         assert "replay finished" in str(app.query_one("#status").content)
         assert "UDP rcvbuf" in text_of(app, "drops")
+
+
+async def test_udp_no_port_row_names_the_port_the_probe_saw():
+    """The "UDP no port" row used to count datagrams without ever naming the port."""
+    from lbtune.observe.probes import PortCount
+
+    app, feed, script = _app()
+    probes = ProbeSample(("drops", "napi"), 1.0, (), 0, "host", (), (), 0, (),
+                         ports=(PortCount("udp", 4, "10.0.0.5", 53, 100),
+                                PortCount("tcp", 4, "10.0.0.5", 80, 7)))  # fmt: skip
+    async with app.run_test(size=SIZE) as pilot:
+        feed.push(tick(script.step()))
+        await until(pilot, lambda: app.frames == 1)
+        feed.push(tick(script.step(snmp={"Udp.NoPorts": 100}), probes, "on"))
+        await until(pilot, lambda: app.frames == 2)
+        row = next(ln for ln in text_of(app, "drops").splitlines() if "UDP no port" in ln)
+        assert "10.0.0.5:53" in row and "100" in row, row
