@@ -51,6 +51,7 @@ REASONS: Mapping[str, tuple[str, ...]] = {
     "conntrack-full": ("NETFILTER_DROP",),
     "conntrack-insert-failed": ("NETFILTER_DROP",),
     "udp-no-port": ("NO_SOCKET",),
+    "addr-not-local": ("IP_INADDRERRORS", "IPV6_INADDRERRORS"),
     "tcp-no-listener": ("NO_SOCKET",),
 }
 # Rules whose reason is shared by protocols: the drop's function must name the protocol too

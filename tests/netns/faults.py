@@ -614,6 +614,68 @@ class TcpNoListener(Fault):
         )  # fmt: skip
 
 
+class VipNotOnLo(Fault):
+    """A DR real server without the VIP on lo: the director's frames reach it (MAC rewritten
+    to the real server's, destination still the VIP) and the kernel, not owning the address
+    and not forwarding, drops them (Ip.InAddrErrors, drop reason IP_INADDRERRORS).
+
+    A veth va0 (10.10.3.1/24) joins this namespace to an anonymous peer (va1, 10.10.3.2) that
+    plays the director: a static neighbour entry sends the VIP 10.10.3.100 to va0's MAC, and
+    `datagrams` UDP datagrams to VIP:80 go out paced over `seconds`. IP forwarding is off in a
+    new namespace: Ip.InAddrErrors moves by exactly `datagrams`.
+    """
+
+    name = "vip-not-on-lo"
+    counters = ("Ip.InAddrErrors", "Udp.NoPorts")
+    vip = "10.10.3.100"
+
+    def __init__(self, datagrams: int = 400, seconds: float = 2.0) -> None:
+        self.datagrams, self.seconds = datagrams, seconds
+        self.peer: Optional[PeerNetns] = None
+
+    def setup(self) -> None:
+        super().setup()
+        peer = self.peer = PeerNetns()
+        veth("va0", "va1", "02:00:00:10:03:01", "02:00:00:10:03:02", peer.path)
+        sh("ip", "addr", "add", "10.10.3.1/24", "dev", "va0")
+        link_up("va0")
+        assert read_sysctl("net.ipv4.ip_forward") == "0"
+
+        def configure_peer() -> None:
+            write_sysctl("net.ipv6.conf.va1.disable_ipv6", 1)
+            sh("ip", "link", "set", "lo", "up")
+            sh("ip", "addr", "add", "10.10.3.2/24", "dev", "va1")
+            sh("ip", "link", "set", "va1", "up")
+            sh("ip", "neigh", "replace", self.vip, "lladdr", "02:00:00:10:03:01",
+               "dev", "va1", "nud", "permanent")  # fmt: skip
+
+        peer.call(configure_peer)
+
+    def trigger(self) -> Truth:
+        assert self.peer is not None
+        n, secs, vip = self.datagrams, self.seconds, self.vip
+
+        def send() -> None:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                for _ in _paced(n, secs):
+                    s.sendto(b"GET", (vip, 80))
+            finally:
+                s.close()
+
+        self.peer.call(send)
+        time.sleep(0.02)
+        return Truth(
+            fault=self.name, counter="Ip.InAddrErrors", attempted=n, capacity=0, lo=n, hi=n,
+            obj=self.vip, knobs={"net.ipv4.ip_forward": read_sysctl("net.ipv4.ip_forward")},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        if self.peer is not None:
+            self.peer.close()
+            self.peer = None
+
+
 class RpFilterDrop(Fault):
     """Strict reverse-path filtering on an asymmetric path: every packet is dropped.
 

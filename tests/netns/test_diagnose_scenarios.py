@@ -335,3 +335,15 @@ def test_tcp_syns_to_a_closed_port_without_probes(netns):
     fix = fix_with(f, "nothing listens on the tcp")
     assert fix["scope"] == "application", fix
     assert text.exit_code == 1 and "TCP resets for segments no socket takes" in text.stdout
+
+
+def test_dr_traffic_to_a_vip_that_is_not_on_lo(netns):
+    """A DR real server whose VIP is not on lo drops the director's traffic as "not my
+    address" (Ip.InAddrErrors): the finding says so and gives the VIP-on-lo fix."""
+    js, text, truth = diagnose_during(netns, F.VipNotOnLo(datagrams=400, seconds=2))
+    f = the_finding(js, "addr-not-local")
+    assert_steady(f, truth, js)
+    fix = fix_with(f, "VIP on lo")
+    assert fix["scope"] == "manual" and "arp_ignore" in fix["note"], fix
+    assert fix["command"].startswith(f"ip netns exec {netns} ip addr add VIP/32 dev lo"), fix
+    assert text.exit_code == 1 and "not this host's" in text.stdout

@@ -1,4 +1,5 @@
-"""Rules for packets to a port nothing listens on: UDP datagrams with no socket, TCP SYNs reset.
+"""Rules for packets nothing takes: UDP datagrams with no socket, TCP SYNs reset, addresses
+not this host's (a DR real server without the VIP on lo).
 
 The kernel drops a datagram to a UDP port without a socket (`Udp.NoPorts`, `Udp6.NoPorts`,
 drop reason NO_SOCKET; IPv4 answers with ICMP port unreachable) and answers a TCP segment
@@ -6,6 +7,10 @@ for which no socket exists with a reset (`Tcp.OutRsts`, reset reason NO_SOCKET).
 causes: the service is down (a dead DNS resolver, a crashed daemon), it listens on another
 address (on a DR real server: it listens on the real IP, not on the VIP on `lo`), or the
 clients use the wrong port.
+
+A packet whose destination address is not the host's, on a host that does not forward, is
+dropped in routing (`Ip.InAddrErrors`, drop reason IP_INADDRERRORS): on an IPVS DR real
+server, the director's traffic to a VIP that is not on `lo` (`addr-not-local`).
 
 Counters do not carry the port: the rules say "port unknown" and the probes name it
 (`lbtune.diagnose.probe_evidence.explain`: `icmp:icmp_send` carries the UDP ports of the
@@ -26,7 +31,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 from lbtune.diagnose.context import Context
-from lbtune.diagnose.finding import APPLICATION, Finding, Fix
+from lbtune.diagnose.finding import APPLICATION, MANUAL, Finding, Fix
 from lbtune.diagnose.rules.base import finding, moved, since, snmp_ev
 from lbtune.diagnose.rules.registry import rule
 from lbtune.observe import counters as C
@@ -146,4 +151,50 @@ def tcp_no_listener(ctx: Context) -> Iterator[Finding]:
         "resets",
         [snmp_ev(ctx, "Tcp.OutRsts"), *(snmp_ev(ctx, k) for k in _ABORTS if w.snmp(k))],
         port_fixes("tcp", UNKNOWN_PORT),
+    )
+
+
+@rule(
+    "addr-not-local",
+    "packets to an address this host does not have, dropped (not forwarding): a DR real "
+    "server without the VIP on lo",
+)
+def addr_not_local(ctx: Context) -> Iterator[Finding]:
+    w = ctx.window
+    n4, n6 = w.snmp("Ip.InAddrErrors"), w.snmp("Ip6.InAddrErrors")
+    total = n4 + n6
+    level = level_of(ctx, total, w.snmp("Ip.InReceives") + w.snmp("Ip6.InReceives"))
+    if level is None:
+        return
+    ev = []
+    if n4:
+        ev.append(snmp_ev(ctx, "Ip.InAddrErrors"))
+    if n6:
+        ref = CounterRef(C.SNMP, ("Ip6.InAddrErrors",))
+        ev.append(moved(ctx, "Ip6.InAddrErrors", n6, "/proc/net/snmp6", ref))
+    yield finding(
+        ctx,
+        "addr-not-local",
+        "Packets to an address that is not this host's",
+        level,
+        "ip",
+        f"{total} packets dropped {since(ctx)} because their destination address is not "
+        "this host's and it does not forward (kernel drop reason IP_INADDRERRORS). On an IPVS "
+        "DR real server this is the director's traffic to a VIP that is not on lo: the "
+        "director rewrites only the MAC, so the destination is still the VIP.",
+        total,
+        "packets",
+        ev,
+        [
+            Fix(
+                knob="VIP on lo (DR real server)",
+                current=None,
+                desired=None,
+                command="ip addr add VIP/32 dev lo",
+                note="with arp_ignore=1 and arp_announce=2 so that the real server does not "
+                "answer ARP for it (lbtune ipvs realserver verify --vip VIP checks all three); "
+                "elsewhere: a sender routes to the wrong host, or an address was removed",
+                scope=MANUAL,
+            )
+        ],
     )

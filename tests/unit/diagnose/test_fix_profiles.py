@@ -30,6 +30,7 @@ NO_PROFILE_FIX = {
     "NOTRACK, made by hand",
     "udp-no-port": "nothing listens on the port: the application (or the VIP on lo) fixes it",
     "tcp-no-listener": "nothing listens on the port: the application (or the VIP on lo) fixes it",
+    "addr-not-local": "the VIP on lo of a DR real server: an address, added by hand",
 }
 
 Files = Callable[[], dict[str, str]]
@@ -183,6 +184,7 @@ CASES: dict[str, list[tuple[str, Files]]] = {
     # since boot: a tenth of the datagrams / connection attempts went to closed ports
     "udp-no-port": [(DELL, lambda: snmp(DELL, Udp__NoPorts=900000))],
     "tcp-no-listener": [(DELL, lambda: snmp(DELL, Tcp__OutRsts=40000000))],
+    "addr-not-local": [(DELL, lambda: snmp(DELL, Ip__InAddrErrors=4000000000))],
 }
 
 
