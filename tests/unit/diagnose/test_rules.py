@@ -344,3 +344,24 @@ def test_no_op_fixes_are_dropped() -> None:
     f = one(run(conf, a, b), "syn-queue-full")
     assert all(x.desired != x.current for x in f.fixes)
     assert "sysctl net.ipv4.tcp_syncookies" not in {x.knob for x in f.fixes}
+
+
+@pytest.mark.parametrize(
+    ("key", "rule"),
+    [("Udp.NoPorts", "udp-no-port"), ("Tcp.OutRsts", "tcp-no-listener"),
+     ("Ip.InAddrErrors", "addr-not-local")],
+)  # fmt: skip
+def test_closed_port_levels_follow_the_rate(conf: dict[str, str], key: str, rule: str) -> None:
+    """Over 10 s: 5/s is scanner noise (no finding), 50/s a warning, 200/s a failure."""
+    a = sample(0, snmp={key: 0})
+    levels = []
+    for n in (50, 500, 2000):
+        found = [f for f in run(conf, a, sample(10, snmp={key: n})) if f.rule == rule]
+        levels.append(found[0].level if found else None)
+    assert levels == [None, Level.WARN, Level.FAIL]
+
+
+def test_resets_of_aborted_connections_are_not_closed_ports(conf: dict[str, str]) -> None:
+    a = sample(0, snmp={"Tcp.OutRsts": 0, "TcpExt.TCPAbortOnClose": 0})
+    b = sample(10, snmp={"Tcp.OutRsts": 900, "TcpExt.TCPAbortOnClose": 880})
+    assert [f for f in run(conf, a, b) if f.rule == "tcp-no-listener"] == []
