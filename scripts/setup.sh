@@ -6,18 +6,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # chromium: the HTML report is checked in a real headless browser (tests/browser.py).
-# prometheus: its promtool lints the agent's real /metrics (the service never starts: the
-# policy-rc.d below).
 PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm kmod
-      user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium
-      prometheus)
+      user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium)
 # The lab's servers and load (run only inside the UML guest, never as host services).
+# Set-up never stops or disables a service that was there before it ran: a policy-rc.d keeps
+# the install from starting anything, and scripts/setup-services.sh gives units the install
+# itself enabled their previous boot state (docs/testing.md, "Set-up and the host's services").
 LAB_PKGS=(nginx-light haproxy wrk apache2-utils keepalived)
-LAB_UNITS=(nginx haproxy keepalived)
-# The fleet tests run Prometheus (and promtool) by hand in a namespace; the exporter bench runs
-# node_exporter by hand on a loopback port. Neither may run as a service of this host.
+# The fleet tests run Prometheus (and promtool, which also lints the agent's /metrics) by hand
+# in a namespace; the exporter bench runs node_exporter by hand on a loopback port. Neither
+# runs as a service of this host: the same policy-rc.d and setup-services.sh handle them.
 FLEET_PKGS=(prometheus prometheus-node-exporter)
-FLEET_UNITS=(prometheus prometheus-node-exporter)
+export LBTUNE_LAB_UNITS="nginx haproxy keepalived prometheus prometheus-node-exporter"
 VENV=.venv
 
 say() { printf '[setup] %s\n' "$*"; }
@@ -42,26 +42,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     chmod 755 /usr/sbin/policy-rc.d
     own_policy=1
   fi
-  trap 'if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
+  units_state=$(mktemp)
+  trap 'rm -f "$units_state"; if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
+  bash scripts/setup-services.sh before "$units_state"
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+  bash scripts/setup-services.sh after "$units_state"
 else
   say "apt packages present"
-fi
-
-# The lab starts its own nginx/haproxy/keepalived inside the UML guest; none of them may run
-# or start at boot as a service of this host. Disabling is idempotent (a no-op once done).
-if command -v systemctl >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
-  for unit in "${LAB_UNITS[@]}" "${FLEET_UNITS[@]}"; do
-    if systemctl is-enabled --quiet "$unit" 2>/dev/null; then
-      systemctl disable --quiet "$unit" 2>/dev/null || true
-      say "disabled the $unit service (the lab runs its own instances in the guest)"
-    fi
-    if systemctl is-active --quiet "$unit" 2>/dev/null; then
-      systemctl stop "$unit" || true
-      say "stopped the $unit service"
-    fi
-  done
 fi
 
 # bcc compiles probes against /lib/modules/$(uname -r)/{build,source}. When the running kernel

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lbtune.cli.main import common_options, runtime_of
-from lbtune.cli.output import console, emit_json
+from lbtune.cli.output import emit_json, print_trimmed
 from lbtune.errors import BadInput
 
 
@@ -66,5 +66,5 @@ def command(ctx: click.Context, no_compile: bool) -> int:
         mark = "[green]yes[/green]" if c.available else "[red]no[/red]"
         detail = c.detail + (f"\n[dim]fix: {c.fix}[/dim]" if c.fix else "")
         t.add_row("  " + c.name, mark, detail)
-    console().print(t)
+    print_trimmed(t)
     return 0

@@ -75,6 +75,18 @@ def console() -> Any:
     return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
 
 
+def print_trimmed(renderable: Any) -> None:
+    """Print a rich renderable (a table) without the spaces rich pads each line with to the
+    table's width: `lbtune doctor | cat -A` used to end every line in them."""
+    import re
+
+    con = console()
+    with con.capture() as cap:
+        con.print(renderable)
+    pad = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")  # spaces, then any closing style codes
+    sys.stdout.write("".join(pad.sub(r"\1", line) + "\n" for line in cap.get().splitlines()))
+
+
 def cpus(s: Optional[Iterable[int]], empty: str = "-") -> str:
     """A CPU set for humans: `0-3,8`, or `empty` when none/unknown."""
     if s is None:

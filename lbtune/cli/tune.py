@@ -78,7 +78,17 @@ def plan_command(ctx: click.Context, profile: str, iface: Optional[str]) -> int:
                    "changes": _plan_rows(plan)})  # fmt: skip
     else:
         _print_plan(plan, s.verbose)
+        _print_skipped(s, plan)
     return 0
+
+
+def _print_skipped(s: Any, plan: Any) -> None:
+    """The host-global values a namespace run left alone, always (not only with -v)."""
+    from lbtune.tune.service import skipped_line
+
+    line = skipped_line(s.host(), plan)
+    if line:
+        echo(line)
 
 
 @click.command("apply")
@@ -125,6 +135,7 @@ def apply_command(
         else:
             _print_plan(plan, s.verbose)
             echo(f"applied as {journal.id}; undo with `{lbtune_command(s.host(), 'rollback')}`")
+        _print_skipped(s, plan)
     from lbtune.host.signals import late_signals
 
     late = late_signals()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Deque, Optional, Sequence, TypeVar
 
 from lbtune.diagnose import probe_evidence as pe
@@ -43,6 +43,7 @@ class DropCause:
     rate: Optional[float]  # per second over the last tick; None: not readable here
     total: int  # since the monitor started
     history: tuple[float, ...]
+    detail: str = ""  # what the probes add: the port "UDP no port" datagrams went to
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,19 @@ CAUSES: tuple[tuple[str, str, Counter], ...] = tuple(
 )
 
 
+def _named_port(d: DropCause, probes: Optional[ProbeSample]) -> DropCause:
+    """The "UDP no port" row with the port most of this tick's datagrams went to (the
+    drops probe's port-unreachable count), when the probes ran and it moved."""
+    if d.name != "UDP no port" or not d.rate or probes is None:
+        return d
+    udp = [p for p in probes.ports if p.proto == "udp"]
+    if not udp:
+        return d
+    top = max(udp, key=lambda p: p.count)
+    more = f" +{len(udp) - 1}" if len(udp) > 1 else ""
+    return replace(d, detail=f"{endpoint(top.family, top.addr, top.port)}{more}")
+
+
 def _per_s(value: Optional[int], seconds: float) -> Optional[float]:
     if value is None:
         return None
@@ -187,6 +201,8 @@ class FrameBuilder:
             self._history[name].append(rate or 0.0)
             drops.append(DropCause(name, what, rate, self._totals[name],
                                    tuple(self._history[name])))  # fmt: skip
+        probes = tick.probes if tick.probe_state in (PROBES_ON, PROBES_RECORDED) else None
+        drops = [_named_port(d, probes) for d in drops]
         return Frame(
             seconds=secs,
             elapsed=w.after.monotonic - self._start,

@@ -29,7 +29,7 @@ from lbtune.tune.engine import (
     verify_targets,
 )
 from lbtune.tune.journal import Journal, StateDir, lbtune_command
-from lbtune.tune.plan import Plan, Target, make_plan
+from lbtune.tune.plan import Action, Plan, Target, make_plan
 
 if TYPE_CHECKING:
     from lbtune.tune.profile import Profile
@@ -80,9 +80,49 @@ def targets(runtime: Runtime, name: str, iface: Optional[str]) -> tuple[Profile,
 
 
 def plan_profile(runtime: Runtime, name: str, iface: Optional[str]) -> Plan:
+    """The plan of profile `name`; NeedsPrivilege when a namespace can take none of it."""
     host = runtime.host()
     profile, tgts = targets(runtime, name, iface)
-    return make_plan(host, profile.name, tgts)
+    plan = make_plan(host, profile.name, tgts)
+    _refuse_all_skipped(host, plan)
+    return plan
+
+
+def skipped_line(host: Host, plan: Plan) -> str:
+    """The host-global values a namespace run skipped, and how to set them on the host
+    ("" when none): `net.core.rmem_default (set on the host: sysctl -w ...=...)`."""
+    skipped = [c for c in plan.changes if c.action is Action.SKIPPED]
+    if not skipped:
+        return ""
+    names = []
+    for c in skipped:
+        what = c.knob.ident
+        if c.knob.kind == "sysctl":
+            what = f"{c.knob.obj} (on the host: sysctl -w {c.knob.obj}={_quoted(c.desired)})"
+        names.append(what)
+    return (
+        f"{len(skipped)} skipped: host-global, namespace {host.netns} cannot change "
+        f"{'it' if len(skipped) == 1 else 'them'}: " + "; ".join(names)
+    )
+
+
+def _quoted(value: str) -> str:
+    return f'"{value}"' if " " in value else value
+
+
+def _refuse_all_skipped(host: Host, plan: Plan) -> None:
+    """A namespace run of a profile of which nothing is the namespace's: every value is
+    host-global (skipped) or absent, none changes or is already in place. Exit 3 (needs a
+    capability this host does not have) rather than "nothing to change" while the fault the
+    profile was written for goes on."""
+    if host.netns is None or not any(c.action is Action.SKIPPED for c in plan.changes):
+        return
+    if any(c.action in (Action.CHANGE, Action.OK) for c in plan.changes):
+        return
+    raise NeedsPrivilege(
+        f"{plan.profile}: nothing in it can be applied from a namespace; "
+        f"{skipped_line(host, plan)}"
+    )
 
 
 def _management_guard(host: Host, plan: Plan) -> Optional[NeedsConfirmation]:
@@ -139,6 +179,7 @@ def apply_profile(
                 f"`{lbtune_command(host, 'rollback')}` first"
             )
         plan = make_plan(host, profile.name, resolve(profile, LazyInventory(host), iface))
+        _refuse_all_skipped(host, plan)
         if plan.needs_reboot and not persist and not boot:
             raise BadInput(
                 "the plan changes the kernel command line, which only takes effect through the "

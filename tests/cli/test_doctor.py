@@ -121,3 +121,10 @@ def test_lab_features_match_the_installed_modules(cli):
         found = any(f.startswith(f"{module}.ko") for _, _, files in os.walk(kernel.modules_dir)
                     for f in files)  # fmt: skip
         assert (f"{feature}: module" in lab["detail"]) == found, (feature, lab)
+def test_doctor_text_has_no_trailing_spaces(cli):
+    """Every line used to be padded to 120 columns with spaces (the table's width)."""
+    r = cli("doctor", "--no-compile")
+    assert r.exit_code == 0
+    lines = r.stdout.splitlines()
+    assert len(lines) > 10
+    assert [line for line in lines if line != line.rstrip()] == []

@@ -511,7 +511,8 @@ class UdpRcvbufErrors(Fault):
     def setup(self) -> None:
         super().setup()
         rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+        if self.rcvbuf:  # 0: the application leaves it at net.core.rmem_default
+            rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
         rx.bind((self.addr, self.port))
         rx.setblocking(False)
         self.rx = rx
@@ -555,6 +556,137 @@ class UdpRcvbufErrors(Fault):
         if self.rx is not None:
             self.rx.close()
             self.rx = None
+
+
+def _paced(n: int, seconds: float) -> Any:
+    """range(n), paced as ten even bursts a second over `seconds` (0: all at once)."""
+    bursts = max(1, int(seconds * 10))
+    start = time.monotonic()
+    for b in range(bursts):
+        yield from range(n * b // bursts, n * (b + 1) // bursts)
+        wait = start + (b + 1) * seconds / bursts - time.monotonic()
+        if wait > 0 and b + 1 < bursts:
+            time.sleep(wait)
+
+
+class UdpNoPort(Fault):
+    """Datagrams to a UDP port nothing is bound to (a dead DNS server, say), over lo.
+
+    An unconnected sender ignores the ICMP port unreachable that answers each one, so every
+    datagram is sent: Udp.NoPorts moves by exactly `datagrams` (drop reason NO_SOCKET). They
+    go out in ten bursts a second over `seconds` (a steady stream, as from clients of a dead
+    DNS server), so a window that opens late still sees most of them.
+    """
+
+    name = "udp-no-port"
+    counters = ("Udp.NoPorts", "Udp.InDatagrams")
+
+    def __init__(self, port: int = 15354, datagrams: int = 300, addr: str = "127.0.0.1",
+                 seconds: float = 0.0) -> None:  # fmt: skip
+        self.addr, self.port, self.datagrams, self.seconds = addr, port, datagrams, seconds
+
+    def trigger(self) -> Truth:
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            for _ in _paced(self.datagrams, self.seconds):
+                tx.sendto(b"dns?", (self.addr, self.port))
+        finally:
+            tx.close()
+        return Truth(
+            fault=self.name, counter="Udp.NoPorts", attempted=self.datagrams, capacity=0,
+            lo=self.datagrams, hi=self.datagrams, obj=f"{self.addr}:{self.port}", knobs={},
+        )  # fmt: skip
+
+
+class TcpNoListener(Fault):
+    """Connections to a TCP port nothing listens on, over lo: each SYN is answered with a
+    reset (reason NO_SOCKET) and each connect fails with ECONNREFUSED, so Tcp.OutRsts moves by
+    exactly `connects` (nothing else in the namespace sends resets)."""
+
+    name = "tcp-no-listener"
+    counters = ("Tcp.OutRsts", "Tcp.AttemptFails")
+
+    def __init__(self, port: int = 18090, connects: int = 200, addr: str = "127.0.0.1",
+                 seconds: float = 0.0) -> None:  # fmt: skip
+        self.addr, self.port, self.connects, self.seconds = addr, port, connects, seconds
+
+    def trigger(self) -> Truth:
+        refused = 0
+        for _ in _paced(self.connects, self.seconds):
+            c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                c.connect((self.addr, self.port))
+            except ConnectionRefusedError:
+                refused += 1
+            finally:
+                c.close()
+        assert refused == self.connects, f"{self.connects - refused} connects were not refused"
+        return Truth(
+            fault=self.name, counter="Tcp.OutRsts", attempted=self.connects, capacity=0,
+            lo=self.connects, hi=self.connects, obj=f"{self.addr}:{self.port}", knobs={},
+        )  # fmt: skip
+
+
+class VipNotOnLo(Fault):
+    """A DR real server without the VIP on lo: the director's frames reach it (MAC rewritten
+    to the real server's, destination still the VIP) and the kernel, not owning the address
+    and not forwarding, drops them (Ip.InAddrErrors, drop reason IP_INADDRERRORS).
+
+    A veth va0 (10.10.3.1/24) joins this namespace to an anonymous peer (va1, 10.10.3.2) that
+    plays the director: a static neighbour entry sends the VIP 10.10.3.100 to va0's MAC, and
+    `datagrams` UDP datagrams to VIP:80 go out paced over `seconds`. IP forwarding is off in a
+    new namespace: Ip.InAddrErrors moves by exactly `datagrams`.
+    """
+
+    name = "vip-not-on-lo"
+    counters = ("Ip.InAddrErrors", "Udp.NoPorts")
+    vip = "10.10.3.100"
+
+    def __init__(self, datagrams: int = 400, seconds: float = 2.0) -> None:
+        self.datagrams, self.seconds = datagrams, seconds
+        self.peer: Optional[PeerNetns] = None
+
+    def setup(self) -> None:
+        super().setup()
+        peer = self.peer = PeerNetns()
+        veth("va0", "va1", "02:00:00:10:03:01", "02:00:00:10:03:02", peer.path)
+        sh("ip", "addr", "add", "10.10.3.1/24", "dev", "va0")
+        link_up("va0")
+        assert read_sysctl("net.ipv4.ip_forward") == "0"
+
+        def configure_peer() -> None:
+            write_sysctl("net.ipv6.conf.va1.disable_ipv6", 1)
+            sh("ip", "link", "set", "lo", "up")
+            sh("ip", "addr", "add", "10.10.3.2/24", "dev", "va1")
+            sh("ip", "link", "set", "va1", "up")
+            sh("ip", "neigh", "replace", self.vip, "lladdr", "02:00:00:10:03:01",
+               "dev", "va1", "nud", "permanent")  # fmt: skip
+
+        peer.call(configure_peer)
+
+    def trigger(self) -> Truth:
+        assert self.peer is not None
+        n, secs, vip = self.datagrams, self.seconds, self.vip
+
+        def send() -> None:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                for _ in _paced(n, secs):
+                    s.sendto(b"GET", (vip, 80))
+            finally:
+                s.close()
+
+        self.peer.call(send)
+        time.sleep(0.02)
+        return Truth(
+            fault=self.name, counter="Ip.InAddrErrors", attempted=n, capacity=0, lo=n, hi=n,
+            obj=self.vip, knobs={"net.ipv4.ip_forward": read_sysctl("net.ipv4.ip_forward")},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        if self.peer is not None:
+            self.peer.close()
+            self.peer = None
 
 
 class RpFilterDrop(Fault):

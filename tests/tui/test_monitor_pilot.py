@@ -240,3 +240,18 @@ def test_a_narrow_grid_leaves_out_optional_columns_and_never_cuts_the_key():
     assert all("extra" not in r for r in rows)  # left out whole, not cut
     assert rows[1].startswith("[2001:db8::1]:8443") and "129" in rows[1]
     assert rows[1].rstrip().endswith("…") and all(len(r) <= 36 for r in rows)  # note cut
+async def test_udp_no_port_row_names_the_port_the_probe_saw():
+    """The "UDP no port" row used to count datagrams without ever naming the port."""
+    from lbtune.observe.probes import PortCount
+
+    app, feed, script = _app()
+    probes = ProbeSample(("drops", "napi"), 1.0, (), 0, "host", (), (), 0, (),
+                         ports=(PortCount("udp", 4, "10.0.0.5", 53, 100),
+                                PortCount("tcp", 4, "10.0.0.5", 80, 7)))  # fmt: skip
+    async with app.run_test(size=SIZE) as pilot:
+        feed.push(tick(script.step()))
+        await until(pilot, lambda: app.frames == 1)
+        feed.push(tick(script.step(snmp={"Udp.NoPorts": 100}), probes, "on"))
+        await until(pilot, lambda: app.frames == 2)
+        row = next(ln for ln in text_of(app, "drops").splitlines() if "UDP no port" in ln)
+        assert "10.0.0.5:53" in row and "100" in row, row

@@ -17,7 +17,7 @@ def render(frame: Frame, condensed: bool, width: int) -> list[Line]:
             continue
         style = HOT if d.rate else ("" if d.total else DIM)
         t.add(
-            (d.name, style),
+            (f"{d.name} {d.detail}" if d.detail else d.name, style),
             (rate(d.rate), style),
             (sparkline(d.history, SPARK_WIDTH), "red" if d.rate else DIM),
             (f"{d.total:,}", style),
