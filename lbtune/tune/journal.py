@@ -27,6 +27,9 @@ from lbtune.host.host import Host
 from lbtune.host.lock import HostLock
 
 STATE_DIR = "/var/lib/lbtune"
+# The largest journal read: an IPVS reconcile of 11,000 objects journals ~3 MB; a bigger file
+# is refused with one line instead of being read whole.
+MAX_JOURNAL = 64 << 20
 
 APPLYING = "applying"  # in progress, or interrupted (crash) if found later
 APPLIED = "applied"
@@ -152,7 +155,7 @@ class StateDir:
         kpath = posixpath.join(self.journal_kdir, name)
         where = self.fs.path(kpath)
         try:
-            raw = self.fs.read_bytes(kpath)
+            raw = self.fs.read_bytes(kpath, MAX_JOURNAL)
             if raw is None:
                 raise OSError("vanished")
             data = json.loads(raw)
@@ -170,7 +173,7 @@ class StateDir:
                 machine_id=data.get("machine_id"),
                 dirs=[str(d) for d in data.get("dirs", [])],
             )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise BadInput(f"{where}: unreadable journal ({e})") from None
         if f"{j.id}.json" != name:
             raise BadInput(f"{where}: unreadable journal (id {j.id!r} does not match the name)")
