@@ -116,3 +116,25 @@ def test_the_live_kernel_files_lbtune_reads_fit_their_caps():
         blob = fs.read_bytes("/sys/kernel/btf/vmlinux")
         assert blob is not None and blob[:2] == b"\x9f\xeb"  # BTF magic, read to its end
         assert len(blob) == os.path.getsize("/sys/kernel/btf/vmlinux")
+
+
+def test_a_1gib_capture_manifest_is_refused_in_bounded_memory(tmp_path):
+    root = copy_host(tmp_path, KVM)
+    sparse(root / "lbtune-capture.json", GIB)
+    code = (
+        "import sys\n"
+        "from lbtune.errors import MalformedHostFile\n"
+        "from lbtune.host.fs import HostFS\n"
+        "from lbtune.host.identity import tree_identity\n"
+        "try:\n"
+        "    tree_identity(HostFS(sys.argv[1]))\n"
+        "except MalformedHostFile as e:\n"
+        "    sys.exit(str(e))\n"
+    )
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+
+    r = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True,
+                       preexec_fn=limit, cwd=REPO, timeout=600)  # fmt: skip
+    assert r.returncode == 1 and "lbtune-capture.json: larger than 4 MiB" in r.stderr, r.stderr
