@@ -145,11 +145,15 @@ class HostFS:
         return posixpath.basename(os.readlink(p).rstrip("/"))
 
     def listdir(self, kpath: str) -> list[str]:
-        """Sorted entries of a directory; empty when it does not exist."""
+        """Sorted entries of a directory; empty when it does not exist; BadInput when it
+        exists but cannot be listed (no permission, a symlink loop): an unreadable
+        directory is not an empty one."""
         try:
             return sorted(os.listdir(self._read_path(kpath)))
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as e:
+            raise BadInput(f"{self.path(kpath)}: cannot list ({e.strerror or e})") from None
 
     def read(self, kpath: str, limit: Optional[int] = None) -> Optional[str]:
         """File text without the trailing newline, or None when absent or unreadable.
