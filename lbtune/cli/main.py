@@ -177,6 +177,34 @@ def _misc_check_mode(args: list[str]) -> bool:
             and any(w == "--misc-check" or w.startswith("--misc-check=") for w in words))
 
 
+# The environment variables lbtune reads, and what each may hold (checked before anything
+# runs, so garbage is one line and exit 2, never a traceback or a half-run command).
+_FLAGS = ("", "0", "1", "true", "false", "yes", "no", "on", "off", "t", "f", "y", "n")
+_ENV_PATHS = ("LBTUNE_STATE_DIR", "LBTUNE_LAB_RUN_DIR", "LBTUNE_LAB_KERNEL", "LBTUNE_LAB_MODULES")
+_ENV_CHOICES = {
+    "LBTUNE_DEBUG": _FLAGS,
+    "LBTUNE_NO_BCC": ("", "0", "1"),
+    "LBTUNE_LAB_KEEP": ("", "0", "1"),
+    "LBTUNE_LAB_FPU": ("", "auto", "native", "shim", "legacy"),
+}
+
+
+def check_environment(environ: Any) -> None:
+    """BadInput (one line) for an LBTUNE_* variable lbtune cannot use."""
+    import re
+
+    for name, choices in _ENV_CHOICES.items():
+        value = environ.get(name)
+        if value is not None and value.strip().lower() not in choices:
+            raise LbtuneError(
+                f"{name}={value[:40]!r}: expected one of {', '.join(c for c in choices if c)}"
+            )
+    for name in _ENV_PATHS:
+        value = environ.get(name)
+        if value and (not value.startswith("/") or re.search(r"[\x00-\x1f\x7f]", value)):
+            raise LbtuneError(f"{name}={value[:40]!r}: expected an absolute path")
+
+
 def invoke(argv: Optional[list[str]] = None) -> int:
     """Run the CLI and return its exit code instead of exiting (used by tests and main).
 
@@ -194,7 +222,8 @@ def invoke(argv: Optional[list[str]] = None) -> int:
 
 def _invoke(args: list[str]) -> tuple[bool, int]:
     """(whether the command ran to its end, the exit code)."""
-    debug = "--debug" in args or os.environ.get("LBTUNE_DEBUG") == "1"
+    debug = "--debug" in args or os.environ.get("LBTUNE_DEBUG", "").strip().lower() in (
+        "1", "true", "yes", "on", "t", "y")  # fmt: skip
     as_json = _wants_json(args)
     slot = _Slot()
 
@@ -202,6 +231,7 @@ def _invoke(args: list[str]) -> tuple[bool, int]:
         return slot.runtime.display(text) if slot.runtime is not None else text
 
     try:
+        check_environment(os.environ)
         rv = cli.main(args=args, prog_name="lbtune", standalone_mode=False, obj=slot)
     except click.exceptions.Abort as e:
         # click turns Ctrl-C into Abort; a "no" at a confirmation prompt is an Abort too.

@@ -71,7 +71,8 @@ def console() -> Any:
 
     width = None
     if not sys.stdout.isatty():  # pipes and files: wide enough for plan and show tables
-        width = int(os.environ.get("COLUMNS", "") or 120)
+        text = os.environ.get("COLUMNS", "").strip()
+        width = int(text) if text.isdigit() and 20 <= int(text) <= 10_000 else 120
     return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
 
 

@@ -12,7 +12,7 @@ import contextlib
 import os
 import posixpath
 import stat
-from typing import IO, Callable, Optional
+from typing import Callable, Optional
 
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.cpulist import CpuListError, parse_cpulist, parse_cpumask
@@ -20,6 +20,30 @@ from lbtune.host.cpulist import CpuListError, parse_cpulist, parse_cpumask
 
 class _NotRegular(OSError):
     """A path that exists but is not a regular file (FIFO, device, socket)."""
+
+
+# Per-file read caps (bytes). A host tree is hostile input: a 1 GiB /proc/interrupts or
+# /etc/machine-id must fail with one line, not take the memory of the machine. Kernel
+# attributes are at most a page and /proc text files a few hundred KB on the largest hosts
+# (/proc/interrupts: ~11 bytes per CPU per IRQ row, so 5 MB with 448 CPUs and 1,000 rows);
+# the exceptions are listed by prefix. A capture never holds a file over 64 MiB
+# (host/capture_tree.py MAX_FILE), so the largest cap is that.
+READ_LIMIT = 4 << 20
+READ_LIMITS: tuple[tuple[str, int], ...] = (
+    ("/proc/interrupts", 16 << 20),
+    ("/proc/kallsyms", 32 << 20),  # ~5 MB on Debian 12 with its modules
+    ("/sys/kernel/btf/", 32 << 20),  # vmlinux BTF ~6 MB
+    ("/sos_commands/", 64 << 20),  # recorded command output (ss, tc, ethtool)
+)
+_CHUNK = 1 << 16  # sysctl handlers allocate the requested size: no read of MBs at once
+
+
+def read_limit(kpath: str) -> int:
+    """The most bytes lbtune reads from the kernel path `kpath` (READ_LIMITS, else READ_LIMIT)."""
+    for prefix, limit in READ_LIMITS:
+        if kpath == prefix or (prefix.endswith("/") and kpath.startswith(prefix)):
+            return limit
+    return READ_LIMIT
 
 
 class HostFS:
@@ -124,23 +148,28 @@ class HostFS:
         return posixpath.basename(os.readlink(p).rstrip("/"))
 
     def listdir(self, kpath: str) -> list[str]:
-        """Sorted entries of a directory; empty when it does not exist."""
+        """Sorted entries of a directory; empty when it does not exist; BadInput when it
+        exists but cannot be listed (no permission, a symlink loop): an unreadable
+        directory is not an empty one."""
         try:
             return sorted(os.listdir(self._read_path(kpath)))
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as e:
+            raise BadInput(f"{self.path(kpath)}: cannot list ({e.strerror or e})") from None
 
-    def read(self, kpath: str) -> Optional[str]:
+    def read(self, kpath: str, limit: Optional[int] = None) -> Optional[str]:
         """File text without the trailing newline, or None when absent or unreadable.
 
         Kernel attributes that exist but cannot be read in the current state (a down link's
-        `speed` gives EINVAL) also read as None.
+        `speed` gives EINVAL) also read as None. A file larger than `limit` bytes (default:
+        `read_limit(kpath)`) is MalformedHostFile, never read whole.
         """
         try:
-            with self._open_regular(kpath) as f:
-                return f.read().decode("utf-8", errors="replace").rstrip("\n")
+            raw = self._read_regular(kpath, limit)
         except OSError:  # absent, unreadable, or not a regular file
             return None
+        return raw.decode("utf-8", errors="replace").rstrip("\n")
 
     def read_lines(self, kpath: str) -> list[str]:
         text = self.read(kpath)
@@ -267,25 +296,45 @@ class HostFS:
         finally:
             os.close(fd)
 
-    def read_bytes(self, kpath: str) -> Optional[bytes]:
+    def read_bytes(self, kpath: str, limit: Optional[int] = None) -> Optional[bytes]:
         """A file's bytes; None when absent; BadInput when it is not a regular file (a FIFO
-        would block, a device never ends: nothing lbtune reads or journals is either)."""
+        would block, a device never ends: nothing lbtune reads or journals is either);
+        MalformedHostFile when larger than `limit` bytes (default: `read_limit(kpath)`)."""
         try:
-            with self._open_regular(kpath) as f:
-                return f.read()
+            return self._read_regular(kpath, limit)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
         except _NotRegular:
             raise BadInput(f"{kpath}: not a regular file; refusing to read it") from None
 
-    def _open_regular(self, kpath: str) -> IO[bytes]:
-        """Open for reading without blocking on a FIFO; _NotRegular unless a regular file
-        (procfs and sysfs attributes are regular files)."""
+    def _read_regular(self, kpath: str, limit: Optional[int]) -> bytes:
+        """The bytes of a regular file, opened without blocking on a FIFO; _NotRegular unless
+        a regular file (procfs and sysfs attributes are); MalformedHostFile past `limit`.
+
+        Read in chunks to EOF (procfs reports size 0, sysfs 4096), stopping one byte past the
+        limit: memory stays bounded whatever the file holds.
+        """
+        cap = read_limit(kpath) if limit is None else limit
         fd = os.open(self._read_path(kpath), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _NotRegular(kpath)
+            # A host tree's file says its size; the kernel's say 0 or 4096.
+            first = min(cap + 1, max(st.st_size + 1, 8192))
+            chunks = [os.read(fd, first)]
+            total = len(chunks[0])
+            while chunks[-1] and total <= cap:
+                chunk = os.read(fd, min(_CHUNK, cap + 1 - total))
+                total += len(chunk)
+                chunks.append(chunk)
+        finally:
             os.close(fd)
-            raise _NotRegular(kpath)
-        return os.fdopen(fd, "rb")
+        if total > cap:
+            raise MalformedHostFile(
+                self.path(kpath), f"larger than {_size(cap)}; refusing to read it"
+            )
+        return b"".join(chunks)
 
     def missing_dirs(self, kdir: str) -> list[str]:
         """The ancestors of `kdir` (itself included) that do not exist, outermost first:
@@ -486,6 +535,8 @@ def _process_start(pid: int) -> Optional[float]:
         return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError, StopIteration):
         return None
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n} bytes"
 
 
 def fsync_dir(directory: str) -> None:

@@ -138,6 +138,8 @@ def parse_config_text(text: str, source: str = "<config>") -> DirectorConfig:
         where = f"{source}:{m.group(1)}" if m else source
         what = first[: m.start()].strip() if m else first
         raise BadInput(f"{where}: invalid TOML: {what}") from None
+    except RecursionError:  # thousands of nested arrays or tables
+        raise BadInput(f"{source}: invalid TOML: nested too deeply") from None
     return parse_config(data, source)
 
 

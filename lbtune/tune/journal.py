@@ -45,6 +45,9 @@ from lbtune.host.host import Host
 from lbtune.host.lock import HostLock
 
 STATE_DIR = "/var/lib/lbtune"
+# The largest journal read: an IPVS reconcile of 11,000 objects journals ~3 MB; a bigger file
+# is refused with one line instead of being read whole.
+MAX_JOURNAL = 64 << 20
 
 APPLYING = "applying"  # in progress, or interrupted (crash) if found later
 APPLIED = "applied"
@@ -229,7 +232,7 @@ class StateDir:
         kpath = posixpath.join(kdir or self.journal_kdir, name)
         where = self.fs.path(kpath)
         try:
-            raw = self.fs.read_bytes(kpath)
+            raw = self.fs.read_bytes(kpath, MAX_JOURNAL)
             if raw is None:
                 raise OSError("vanished")
             verified = raw.startswith(_DIGEST_HEAD)
@@ -268,7 +271,8 @@ class StateDir:
                 dirs=[_str(d, "dirs") for d in data.get("dirs", [])],
                 seq=seq,
             )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError,
+                binascii.Error) as e:
             raise BadInput(f"{where}: unreadable journal ({e})") from None
         if f"{j.id}.json" != name:
             raise BadInput(f"{where}: unreadable journal (id {j.id!r} does not match the name)")

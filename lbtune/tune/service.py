@@ -76,7 +76,21 @@ def targets(runtime: Runtime, name: str, iface: Optional[str]) -> tuple[Profile,
 
     host = runtime.host()
     profile = load_profile(name, root=host.fs.root)
-    return profile, resolve(profile, LazyInventory(host), iface)
+    tgts = resolve(profile, LazyInventory(host), iface, in_netns=host.netns is not None)
+    return profile, refuse_unknown_sysctls(host, tgts)
+
+
+def refuse_unknown_sysctls(host: Host, tgts: list[Target]) -> list[Target]:
+    """`tgts`, or BadInput naming the first sysctl this host's kernel does not have (see
+    SysctlKnob.unknown): refused at once, before anything is read or planned."""
+    from lbtune.tune.knobs.sysctl import SysctlKnob
+
+    for t in tgts:
+        if isinstance(t.knob, SysctlKnob):
+            problem = t.knob.unknown(host)
+            if problem is not None:
+                raise BadInput(problem)
+    return tgts
 
 
 def plan_profile(runtime: Runtime, name: str, iface: Optional[str]) -> Plan:
@@ -178,7 +192,9 @@ def apply_profile(
                 f"apply {stale.id} ({stale.profile}) was interrupted; run "
                 f"`{lbtune_command(host, 'rollback')}` first"
             )
-        plan = make_plan(host, profile.name, resolve(profile, LazyInventory(host), iface))
+        tgts = resolve(profile, LazyInventory(host), iface, in_netns=host.netns is not None)
+        tgts = refuse_unknown_sysctls(host, tgts)
+        plan = make_plan(host, profile.name, tgts)
         _refuse_all_skipped(host, plan)
         if plan.needs_reboot and not persist and not boot:
             raise BadInput(
