@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from lbtune.host.http import MAX_CLIENTS
+from lbtune.host.http import WORKERS
 from tests.fleet.conftest import LBTUNE, check_metrics, parse
 
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -129,7 +129,7 @@ def test_hostile_clients_neither_crash_nor_hang_it():
         # A flood of silent connections, more than the server serves at once, then a
         # scrape once they are gone.
         silent = [socket.create_connection(("127.0.0.1", port), timeout=10)
-                  for _ in range(MAX_CLIENTS + 20)]  # fmt: skip
+                  for _ in range(WORKERS + 20)]  # fmt: skip
         for s in silent:
             s.close()
         # A few silent connections held open do not stop a scrape meanwhile.
