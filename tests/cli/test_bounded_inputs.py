@@ -81,10 +81,9 @@ def test_a_1gib_identity_file_fails_apply_and_changes_nothing(tmp_path, kpath):
 
 def test_a_200mb_journal_is_refused_not_read_whole(tmp_path):
     root = copy_host(tmp_path, KVM)
-    state = tmp_path / "state"
-    sparse(state / "journal" / "20260101T000000-001.json", 200 << 20)
-    env = {"LBTUNE_STATE_DIR": str(state)}
-    msg = one_line(run_bounded("--root", str(root), "history", env=env))
+    # the tree's own state directory (a shared LBTUNE_STATE_DIR keeps each root's apart)
+    sparse(root / "var" / "lib" / "lbtune" / "journal" / "20260101T000000-001.json", 200 << 20)
+    msg = one_line(run_bounded("--root", str(root), "history", env={}))
     assert "20260101T000000-001.json" in msg and "larger than" in msg
 
 

@@ -22,6 +22,7 @@ import time
 import pytest
 
 from lbtune.host.host import Host
+from lbtune.observe.probes import COST_PERIOD_S
 from tests.conftest import needs_bcc
 from tests.netns.conftest import in_netns, ip
 from tests.netns.probe_traffic import (
@@ -54,7 +55,9 @@ def _session(netns: str, probes: list[str], ifaces: list[str] | None = None,  # 
 
 def _closed_port(netns: str, n: int):  # type: ignore[no-untyped-def]
     ip("link", "set", "lo", "up")
-    with _session(netns, ["drops"]) as s:
+    # Statistics on for the whole period: the connects must fall inside a cost window, and on
+    # a loaded machine opening the session can outlast a 1 s window (then 0 events counted).
+    with _session(netns, ["drops"], cost_window=COST_PERIOD_S) as s:
         refused = closed_port_connects(n)
         time.sleep(0.1)
         return refused, s.read()
