@@ -114,8 +114,13 @@ def phase_under_load() -> dict[str, Any]:
     load = subprocess.Popen(["ip", "netns", "exec", "cl", sys.executable,
                              os.path.join(HERE, "loadloop.py"), VIP, "80", "4", stop, result])
     marks = {}
-    t0 = time.monotonic()
     try:
+        for _ in range(600):  # until the load runs: its events are timed from its own start
+            if os.path.exists(result + ".start"):
+                break
+            time.sleep(0.1)
+        with open(result + ".start") as f:
+            t0 = float(f.read())
         time.sleep(2)
         for name, weights in steps[1:]:
             write(cfg, config("wrr", weights, drain_timeout=15, extra=extra))
