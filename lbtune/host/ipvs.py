@@ -443,6 +443,24 @@ class Ipvs:
             return now
         return self.table().get(key)
 
+    def refresh(self, keys: Iterable[ServiceKey]) -> None:
+        """Read these services again now, one by one (what another run changed, their
+        connection counts), however many: two requests each instead of a dump per service
+        of the whole table. Reads the whole table when none is cached yet."""
+        self.flush()
+        if self._table is None:
+            self.table()
+            return
+        if self.available():
+            for key in keys:
+                now = read_service(self.socket(), key)
+                if now is None:
+                    self._table.pop(key, None)
+                else:
+                    self._table[key] = now
+                self._stale.discard(key)
+        self._view = None  # rebuilt from the table (read again whole while any is stale)
+
     def destinations(self, key: ServiceKey) -> Optional[tuple[Destination, ...]]:
         """The destinations of one service read now, with their connection counts; None
         when the service does not exist."""

@@ -37,6 +37,7 @@ from lbtune.host.ipvs import (
     parse_flags,
 )
 from lbtune.host.textfile import read_user_text
+from lbtune.ipvs import plaintoml
 
 _toml: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
@@ -130,6 +131,9 @@ def load_config(path: str) -> DirectorConfig:
 
 
 def parse_config_text(text: str, source: str = "<config>") -> DirectorConfig:
+    data = plaintoml.loads(text)  # the plain subset, ~10 times faster; None: anything else
+    if data is not None:
+        return parse_config(data, source)
     try:
         data = _toml.loads(text)
     except _toml.TOMLDecodeError as e:
@@ -298,7 +302,36 @@ def _service(raw: Any, source: str, i: int) -> VirtualService:
     return VirtualService(key, sched, flags, persistence, netmask, tuple(servers))
 
 
+_REAL_KEYSET = frozenset(REAL_KEYS)
+_INET4 = re.compile(r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+                    r"(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}")
+
+
+def _plain_real(raw: Any, key: ServiceKey, forward: str) -> Optional[RealServer]:
+    """The common real server (an IPv4 DR server of an address:port service, with a weight
+    and nothing else unusual) checked without the general machinery: a config of 10,000
+    spends most of its validation here. None: anything else, which `_real` checks (and
+    words the error of)."""
+    if (type(raw) is not dict or not raw.keys() <= _REAL_KEYSET or key.family != 4
+            or key.protocol == "fwmark"):
+        return None
+    if "forward" in raw or forward != "dr" or "upper" in raw or "lower" in raw:
+        return None
+    addr, port, weight = raw.get("address"), raw.get("port", key.port), raw.get("weight", 1)
+    agent = raw.get("agent", "")
+    if (type(addr) is not str or type(port) is not int or type(weight) is not int
+            or type(agent) is not str or agent or port != key.port
+            or not 0 <= weight <= MAX_WEIGHT or not _INET4.fullmatch(addr)):
+        return None
+    rs = RealServer(addr, port, weight)
+    rs.__dict__["key"] = DestKey(4, addr, port)  # the cached property, canonical already
+    return rs
+
+
 def _real(raw: Any, svc: _Doc, j: int, key: ServiceKey, forward: str) -> RealServer:
+    plain = _plain_real(raw, key, forward)
+    if plain is not None:
+        return plain
     r = _Doc(raw, svc.source, f"{svc.where}: real_server #{j + 1}", REAL_KEYS)
     family, addr = r.addr("address")
     r.where = f"{svc.where}: real server {addr}"
