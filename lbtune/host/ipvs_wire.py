@@ -416,7 +416,9 @@ def decode_service(body: bytes, counters: bool = True) -> Optional[Service]:
         netmask=_decode_netmask(family, a.get(SVC_NETMASK)),
         pe=get_str(a, SVC_PE_NAME),
     )
-    return Service(key, settings, _decode_counters(a) if counters else Counters())
+    if counters:
+        return Service(key, settings, _decode_counters(a))
+    return Service(key, settings)
 
 
 def decode_dest(body: bytes, service_family: int, counters: bool = True) -> Optional[Destination]:
@@ -434,14 +436,11 @@ def decode_dest(body: bytes, service_family: int, counters: bool = True) -> Opti
         u_threshold=get_u(a, DEST_U_THRESH),
         l_threshold=get_u(a, DEST_L_THRESH),
     )
-    return Destination(
-        key,
-        settings,
-        active=get_u(a, DEST_ACTIVE_CONNS),
-        inactive=get_u(a, DEST_INACT_CONNS),
-        persistent=get_u(a, DEST_PERSIST_CONNS),
-        counters=_decode_counters(a) if counters else Counters(),
-    )
+    conns = (get_u(a, DEST_ACTIVE_CONNS), get_u(a, DEST_INACT_CONNS),
+             get_u(a, DEST_PERSIST_CONNS))  # fmt: skip
+    if counters:
+        return Destination(key, settings, *conns, counters=_decode_counters(a))
+    return Destination(key, settings, *conns)  # the shared empty Counters
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from lbtune.host.ipvs import (
 from lbtune.host.textfile import read_user_text
 from lbtune.ipvs import plaintoml
 
-_toml: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
+_TOML = "tomllib" if sys.version_info >= (3, 11) else "tomli"  # imported when a config needs it
 
 MAX_BYTES = 4 << 20  # 1,000 services x 10 real servers is ~0.5 MB of TOML
 MAX_WEIGHT = 65535
@@ -134,9 +134,10 @@ def parse_config_text(text: str, source: str = "<config>") -> DirectorConfig:
     data = plaintoml.loads(text)  # the plain subset, ~10 times faster; None: anything else
     if data is not None:
         return parse_config(data, source)
+    toml: Any = importlib.import_module(_TOML)
     try:
-        data = _toml.loads(text)
-    except _toml.TOMLDecodeError as e:
+        data = toml.loads(text)
+    except toml.TOMLDecodeError as e:
         first = (str(e).splitlines() or ["invalid TOML"])[0]
         m = _TOML_LINE.search(first)
         where = f"{source}:{m.group(1)}" if m else source
