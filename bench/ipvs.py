@@ -205,8 +205,10 @@ def main() -> None:
     from bench.results_io import run_meta, write_json
     from lbtune.lab.uml import run_in_lab
 
+    load_before = os.getloadavg()[0]
     res = run_in_lab("bench.ipvs:guest", args.rounds, args.big_rounds, timeout=7200,
                      cwd=str(ROOT))
+    load = (round(load_before, 1), round(os.getloadavg()[0], 1))  # the machine is shared
     v = res.value
     rows = [r for case in v["cases"] for r in _rows(case)]
     adapt = v["adapt"]
@@ -214,12 +216,13 @@ def main() -> None:
     meta = run_meta(args.rounds, big_rounds=args.big_rounds, lab_kernel=v["kernel"],
                     cases=[{k: c[k] for k in ("services", "dests", "rounds", "times", "ops",
                                               "rss_kib")} for c in v["cases"]],
-                    adapt=adapt)  # fmt: skip
+                    adapt=adapt, host_load_1min=load)  # fmt: skip
     write_json(args.out, meta, rows)
     md = [f"IPVS reconcile vs `ipvsadm -R` of the same table, lab kernel {v['kernel']}; "
           f"{args.rounds} rounds at 1000x10 (11,000 objects), {args.big_rounds} at 10000x5 "
           "(60,000 objects); medians, fresh process per step, both sides in the same run. "
-          "Peak memory is the process's ru_maxrss.", "",
+          "Peak memory is the process's ru_maxrss. Host load average (1 min) before/after the "
+          f"run: {load[0]}/{load[1]} on {os.cpu_count()} CPUs.", "",
           "| case | median ms | ratio | baseline | operations | peak MiB |",
           "|---|---:|---:|---|---:|---:|"]
     for r in rows:
