@@ -457,9 +457,49 @@ _DEST_NUMS = {DEST_FWD_METHOD: 0, DEST_WEIGHT: 1, DEST_U_THRESH: 2, DEST_L_THRES
 _NLA_TYPE_MASK = 0x3FFF
 
 
+# How ip_vs_genl_fill_dest lays a destination out (5.3 and later): ADDR, PORT, FWD_METHOD,
+# WEIGHT, TUN_TYPE, TUN_PORT, TUN_FLAGS, U_THRESH, L_THRESH, ACTIVE, INACT, PERSIST,
+# ADDR_FAMILY, then the statistics. Unpacked in one call when the lengths and types match.
+_KERNEL_DEST = struct.Struct("=HH16sHH2s2xHHIHHIHHB3xHHH2xHHH2xHHIHHIHHIHHIHHIHHH2x")
+_KERNEL_DEST_HEADS = (20, DEST_ADDR, 6, DEST_PORT, 8, DEST_FWD_METHOD, 8, DEST_WEIGHT,
+                      5, 13, 6, 14, 6, 15, 8, DEST_U_THRESH, 8, DEST_L_THRESH,
+                      8, DEST_ACTIVE_CONNS, 8, DEST_INACT_CONNS, 8, DEST_PERSIST_CONNS,
+                      6, DEST_ADDR_FAMILY)  # fmt: skip
+_HEAD_AT = (0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19, 21, 22, 24, 25, 27, 28, 30, 31,
+            33, 34, 36, 37)  # fmt: skip
+_VALUE_AT = (2, 5, 8, 11, 23, 26, 29, 32, 35, 38)  # addr port fwd weight u l act inact pers af
+_DEST_ATTRS = frozenset((*_DEST_NUMS, DEST_ADDR, DEST_PORT))
+
+
 def _dest_settings_only(raw: bytes, service_family: int) -> Destination:
     """`decode_dest` without statistics: the same values (a later duplicate attribute
     wins, a truncated one ends the walk), without a dict of every attribute."""
+    if len(raw) >= _KERNEL_DEST.size:
+        f = _KERNEL_DEST.unpack_from(raw)
+        if tuple(f[i] for i in _HEAD_AT) == _KERNEL_DEST_HEADS and not _more_of(raw):
+            addr, port, fwd, weight, u, lo, active, inactive, persistent, af = (
+                f[i] for i in _VALUE_AT)
+            family = FAMILY_OF_AF.get(af, service_family)
+            key = DestKey(family, _decode_addr(family, addr), int.from_bytes(port, "big"))
+            settings = DestSettings(weight, FWD_NAMES.get(fwd & 0x7, "masq"), u, lo)
+            return Destination(key, settings, active, inactive, persistent)
+    return _walk_dest(raw, service_family)
+
+
+def _more_of(raw: bytes) -> bool:
+    """An attribute after the kernel's layout that the walk would read (it would win)."""
+    offset, end = _KERNEL_DEST.size, len(raw)
+    while offset + 4 <= end:
+        length, atype = NLATTR.unpack_from(raw, offset)
+        if length < 4 or offset + length > end:
+            return False
+        if atype & _NLA_TYPE_MASK in _DEST_ATTRS:
+            return True
+        offset += (length + 3) & ~3
+    return False
+
+
+def _walk_dest(raw: bytes, service_family: int) -> Destination:
     nums = [0] * 8
     addr, port = b"", b"\0\0"
     offset, end = 0, len(raw)
