@@ -9,8 +9,9 @@ lbtune (so a journal of 11,000 records exists, as after a real first apply). The
   whole no-op `lbtune ipvs apply` (median of 3 each);
 - in one process, each phase of the no-op timed on its own (median of 3): config parse,
   host facts, the netlink dump (bytes only), decoding the replies, the full table read,
-  the planner's targets, the plan (every target compared), the engine's lock and journal
-  check;
+  the planner's targets, the plan (every target compared, as `plan -v`; and without rows
+  for services in place, as apply), the engine's lock and journal check; the whole
+  in-process reconcile as the CLI runs it (cycle collector on, as a library caller has it);
 - a cProfile of the in-process no-op `apply_director`, its top functions by own time.
 
 Results go to bench/results/ipvs_profile.json and .md.
@@ -89,7 +90,7 @@ def guest(services: int, reals: int) -> dict[str, Any]:
         service_attrs,
     )
     from lbtune.ipvs.config import check_host, load_config
-    from lbtune.ipvs.reconcile import apply_director, desired_targets, host_facts
+    from lbtune.ipvs.reconcile import apply_director, desired_targets, host_facts, in_place
     from lbtune.tune.engine import apply_plan
     from lbtune.tune.journal import StateDir
     from lbtune.tune.knobs.ipvs import Drain
@@ -125,6 +126,11 @@ def guest(services: int, reals: int) -> dict[str, Any]:
 
     empty = plan()
 
+    def short_plan() -> Any:
+        ipvs_of(host).assume(table.values())
+        return make_plan(host, "ipvs profile",
+                         desired_targets(cfg, table, drain, in_place(cfg, table)))
+
     def lock_journal() -> None:
         with state.lock():
             apply_plan(host, empty, state)
@@ -136,20 +142,22 @@ def guest(services: int, reals: int) -> dict[str, Any]:
         "decode replies": _median_ms(decode),
         "table read (dump + decode + objects)": _median_ms(lambda: read_table(sock, False)),
         "targets (desired_targets)": _median_ms(lambda: desired_targets(cfg, table, drain)),
-        "plan (make_plan, table cached)": _median_ms(plan),
+        "plan, every row (make_plan, table cached; plan -v)": _median_ms(plan),
+        "plan without rows for services in place (in_place + make_plan)":
+            _median_ms(short_plan),
         "lock + journal check (apply_plan, empty)": _median_ms(lock_journal),
     }
     sock.close()
 
     def whole() -> None:
         ipvs_of(host).invalidate()
-        apply_director(host, load_config(cfg_path), state)
+        apply_director(host, load_config(cfg_path), state, every_row=False)  # as the CLI
 
     phases["in-process apply_director (all of the above)"] = _median_ms(whole)
     prof = cProfile.Profile()
     ipvs_of(host).invalidate()
     prof.enable()
-    apply_director(host, load_config(cfg_path), state)
+    apply_director(host, load_config(cfg_path), state, every_row=False)
     prof.disable()
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(15)

@@ -6,7 +6,7 @@ from typing import Any, Optional, Sequence
 
 import click
 
-from lbtune.cli.ipvscommon import director_config, emit_json, ipvs_host, ipvs_state
+from lbtune.cli.ipvscommon import bulk, director_config, emit_json, ipvs_host, ipvs_state
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console
 from lbtune.errors import BadInput, ExitCode
@@ -106,10 +106,11 @@ def plan_command(ctx: click.Context, config: str) -> int:
     """Show the operations `apply` would make: add, edit in place, drain, delete."""
     from lbtune.ipvs.reconcile import plan_director
 
-    cfg = director_config(config)
-    host = ipvs_host(ctx)
-    verbose = runtime_of(ctx).verbose
-    planned = plan_director(host, cfg, every_row=bool(verbose))
+    with bulk():
+        cfg = director_config(config)
+        host = ipvs_host(ctx)
+        verbose = runtime_of(ctx).verbose
+        planned = plan_director(host, cfg, every_row=bool(verbose))
     if runtime_of(ctx).json:
         emit_json({"config": cfg.source, "operations": len(planned.plan.to_apply),
                    "unchanged": _unchanged(planned.plan) + planned.in_place,
@@ -152,11 +153,12 @@ def _applied(ctx: click.Context, done: Any, source: str, verb: str) -> int:
 def _reconcile(ctx: click.Context, config: str, teardown: bool) -> int:
     from lbtune.ipvs.reconcile import apply_director, desired_targets, teardown_targets
 
-    cfg = director_config(config)
-    host = ipvs_host(ctx, changes=True)
-    targets_of = teardown_targets if teardown else desired_targets
-    done = apply_director(host, cfg, ipvs_state(ctx, host), targets_of=targets_of,
-                          every_row=bool(runtime_of(ctx).verbose))
+    with bulk():
+        cfg = director_config(config)
+        host = ipvs_host(ctx, changes=True)
+        targets_of = teardown_targets if teardown else desired_targets
+        done = apply_director(host, cfg, ipvs_state(ctx, host), targets_of=targets_of,
+                              every_row=bool(runtime_of(ctx).verbose))
     return _applied(ctx, done, cfg.source, "torn down" if teardown else "applied")
 
 
