@@ -231,9 +231,10 @@ def main() -> None:
         md.append(f"| {r.case} | {r.median_ms} | {r.ratio} | {r.baseline} | {n} | {mib} |")
     md += ["", f"`adapt` poll round at {adapt['objects']} objects (in process, agents "
            "injected; interval 2000 ms):", "",
-           "| round | ms | table reads | per-service reads | changes | locks |",
+           "| round | ms | table reads | per-service reads | weights written | locks |",
            "|---|---:|---:|---:|---:|---:|"]
-    for name, r in (("one weight changes", changed), ("nothing changes", quiet)):
+    for name, r in (("an agent says down: its weights go to 0", changed),
+                    ("the next round: nothing changes", quiet)):
         md.append(f"| {name} | {r['ms']:.1f} | {r['table_reads']} | {r['service_reads']} | "
                   f"{r['changes']} | {r['locks']} |")
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")

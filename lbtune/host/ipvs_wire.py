@@ -10,6 +10,7 @@ re-exports the public names); this module is pure and unit-tested without a kern
 from __future__ import annotations
 
 import functools
+import operator
 import socket
 import struct
 import sys
@@ -465,9 +466,10 @@ _KERNEL_DEST_HEADS = (20, DEST_ADDR, 6, DEST_PORT, 8, DEST_FWD_METHOD, 8, DEST_W
                       5, 13, 6, 14, 6, 15, 8, DEST_U_THRESH, 8, DEST_L_THRESH,
                       8, DEST_ACTIVE_CONNS, 8, DEST_INACT_CONNS, 8, DEST_PERSIST_CONNS,
                       6, DEST_ADDR_FAMILY)  # fmt: skip
-_HEAD_AT = (0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19, 21, 22, 24, 25, 27, 28, 30, 31,
-            33, 34, 36, 37)  # fmt: skip
-_VALUE_AT = (2, 5, 8, 11, 23, 26, 29, 32, 35, 38)  # addr port fwd weight u l act inact pers af
+_HEADS_OF = operator.itemgetter(0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19, 21, 22, 24,
+                                25, 27, 28, 30, 31, 33, 34, 36, 37)  # fmt: skip
+# addr port fwd weight u_thresh l_thresh active inactive persistent family
+_VALUES_OF = operator.itemgetter(2, 5, 8, 11, 23, 26, 29, 32, 35, 38)
 _DEST_ATTRS = frozenset((*_DEST_NUMS, DEST_ADDR, DEST_PORT))
 
 
@@ -476,9 +478,8 @@ def _dest_settings_only(raw: bytes, service_family: int) -> Destination:
     wins, a truncated one ends the walk), without a dict of every attribute."""
     if len(raw) >= _KERNEL_DEST.size:
         f = _KERNEL_DEST.unpack_from(raw)
-        if tuple(f[i] for i in _HEAD_AT) == _KERNEL_DEST_HEADS and not _more_of(raw):
-            addr, port, fwd, weight, u, lo, active, inactive, persistent, af = (
-                f[i] for i in _VALUE_AT)
+        if _HEADS_OF(f) == _KERNEL_DEST_HEADS and not _more_of(raw):
+            addr, port, fwd, weight, u, lo, active, inactive, persistent, af = _VALUES_OF(f)
             family = FAMILY_OF_AF.get(af, service_family)
             key = DestKey(family, _decode_addr(family, addr), int.from_bytes(port, "big"))
             settings = DestSettings(weight, FWD_NAMES.get(fwd & 0x7, "masq"), u, lo)

@@ -325,7 +325,10 @@ def _plain_real(raw: Any, key: ServiceKey, forward: str) -> Optional[RealServer]
             or not 0 <= weight <= MAX_WEIGHT or not _INET4.fullmatch(addr)):
         return None
     rs = RealServer(addr, port, weight)
-    rs.__dict__["key"] = DestKey(4, addr, port)  # the cached property, canonical already
+    # the cached properties, set here (the address is canonical already; and 3.11's
+    # cached_property takes a lock on every first access)
+    rs.__dict__["key"] = DestKey(4, addr, port)
+    rs.__dict__["settings"] = DestSettings(weight)
     return rs
 
 
