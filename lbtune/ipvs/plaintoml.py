@@ -1,15 +1,14 @@
 """A fast reader for the plain subset of TOML that large IPVS configs are written in.
 
-`tomllib` is pure Python: a 1,000-service x 10-server config (34,000 lines) takes it over a
-second, more than everything else a no-op reconcile does. Generated configs (and most
-hand-written ones) use a small, line-oriented part of TOML: `[table]` and `[[array]]` /
-`[[array.sub]]` headers, `key = value` with bare keys, values that are basic strings
-without escapes, decimal integers, booleans or one-line arrays of such strings, and
+`tomllib` is pure Python: a 1,000-service x 10-server config (34,000 lines) was the largest
+part of a no-op reconcile (bench/ipvs_profile.py, docs/ipvs.md "Performance"). Generated
+configs (and most hand-written ones) use a small, line-oriented part of TOML: `[table]` and
+`[[array]]` / `[[array.sub]]` headers, `key = value` with bare keys, values that are basic
+strings without escapes, decimal integers, booleans or one-line arrays of such strings, and
 comments. `loads` reads exactly that and returns None for anything else (a quoted or dotted
 key, an escape, a float, a redefinition, a stray character...): the caller then hands the
 document to tomllib, which reads the rest of TOML and words the errors. So whenever this
-returns a document, it is the one tomllib returns for the same text.
-"""
+returns a document, it is the one tomllib returns for the same text."""
 
 from __future__ import annotations
 
