@@ -56,13 +56,13 @@ lines = st.one_of(
 documents = st.lists(lines, max_size=14).map("\n".join)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(documents)
 def test_a_document_it_reads_is_the_one_tomllib_reads(text):
     _agrees(text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(['[[service]]', 'address = "10.0.0.1"', "port = 80",
                                  "[[service.real_server]]", "weight = 3", '[director]',
                                  "drain_timeout = 0", '[[vip]]', 'flags = ["sh-port"]',
