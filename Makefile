@@ -40,6 +40,9 @@ bench: setup
 	$(VENV)/bin/python bench/ipvs_profile.py
 	$(VENV)/bin/python bench/monitor.py
 	$(VENV)/bin/python bench/adapt.py
+	$(VENV)/bin/python bench/exporter.py
+	$(VENV)/bin/python bench/ansible.py
+	$(VENV)/bin/python bench/failover.py
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist

@@ -85,6 +85,9 @@ def main() -> int:
         if not ok:
             print(f"{scheme}: no result", file=sys.stderr)
             return 1
+        if any(v is None for r, _ in ok for v in r.shares.values()):
+            print(f"{scheme}: request counts unknown (an access log is missing)", file=sys.stderr)
+            return 1
         samples = [x for _r, raw in ok for x in raw["samples"] if x["egress_mbit"] > 0.5]
         weights: dict[str, float] = {}
         changes = 0
@@ -101,7 +104,7 @@ def main() -> int:
             errors=sum(r.errors or 0 for r, _ in ok),
             rounds_rps=[r.rps or 0.0 for r, _ in ok],
             rounds_p99=[r.p99_ms or 0.0 for r, _ in ok],
-            shares={n: _median([r.shares.get(n, 0.0) for r, _ in ok]) for n in names},
+            shares={n: _median([r.shares.get(n) or 0.0 for r, _ in ok]) for n in names},
             egress_mbit={n: _median([x["egress_mbit"] for x in samples if x["server"] == n])
                          for n in names},
             connections={n: _median([x["connections"] for x in samples if x["server"] == n])

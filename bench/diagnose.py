@@ -129,7 +129,7 @@ def measure(cases: dict[str, Case], rounds: int) -> dict[str, list[tuple[float, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--rounds", type=int, default=5)  # as bench/results/diagnose.*
     ap.add_argument("--ticks", type=int, default=20, help="ticks per round and case")
     ap.add_argument("--iface", help="interface for `ethtool -S` (default: first with stats)")
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "diagnose.json")

@@ -81,7 +81,7 @@ def timed(steps: list[list[str]], env: dict[str, str] | None = None) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=15)  # bench/results/tune.* were made with 15
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "tune.json")
     args = ap.parse_args()
     # What an installed package has: byte-compiled modules (PYTHONDONTWRITEBYTECODE may be set).

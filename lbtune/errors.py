@@ -35,10 +35,15 @@ class BadInput(LbtuneError):
     exit_code = ExitCode.USAGE
 
 
+MAX_PROBLEM = 300  # characters of a MalformedHostFile's problem shown
+
+
 class MalformedHostFile(BadInput):
     """A kernel file under the host root does not have the kernel's format."""
 
     def __init__(self, path: str, problem: str) -> None:
+        if len(problem) > MAX_PROBLEM:  # a quoted line of a hostile file: keep it one line
+            problem = problem[:MAX_PROBLEM] + "..."
         super().__init__(f"{path}: {problem}")
         self.path = path
 

@@ -74,3 +74,85 @@ int lbt_drops_kfree_skb(struct lbt_args_skb_kfree_skb *args)
 		(*count)++;
 	return 0;
 }
+
+/* Closed ports: which local port the packets nothing listens on were sent to.
+ *
+ * A TCP segment for no socket is answered with a reset whose tcp:tcp_send_reset record has
+ * reason NO_SOCKET (LBT_P_RST_NO_SOCKET, this kernel's number) and the reset's own source,
+ * i.e. the local address and port the segment was sent to, as a sockaddr (family, port in
+ * network order, address). A UDP datagram for no socket is answered (IPv4) with ICMP port
+ * unreachable, whose icmp:icmp_send record carries the datagram's addresses and ports (host
+ * order). Both are counted per (protocol, family, local address, local port) in a per-CPU
+ * hash of at most LBT_P_MAX keys; events beyond it count in lbt_ports_lost.
+ */
+struct lbt_pkey {
+	u64 a0;  /* the local address: 16 bytes (IPv4: the first 4), as two words */
+	u64 a1;
+	u16 port;
+	u8 proto;  /* 6 TCP, 17 UDP */
+	u8 family; /* 4 or 6 */
+	u32 pad;
+};
+
+#if defined(LBT_P_RST) || defined(LBT_P_ICMP)
+BPF_PERCPU_HASH(lbt_ports, struct lbt_pkey, u64, LBT_P_MAX);
+BPF_PERCPU_ARRAY(lbt_ports_lost, u64, 1);
+
+static __always_inline void lbt_port_count(struct lbt_pkey *key)
+{
+	u64 zero = 0, *count;
+	u32 first = 0;
+
+	count = lbt_ports.lookup_or_try_init(key, &zero);
+	if (count) {
+		(*count)++;
+		return;
+	}
+	count = lbt_ports_lost.lookup(&first);
+	if (count)
+		(*count)++;
+}
+#endif
+
+#ifdef LBT_P_RST
+int lbt_drops_tcp_send_reset(struct lbt_args_tcp_tcp_send_reset *args)
+{
+	struct lbt_pkey key = {};
+	u16 family;
+
+	if (args->reason != LBT_P_RST_NO_SOCKET)
+		return 0;
+	family = args->saddr[0] | (args->saddr[1] << 8);
+	key.port = (args->saddr[2] << 8) | args->saddr[3];
+	key.proto = 6;
+	if (family == 2) { /* AF_INET: sin_addr at offset 4 */
+		key.family = 4;
+		__builtin_memcpy(&key.a0, &args->saddr[4], 4);
+	} else if (family == 10) { /* AF_INET6: sin6_addr at offset 8 */
+		key.family = 6;
+		__builtin_memcpy(&key.a0, &args->saddr[8], 8);
+		__builtin_memcpy(&key.a1, &args->saddr[16], 8);
+	} else {
+		return 0;
+	}
+	lbt_port_count(&key);
+	return 0;
+}
+#endif
+
+#ifdef LBT_P_ICMP
+int lbt_drops_icmp_send(struct lbt_args_icmp_icmp_send *args)
+{
+	struct lbt_pkey key = {};
+
+	/* destination unreachable / port unreachable, for a UDP datagram (ports 0 otherwise) */
+	if (args->type != 3 || args->code != 3 || (args->sport == 0 && args->dport == 0))
+		return 0;
+	key.port = args->dport;
+	key.proto = 17;
+	key.family = 4;
+	__builtin_memcpy(&key.a0, args->daddr, 4);
+	lbt_port_count(&key);
+	return 0;
+}
+#endif

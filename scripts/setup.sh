@@ -9,14 +9,21 @@ cd "$(dirname "$0")/.."
 PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm kmod
       user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium)
 # The lab's servers and load (run only inside the UML guest, never as host services).
+# Set-up never stops or disables a service that was there before it ran: a policy-rc.d keeps
+# the install from starting anything, and scripts/setup-services.sh gives units the install
+# itself enabled their previous boot state (docs/testing.md, "Set-up and the host's services").
 LAB_PKGS=(nginx-light haproxy wrk apache2-utils keepalived)
-LAB_UNITS=(nginx haproxy keepalived)
+# The fleet tests run Prometheus (and promtool, which also lints the agent's /metrics) by hand
+# in a namespace; the exporter bench runs node_exporter by hand on a loopback port. Neither
+# runs as a service of this host: the same policy-rc.d and setup-services.sh handle them.
+FLEET_PKGS=(prometheus prometheus-node-exporter)
+export LBTUNE_LAB_UNITS="nginx haproxy keepalived prometheus prometheus-node-exporter"
 VENV=.venv
 
 say() { printf '[setup] %s\n' "$*"; }
 
 missing=()
-for p in "${PKGS[@]}" "${LAB_PKGS[@]}"; do
+for p in "${PKGS[@]}" "${LAB_PKGS[@]}" "${FLEET_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -35,26 +42,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     chmod 755 /usr/sbin/policy-rc.d
     own_policy=1
   fi
-  trap 'if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
+  units_state=$(mktemp)
+  trap 'rm -f "$units_state"; if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
+  bash scripts/setup-services.sh before "$units_state"
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+  bash scripts/setup-services.sh after "$units_state"
 else
   say "apt packages present"
-fi
-
-# The lab starts its own nginx/haproxy/keepalived inside the UML guest; none of them may run
-# or start at boot as a service of this host. Disabling is idempotent (a no-op once done).
-if command -v systemctl >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
-  for unit in "${LAB_UNITS[@]}"; do
-    if systemctl is-enabled --quiet "$unit" 2>/dev/null; then
-      systemctl disable --quiet "$unit" 2>/dev/null || true
-      say "disabled the $unit service (the lab runs its own instances in the guest)"
-    fi
-    if systemctl is-active --quiet "$unit" 2>/dev/null; then
-      systemctl stop "$unit" || true
-      say "stopped the $unit service"
-    fi
-  done
 fi
 
 # bcc compiles probes against /lib/modules/$(uname -r)/{build,source}. When the running kernel
@@ -84,9 +79,9 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import bcc' 2>/dev/nu
 fi
 stamp="$VENV/.lbtune-installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  say "installing lbtune (editable) with test, lint and tui extras"
+  say "installing lbtune (editable) with test, lint, tui and exporter extras"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e '.[test,lint,tui]' 'tox>=4.11'
+  "$VENV/bin/python" -m pip install -q -e '.[test,lint,tui,exporter]' 'tox>=4.11'
   rm -f "$VENV"/.lbtune-installed-*
   touch "$stamp"
 else

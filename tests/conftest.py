@@ -1,4 +1,8 @@
-"""Shared test helpers: the one in-process CLI runner, fixture-host paths, privilege checks."""
+"""Shared test helpers: the one in-process CLI runner, fixture-host paths, privilege checks.
+
+Also the tiers rule (tests/tiers.py): under CI=true or LBTUNE_REQUIRE_TIERS=1 every skip fails,
+except a skip for a named missing kernel capability (`pytest.skip("capability: ...")`).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import pytest
+
+from tests.tiers import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 
 # The fixture host trees (tests/data/hosts/<name>/README.md says what real host each models).
 HOSTS = pathlib.Path(__file__).resolve().parent / "data" / "hosts"
@@ -111,3 +117,19 @@ def hosts() -> pathlib.Path:
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# A marker, not a module-level importorskip: under CI (tests/tiers.py) each test then fails
+# with the reason instead of the whole collection stopping.
+needs_bcc = pytest.mark.skipif(
+    not _importable("bcc"), reason="the probes need bcc (python3-bpfcc; `make setup`)"
+)

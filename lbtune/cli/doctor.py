@@ -5,24 +5,33 @@ from __future__ import annotations
 import click
 
 from lbtune.cli.main import common_options, runtime_of
-from lbtune.cli.output import console, emit_json
+from lbtune.cli.output import emit_json, print_trimmed
 from lbtune.errors import BadInput
 
 
 def lab_capability() -> object:
-    """Whether the User-Mode-Linux lab kernel (with IPVS) can be booted here."""
+    """Whether the User-Mode-Linux lab kernel can be booted here, and whether its modules
+    have what the lab needs (IPVS, veth, bridge): read from its modules.dep and
+    modules.builtin, said "unknown" when they cannot be read."""
     from lbtune.host.capabilities import Capability
 
+    fix = "apt-get install user-mode-linux (`make setup`)"
     try:
-        from lbtune.lab.uml import find_lab_kernel
+        from lbtune.lab.uml import find_lab_kernel, kernel_features
 
         kernel = find_lab_kernel()
     except Exception as e:
+        return Capability("UML lab kernel", False, str(e), fix, "lab")
+    features = kernel_features(kernel.modules_dir)
+    listed = ", ".join(f"{name}: {how}" for name, how in features.items())
+    detail = f"{kernel.binary} {kernel.version} ({listed}; from {kernel.modules_dir})"
+    missing = [name for name, how in features.items() if how == "missing"]
+    if missing:
         return Capability(
-            "UML lab kernel", False, str(e), "apt-get install user-mode-linux (`make setup`)", "lab"
-        )
-    detail = f"{kernel.binary} {kernel.version}"
-    return Capability("UML lab kernel", True, detail + " (IPVS, veth, bridge)", "", "lab")
+            "UML lab kernel", False, detail,
+            f"a lab kernel with {', '.join(missing)} ({fix}; or set LBTUNE_LAB_MODULES)", "lab",
+        )  # fmt: skip
+    return Capability("UML lab kernel", True, detail, "", "lab")
 
 
 @click.command("doctor")
@@ -57,5 +66,5 @@ def command(ctx: click.Context, no_compile: bool) -> int:
         mark = "[green]yes[/green]" if c.available else "[red]no[/red]"
         detail = c.detail + (f"\n[dim]fix: {c.fix}[/dim]" if c.fix else "")
         t.add_row("  " + c.name, mark, detail)
-    console().print(t)
+    print_trimmed(t)
     return 0

@@ -100,17 +100,20 @@ def _print_plan(plan: Any, verbose: int, title: str, in_place: int = 0) -> None:
 
 @ipvs_group.command("plan")
 @click.argument("config")
+@click.option("--teardown", is_flag=True,
+              help="Plan what `ipvs teardown CONFIG` would do instead of `apply`.")
 @common_options
 @click.pass_context
-def plan_command(ctx: click.Context, config: str) -> int:
-    """Show the operations `apply` would make: add, edit in place, drain, delete."""
-    from lbtune.ipvs.reconcile import plan_director
+def plan_command(ctx: click.Context, config: str, teardown: bool) -> int:
+    """Show the operations `apply` (or `teardown`) would make: add, edit, drain, delete."""
+    from lbtune.ipvs.reconcile import desired_targets, plan_director, teardown_targets
 
     with bulk():
         cfg = director_config(config)
         host = ipvs_host(ctx)
         verbose = runtime_of(ctx).verbose
-        planned = plan_director(host, cfg, every_row=bool(verbose))
+        planned = plan_director(host, cfg, every_row=bool(verbose),
+                                targets_of=teardown_targets if teardown else desired_targets)
     if runtime_of(ctx).json:
         emit_json({"config": cfg.source, "operations": len(planned.plan.to_apply),
                    "unchanged": _unchanged(planned.plan) + planned.in_place,
@@ -284,6 +287,9 @@ def selftest_command(ctx: click.Context, config: str, from_netns: Optional[str],
                                                        if r.unattributed else ""), markup=False)
             for err, n in r.errors:
                 out.print(f"      {n} x {err}", markup=False)
+            for u in r.unanswered:
+                who = f"real server {u.address}" if u.address else "not scheduled"
+                out.print(f"      {who}: {u.failed} failed: {u.cause}", markup=False)
             if r.arp:
                 out.print(f"      ARP for the VIP answered by: {', '.join(r.arp)}", markup=False)
         out.print(f"self-test from {report.client}: {report.level.value}")
@@ -385,23 +391,30 @@ def rs_teardown(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str],
 @_rs_options
 @click.option("--arp-from", metavar="NS",
               help="Send a real ARP request for the VIP from namespace NS on the segment.")
+@click.option("--client", metavar="ADDR",
+              help="An IPv4 client whose packets rp_filter must pass (default: a stand-in "
+                   "for clients beyond the default route).")
 @common_options
 @click.pass_context
 def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], dev: str,
-              arp_from: Optional[str]) -> int:
-    """Check VIP placement, effective ARP/rp_filter values and (with --arp-from) that this
-    host does not answer ARP for the VIP. Exit 1 on any failure."""
+              arp_from: Optional[str], client: Optional[str]) -> int:
+    """Check VIP placement, effective ARP values, that rp_filter passes the VIP's traffic
+    from clients (the kernel's own route lookup) and (with --arp-from) that this host does
+    not answer ARP for the VIP. Exit 1 on any failure."""
     from lbtune.host.arp import arp_probe
     from lbtune.host.netns import NetnsThread
-    from lbtune.ipvs.realserver import verify_realserver
+    from lbtune.ipvs.realserver import check_client, verify_realserver
 
     host = ipvs_host(ctx)
     spec = _spec(host, vips, iface, dev)
+    if client is not None:
+        client = check_client(client)
     arp = None
     if arp_from is not None and spec.v4:
         with NetnsThread(arp_from) as peer:
             arp = peer.call(arp_probe, spec.v4[0], None, 1.0)
-    checks = verify_realserver(host, spec, arp, f"from netns {arp_from}" if arp_from else "")
+    checks = verify_realserver(host, spec, arp, f"from netns {arp_from}" if arp_from else "",
+                               client)
     failed = any(c.level.value == "fail" for c in checks)
     if runtime_of(ctx).json:
         emit_json({"vips": spec.vips, "iface": spec.iface, "dev": spec.dev, "ok": not failed,

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import click
 
 from lbtune.cli.main import common_options, runtime_of
-from lbtune.errors import BadInput
+from lbtune.errors import BadInput, NeedsPrivilege
 
 _PAIR_ONLY = ("role", "priority", "interface", "advert_int", "vrid", "src", "vip", "no_sync",
               "preempt_delay", "pair")  # fmt: skip
@@ -50,8 +50,8 @@ def export_command(ctx: click.Context, /, config: Optional[str], fmt: str,
     VRRP pair (vrrp_instance with the VIPs, unicast to the peer, the IPVS sync daemon, and
     the virtual_server blocks). Check it with `keepalived -t -f FILE`."""
     from lbtune.cli.ipvscommon import director_config, emit_json, ipvs_host
-    from lbtune.host.ipvs import Timeouts, ipvs_of
-    from lbtune.ipvs.export import ipvsadm_lines, keepalived_blocks, services_from_table
+    from lbtune.host.ipvs import Timeouts, ipvs_of, module_available
+    from lbtune.ipvs.export import ipvsadm_lines, keepalived_blocks, services_from_table, unchecked
 
     changed = [k for k in _PAIR_ONLY
                if ctx.get_parameter_source(k) is not click.core.ParameterSource.DEFAULT]
@@ -71,19 +71,33 @@ def export_command(ctx: click.Context, /, config: Optional[str], fmt: str,
             timeouts = Timeouts(t.get("tcp", 0), t.get("tcpfin", 0), t.get("udp", 0))
         source = cfg.source
     else:
-        session = ipvs_of(ipvs_host(ctx))
+        host = ipvs_host(ctx)
+        session = ipvs_of(host)
+        if not session.available():
+            raise NeedsPrivilege(
+                "IPVS is not loaded in this kernel: no table to export (give CONFIG to "
+                "export a config file)" if module_available(host.fs) else
+                "no IPVS in this kernel: no table to export (give CONFIG to export a "
+                "config file)")
         services = services_from_table(session.table())
         timeouts = session.timeouts()
         source = "kernel"
     doc: dict[str, Any] = {"source": source, "format": fmt}
     if peer is not None:
-        doc.update(_pair(services, peer, check_port or 0, pair_opts))
+        doc.update(_pair(services, peer, check_port or 0, timeouts, pair_opts))
     else:
         doc["lines"] = ipvsadm_lines(services, timeouts) if fmt == "ipvsadm" else \
-            keepalived_blocks(services, check_port or 0)
+            keepalived_blocks(services, check_port or 0, timeouts)
+    warnings = unchecked(services, check_port or 0) if fmt == "keepalived" else []
+    if not services:
+        warnings.append(f"{source}: no IPVS services to export")
+    doc["warnings"] = warnings
     if runtime_of(ctx).json:
         emit_json(doc)
-    elif "configs" in doc:
+        return 0
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+    if "configs" in doc:
         for role, lines in doc["configs"].items():
             click.echo(f"# ===== keepalived.conf of the {role} =====")
             click.echo("\n".join(lines))
@@ -92,7 +106,8 @@ def export_command(ctx: click.Context, /, config: Optional[str], fmt: str,
     return 0
 
 
-def _pair(services: Any, peer: str, check_port: int, o: dict[str, Any]) -> dict[str, Any]:
+def _pair(services: Any, peer: str, check_port: int, timeouts: Any,
+          o: dict[str, Any]) -> dict[str, Any]:
     from lbtune.ipvs.keepalived import PairSettings, both_directors, pair_config
 
     settings = PairSettings(
@@ -103,6 +118,7 @@ def _pair(services: Any, peer: str, check_port: int, o: dict[str, Any]) -> dict[
     pair = {"peer": peer, "vrrp_version": settings.version, "advert_int": settings.advert_int,
             "master_down_s": round(settings.master_down_interval(), 3), "sync": settings.sync}
     if o["pair"]:
-        return {"pair": pair, "configs": both_directors(services, settings, check_port)}
+        return {"pair": pair, "configs": both_directors(services, settings, check_port,
+                                                         timeouts)}
     return {"pair": dict(pair, role=settings.role, priority=settings.effective_priority),
-            "lines": pair_config(services, settings, check_port)}
+            "lines": pair_config(services, settings, check_port, timeouts)}

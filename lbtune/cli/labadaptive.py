@@ -16,6 +16,10 @@ def _ms(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.0f}"
 
 
+def _share(v: Optional[float]) -> str:
+    return "unknown" if v is None else f"{v:.0%}"
+
+
 def render(doc: dict[str, Any]) -> None:
     """The comparison table, per-server shares and adapt's weight changes."""
     from rich.table import Table
@@ -36,7 +40,7 @@ def render(doc: dict[str, Any]) -> None:
     for r in rows(doc):
         t.add_row(r.scheme, "-" if r.rps is None else f"{r.rps:.1f}", _ms(r.p50_ms),
                   _ms(r.p99_ms), "-" if r.errors is None else str(r.errors),
-                  *[f"{r.shares.get(n, 0):.0%}" for n in names],
+                  *[_share(r.shares.get(n)) for n in names],
                   str(r.weight_changes) if r.scheme == "adapt" else "")  # fmt: skip
     out.print(t)
     for s in doc["schemes"]:

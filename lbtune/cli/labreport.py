@@ -39,7 +39,7 @@ def render_result(out: Any, r: ScenarioResult) -> None:
             if f.fix:
                 out.print(f"                  fix: {escape(f.fix)}")
         for name, why in cl.tolerated.items():
-            out.print(f"             [yellow]fail[/yellow] {name}: expected in the lab: {why}")
+            out.print(f"             skip {name}: lab: {escape(why)}")
         if cl.error:
             out.print(f"             [red]error[/red]: {escape(cl.error)}")
     st = r.selftest
@@ -72,12 +72,26 @@ def render_result(out: Any, r: ScenarioResult) -> None:
                 row.append("-" if s.connections is None else str(s.connections))
             t.add_row(*row)
         out.print(t)
+        if c.mode == "dr" and c.keepalive and any(s.expected is not None for s in r.servers):
+            # HAProxy balances every request; IPVS only the connections
+            out.print(
+                "  expected: the weight share of the connections IPVS schedules; with "
+                "keep-alive each connection carries many requests, so request shares can "
+                "drift from it (IPVS conns: what was scheduled; --no-keepalive schedules "
+                "every request)"
+            )
     if r.bypass is not None:
         how = ("DR: the real servers answer the client directly" if c.mode == "dr"
                else "proxy: every reply passes through HAProxy")  # fmt: skip
+        extra = ""
+        if r.bypass.overhead > 0:
+            extra = (
+                f"; the director also received {r.bypass.overhead:.0%} more: the headers, "
+                "handshakes and ACKs of its own connections to the servers, both ways"
+            )
         out.print(
             f"  replies through the director: {r.bypass.through_director:.0%} of reply bytes "
-            f"({how})"
+            f"({how}{extra})"
         )
     d = r.diagnosis
     if d is not None:

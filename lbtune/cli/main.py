@@ -60,11 +60,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("lbtune.cli.tune:history_command", "List applies and their state."),
     "diagnose": ("lbtune.cli.diagnose:diagnose_command", "Find where packets die and the fix."),
     "capture": ("lbtune.cli.capture:capture_command", "Save what lbtune reads, for --root."),
+    "compare": ("lbtune.cli.compare:compare_command",
+                "Which hosts differ from a template host or a profile (captures)."),
     "checklist": ("lbtune.cli.checklist:checklist_command", "Is this host ready for a load test?"),
     "lab": ("lbtune.cli.lab:lab_group", "The IPVS DR lab (UML kernel): load, spread, diagnosis."),
     "probe": ("lbtune.cli.probe", "Count drops by kernel reason, per-queue packets, NAPI (eBPF)."),
     "ipvs": ("lbtune.cli.ipvs:ipvs_group", "IPVS DR director, real servers, self-test."),
     "monitor": ("lbtune.cli.monitor", "Live TUI: drops by cause, queues, CPUs, findings."),
+    "exporter": ("lbtune.cli.exporter", "Prometheus metrics: drops by cause, findings, drift."),
 }
 
 
@@ -137,6 +140,11 @@ def runtime_of(ctx: click.Context) -> Runtime:
 
 def main(argv: Optional[list[str]] = None) -> None:
     """Console entry point: run the CLI and map every error to a documented exit code."""
+    from lbtune.host.signals import hold_after_decided
+
+    # Once an apply is committed (or restored) a SIGTERM must not turn its documented exit
+    # code into death by signal: held until exit (host/signals.py).
+    hold_after_decided()
     sys.exit(invoke(argv))
 
 
@@ -162,14 +170,60 @@ def _fail(code: int, kind: str, message: str, as_json: bool) -> int:
     return code
 
 
+def _misc_check_mode(args: list[str]) -> bool:
+    """`lbtune ... ipvs agent --misc-check URL`: keepalived reads the exit code as a weight."""
+    words = args[: args.index("--")] if "--" in args else args
+    return ("ipvs" in words and "agent" in words
+            and any(w == "--misc-check" or w.startswith("--misc-check=") for w in words))
+
+
+# The environment variables lbtune reads, and what each may hold (checked before anything
+# runs, so garbage is one line and exit 2, never a traceback or a half-run command).
+_FLAGS = ("", "0", "1", "true", "false", "yes", "no", "on", "off", "t", "f", "y", "n")
+_ENV_PATHS = ("LBTUNE_STATE_DIR", "LBTUNE_LAB_RUN_DIR", "LBTUNE_LAB_KERNEL", "LBTUNE_LAB_MODULES")
+_ENV_CHOICES = {
+    "LBTUNE_DEBUG": _FLAGS,
+    "LBTUNE_NO_BCC": ("", "0", "1"),
+    "LBTUNE_LAB_KEEP": ("", "0", "1"),
+    "LBTUNE_LAB_FPU": ("", "auto", "native", "shim", "legacy"),
+}
+
+
+def check_environment(environ: Any) -> None:
+    """BadInput (one line) for an LBTUNE_* variable lbtune cannot use."""
+    import re
+
+    for name, choices in _ENV_CHOICES.items():
+        value = environ.get(name)
+        if value is not None and value.strip().lower() not in choices:
+            raise LbtuneError(
+                f"{name}={value[:40]!r}: expected one of {', '.join(c for c in choices if c)}"
+            )
+    for name in _ENV_PATHS:
+        value = environ.get(name)
+        if value and (not value.startswith("/") or re.search(r"[\x00-\x1f\x7f]", value)):
+            raise LbtuneError(f"{name}={value[:40]!r}: expected an absolute path")
+
+
 def invoke(argv: Optional[list[str]] = None) -> int:
     """Run the CLI and return its exit code instead of exiting (used by tests and main).
 
     Every error becomes its documented exit code and one line on stderr; under --json also
-    `{"error": {"code", "type", "message"}}` on stdout.
+    `{"error": {"code", "type", "message"}}` on stdout. Under `ipvs agent --misc-check`
+    every error exits 1 instead: keepalived's misc_dynamic reads exit 2..255 as the weight
+    plus 2 (an internal error's 70 would set weight 68 on a server that failed its check).
     """
     args = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in args or os.environ.get("LBTUNE_DEBUG") == "1"
+    if _misc_check_mode(args):
+        ok, code = _invoke(args)
+        return code if ok else int(ExitCode.FINDINGS)
+    return _invoke(args)[1]
+
+
+def _invoke(args: list[str]) -> tuple[bool, int]:
+    """(whether the command ran to its end, the exit code)."""
+    debug = "--debug" in args or os.environ.get("LBTUNE_DEBUG", "").strip().lower() in (
+        "1", "true", "yes", "on", "t", "y")  # fmt: skip
     as_json = _wants_json(args)
     slot = _Slot()
 
@@ -177,34 +231,36 @@ def invoke(argv: Optional[list[str]] = None) -> int:
         return slot.runtime.display(text) if slot.runtime is not None else text
 
     try:
+        check_environment(os.environ)
         rv = cli.main(args=args, prog_name="lbtune", standalone_mode=False, obj=slot)
     except click.exceptions.Abort as e:
         # click turns Ctrl-C into Abort; a "no" at a confirmation prompt is an Abort too.
         if isinstance(e.__cause__, KeyboardInterrupt):
-            return _fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted", as_json)
-        return _fail(int(ExitCode.USAGE), "aborted", "aborted", as_json)
+            return False, _fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted",
+                                as_json)  # fmt: skip
+        return False, _fail(int(ExitCode.USAGE), "aborted", "aborted", as_json)
     except click.ClickException as e:
         if as_json:
-            return _fail(int(ExitCode.USAGE), "usage", e.format_message(), True)
+            return False, _fail(int(ExitCode.USAGE), "usage", e.format_message(), True)
         e.show()
-        return int(ExitCode.USAGE)
+        return False, int(ExitCode.USAGE)
     except click.exceptions.Exit as e:
-        return int(e.exit_code)
+        return e.exit_code == 0, int(e.exit_code)
     except LbtuneError as e:
         if debug:
             _print_traceback()
-        return _fail(int(e.exit_code), _error_type(e), shown(str(e)), as_json)
+        return False, _fail(int(e.exit_code), _error_type(e), shown(str(e)), as_json)
     except KeyboardInterrupt:
-        return _fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted", as_json)
+        return False, _fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted", as_json)
     except BrokenPipeError:
-        return 0
+        return False, 0
     except Exception as e:
         if debug:
             _print_traceback()
-            return int(ExitCode.INTERNAL)
+            return False, int(ExitCode.INTERNAL)
         message = shown(f"internal error: {type(e).__name__}: {e} (run with --debug for details)")
-        return _fail(int(ExitCode.INTERNAL), "internal", message, as_json)
-    return int(rv) if isinstance(rv, int) else 0
+        return False, _fail(int(ExitCode.INTERNAL), "internal", message, as_json)
+    return True, int(rv) if isinstance(rv, int) else 0
 
 
 def _print_traceback() -> None:

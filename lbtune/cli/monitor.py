@@ -107,10 +107,9 @@ def _feed(
     from lbtune.tui.feed import LiveFeed, ReplayFeed, TreeFeed
 
     if replay is not None:
-        try:
-            stream = open(replay, encoding="utf-8")  # noqa: SIM115 (the feed closes it)
-        except OSError as e:
-            raise BadInput(f"--replay {replay}: {e.strerror or e}") from None
+        from lbtune.host.textfile import open_user_text
+
+        stream = open_user_text(replay, "--replay")
         try:
             return ReplayFeed(stream, replay, interval=seconds or 0.0, want_probes=probes)
         except BaseException:

@@ -71,8 +71,21 @@ def console() -> Any:
 
     width = None
     if not sys.stdout.isatty():  # pipes and files: wide enough for plan and show tables
-        width = int(os.environ.get("COLUMNS", "") or 120)
+        text = os.environ.get("COLUMNS", "").strip()
+        width = int(text) if text.isdigit() and 20 <= int(text) <= 10_000 else 120
     return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
+
+
+def print_trimmed(renderable: Any) -> None:
+    """Print a rich renderable (a table) without the spaces rich pads each line with to the
+    table's width: `lbtune doctor | cat -A` used to end every line in them."""
+    import re
+
+    con = console()
+    with con.capture() as cap:
+        con.print(renderable)
+    pad = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")  # spaces, then any closing style codes
+    sys.stdout.write("".join(pad.sub(r"\1", line) + "\n" for line in cap.get().splitlines()))
 
 
 def cpus(s: Optional[Iterable[int]], empty: str = "-") -> str:

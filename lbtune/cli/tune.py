@@ -78,7 +78,17 @@ def plan_command(ctx: click.Context, profile: str, iface: Optional[str]) -> int:
                    "changes": _plan_rows(plan)})  # fmt: skip
     else:
         _print_plan(plan, s.verbose)
+        _print_skipped(s, plan)
     return 0
+
+
+def _print_skipped(s: Any, plan: Any) -> None:
+    """The host-global values a namespace run left alone, always (not only with -v)."""
+    from lbtune.tune.service import skipped_line
+
+    line = skipped_line(s.host(), plan)
+    if line:
+        echo(line)
 
 
 @click.command("apply")
@@ -94,7 +104,8 @@ def apply_command(
 ) -> int:
     """Apply PROFILE: journal the current values, change them, verify; undo all on failure.
 
-    Ctrl-C or SIGTERM during the apply restores everything (exit 4).
+    Ctrl-C or SIGTERM during the apply restores everything (exit 4); once the apply is
+    committed it stays (exit 0, one line on stderr).
     """
     from lbtune.tune.journal import lbtune_command
     from lbtune.tune.service import NeedsConfirmation, apply_profile
@@ -124,6 +135,14 @@ def apply_command(
         else:
             _print_plan(plan, s.verbose)
             echo(f"applied as {journal.id}; undo with `{lbtune_command(s.host(), 'rollback')}`")
+        _print_skipped(s, plan)
+    from lbtune.host.signals import late_signals
+
+    late = late_signals()
+    if late and journal is not None:
+        undo = lbtune_command(s.host(), "rollback")
+        click.echo(f"lbtune: {late[0]} arrived after apply {journal.id} was committed: it "
+                   f"stays applied (`{undo}` undoes it)", err=True)  # fmt: skip
     return 0
 
 
@@ -183,6 +202,7 @@ def _journal_json(j: Any) -> dict[str, Any]:
         "hostname": j.hostname,
         "netns": j.netns,
         "root": j.root,
+        "verified": j.verified,  # False: no digest (an older lbtune's), never restored
         "error": j.error,
         "knobs": [
             {

@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Optional, Sequence
 
-from lbtune.diagnose.finding import Evidence, Finding
-from lbtune.observe.probes import DropCount, NapiCount, ProbeSample
+from lbtune.diagnose.finding import Evidence, Finding, Fix
+from lbtune.diagnose.rules.base import endpoint
+from lbtune.diagnose.rules.closed_port import NO_PORT_SAID, UNKNOWN_PORT, port_fixes
+from lbtune.observe.probes import DropCount, NapiCount, PortCount, ProbeSample
 
 DIAGNOSE_PROBES = ("drops", "napi")
 TOP_EVIDENCE = 3  # drop rows added to one finding
@@ -48,7 +50,15 @@ REASONS: Mapping[str, tuple[str, ...]] = {
     ),
     "conntrack-full": ("NETFILTER_DROP",),
     "conntrack-insert-failed": ("NETFILTER_DROP",),
+    "udp-no-port": ("NO_SOCKET",),
+    "addr-not-local": ("IP_INADDRERRORS", "IPV6_INADDRERRORS"),
+    "tcp-no-listener": ("NO_SOCKET",),
 }
+# Rules whose reason is shared by protocols: the drop's function must name the protocol too
+# (NO_SOCKET is both UDP's `__udp4_lib_rcv` and TCP's `tcp_v4_rcv`).
+_BY_FUNCTION = {"udp-no-port": "udp", "tcp-no-listener": "tcp"}
+TOP_PORTS = 3  # closed ports named in one finding
+SCAN_PORTS = 20  # this many closed ports, none with half the packets: a scan
 FUNCTIONS: Mapping[str, tuple[str, ...]] = {
     "accept-queue-overflow": ("tcp_v4_syn_recv_sock", "tcp_v6_syn_recv_sock", "tcp_check_req"),
     "syn-queue-full": ("tcp_conn_request",),
@@ -138,6 +148,9 @@ def ran(sample: ProbeSample, window: Optional[float]) -> ProbeRun:
 
 
 def _matches(rule: str, d: DropCount) -> bool:
+    proto = _BY_FUNCTION.get(rule)
+    if proto is not None and proto not in d.function:
+        return False
     if d.reason:
         return d.reason in REASONS.get(rule, ())
     return d.function in FUNCTIONS.get(rule, ())
@@ -196,6 +209,8 @@ def explain(findings: Sequence[Finding], sample: ProbeSample) -> tuple[Finding, 
     """`findings` with the probe evidence that explains each added to it (same order)."""
     out = []
     for f in findings:
+        if f.rule in _BY_FUNCTION:
+            f = closed_port(f, sample.ports, sample.seconds)
         extra = drop_evidence(f.rule, sample.drops, sample.seconds)
         cpu = _cpu_of(f.object)
         if f.rule == "time-squeeze" and cpu is not None:
@@ -205,6 +220,60 @@ def explain(findings: Sequence[Finding], sample: ProbeSample) -> tuple[Finding, 
             f = replace(f, evidence=f.evidence + tuple(extra), cause=f"{f.cause} {said}")
         out.append(f)
     return tuple(out)
+
+
+def closed_port(f: Finding, ports: Sequence[PortCount], seconds: float) -> Finding:
+    """A closed-port finding with the ports the probe saw: the busiest one becomes its
+    object, title and fix; up to TOP_PORTS are evidence. Unchanged when the probe saw none
+    (IPv6 UDP, or a kernel without the tracepoints: the finding keeps "port unknown")."""
+    proto = _BY_FUNCTION[f.rule]
+    hits = sorted((p for p in ports if p.proto == proto), key=lambda p: -p.count)
+    if not hits:
+        return f
+    total = sum(p.count for p in hits)
+    top = hits[0]
+    ep = endpoint(top.family, top.addr, top.port)
+    what = "datagrams" if proto == "udp" else "resets"
+    ev = [
+        Evidence(
+            f"probe {proto} no socket on {endpoint(p.family, p.addr, p.port)}",
+            p.count,
+            _rate(p.count, seconds),
+            f"probe {'icmp_send' if proto == 'udp' else 'tcp_send_reset'} (host-wide)",
+        )
+        for p in hits[:TOP_PORTS]
+    ]
+    rest = hits[TOP_PORTS:]
+    if rest:
+        n = sum(p.count for p in rest)
+        ev.append(Evidence(f"probe {proto} no socket, {len(rest)} other ports", n,
+                           _rate(n, seconds), "probe drops"))  # fmt: skip
+    share = 100 * top.count // total
+    said = f"The probe named the port: {top.count:,} of {total:,} {what} it saw went to {ep}"
+    said += f" ({share}%)." if len(hits) > 1 else "."
+    if len(hits) >= SCAN_PORTS and share < 50:
+        said += (f" They are spread over {len(hits)} ports: a port scan, or clients "
+                 "probing a range, rather than one dead service.")  # fmt: skip
+    unknown = f"{proto} {UNKNOWN_PORT}"
+    title = (f"UDP datagrams to port {top.port}: nothing listens" if proto == "udp"
+             else f"TCP connections to port {top.port} reset: nothing listens")  # fmt: skip
+    return replace(
+        f,
+        title=title,
+        object=f"{proto} {ep}" if f.object == unknown else f.object,
+        cause=f"{f.cause.replace(NO_PORT_SAID, '')} {said}",
+        evidence=f.evidence + tuple(ev),
+        fixes=tuple(_same_netns(f, fx) for fx in port_fixes(proto, ep)),
+    )
+
+
+def _same_netns(f: Finding, fix: Fix) -> Fix:
+    """`fix` with the `ip netns exec NS` prefix the finding's own fixes carry, if any."""
+    first = next((x.command for x in f.fixes if x.command), "") or ""
+    if not first.startswith("ip netns exec ") or not fix.command:
+        return fix
+    prefix = " ".join(first.split()[:4])
+    return replace(fix, command=f"{prefix} {fix.command}")
 
 
 def _kernel_says(rule: str, extra: Sequence[Evidence]) -> str:

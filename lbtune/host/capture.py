@@ -364,10 +364,11 @@ def write_capture(host: Host, output: str, force: bool = False) -> CaptureResult
 
 def read_manifest(fs: HostFS) -> Optional[dict[str, Any]]:
     """The manifest of an unpacked capture, None when the tree is not an lbtune capture."""
-    path = os.path.join(fs.root, MANIFEST)
+    text = fs.read("/" + MANIFEST)  # bounded, never blocks on a FIFO
+    if text is None:
+        return None
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        data = json.loads(text)
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None

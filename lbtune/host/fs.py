@@ -12,7 +12,7 @@ import contextlib
 import os
 import posixpath
 import stat
-from typing import IO, Callable, Optional
+from typing import Callable, Optional
 
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.cpulist import CpuListError, parse_cpulist, parse_cpumask
@@ -22,13 +22,40 @@ class _NotRegular(OSError):
     """A path that exists but is not a regular file (FIFO, device, socket)."""
 
 
+# Per-file read caps (bytes). A host tree is hostile input: a 1 GiB /proc/interrupts or
+# /etc/machine-id must fail with one line, not take the memory of the machine. Kernel
+# attributes are at most a page and /proc text files a few hundred KB on the largest hosts
+# (/proc/interrupts: ~11 bytes per CPU per IRQ row, so 5 MB with 448 CPUs and 1,000 rows);
+# the exceptions are listed by prefix. A capture never holds a file over 64 MiB
+# (host/capture_tree.py MAX_FILE), so the largest cap is that.
+READ_LIMIT = 4 << 20
+READ_LIMITS: tuple[tuple[str, int], ...] = (
+    ("/proc/interrupts", 16 << 20),
+    ("/proc/kallsyms", 32 << 20),  # ~5 MB on Debian 12 with its modules
+    ("/sys/kernel/btf/", 32 << 20),  # vmlinux BTF ~6 MB
+    ("/sos_commands/", 64 << 20),  # recorded command output (ss, tc, ethtool)
+)
+_CHUNK = 1 << 16  # sysctl handlers allocate the requested size: no read of MBs at once
+
+
+def read_limit(kpath: str) -> int:
+    """The most bytes lbtune reads from the kernel path `kpath` (READ_LIMITS, else READ_LIMIT)."""
+    for prefix, limit in READ_LIMITS:
+        if kpath == prefix or (prefix.endswith("/") and kpath.startswith(prefix)):
+            return limit
+    return READ_LIMIT
+
+
 class HostFS:
     """Read-only access to kernel files of one host, rooted at `root`."""
 
     def __init__(self, root: str = "/") -> None:
         if not os.path.isdir(root):
             raise BadInput(f"--root {root}: not a directory")
-        self.root = os.path.abspath(root)
+        # Resolved once: every path is compared against the root's real path, so a root
+        # given as a symlink (`current -> tree-2`) must be that real path, or everything
+        # below it would read as outside the root.
+        self.root = os.path.realpath(root)
         # Real paths of directories already resolved, for host trees only: a tree is a record
         # that only lbtune changes (and then clears this), while the live /sys changes under
         # a long-running monitor. Resolving every component of every path again was most of
@@ -121,23 +148,28 @@ class HostFS:
         return posixpath.basename(os.readlink(p).rstrip("/"))
 
     def listdir(self, kpath: str) -> list[str]:
-        """Sorted entries of a directory; empty when it does not exist."""
+        """Sorted entries of a directory; empty when it does not exist; BadInput when it
+        exists but cannot be listed (no permission, a symlink loop): an unreadable
+        directory is not an empty one."""
         try:
             return sorted(os.listdir(self._read_path(kpath)))
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as e:
+            raise BadInput(f"{self.path(kpath)}: cannot list ({e.strerror or e})") from None
 
-    def read(self, kpath: str) -> Optional[str]:
+    def read(self, kpath: str, limit: Optional[int] = None) -> Optional[str]:
         """File text without the trailing newline, or None when absent or unreadable.
 
         Kernel attributes that exist but cannot be read in the current state (a down link's
-        `speed` gives EINVAL) also read as None.
+        `speed` gives EINVAL) also read as None. A file larger than `limit` bytes (default:
+        `read_limit(kpath)`) is MalformedHostFile, never read whole.
         """
         try:
-            with self._open_regular(kpath) as f:
-                return f.read().decode("utf-8", errors="replace").rstrip("\n")
+            raw = self._read_regular(kpath, limit)
         except OSError:  # absent, unreadable, or not a regular file
             return None
+        return raw.decode("utf-8", errors="replace").rstrip("\n")
 
     def read_lines(self, kpath: str) -> list[str]:
         text = self.read(kpath)
@@ -249,34 +281,60 @@ class HostFS:
             return
         fd = os.open(target, os.O_RDWR | os.O_CLOEXEC)  # one open: read the ending, rewrite
         try:
-            size = os.fstat(fd).st_size
-            newline = size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+            st = os.fstat(fd)
+            newline = st.st_size == 0 or os.pread(fd, 1, st.st_size - 1) == b"\n"
             if data and newline and not data.endswith(b"\n"):
                 data += b"\n"
+            if st.st_nlink > 1:
+                # Another name shares this inode, maybe outside the root (a hard link in
+                # the tree): writing in place would change that file too. Give the tree's
+                # name its own inode instead, with the same mode and owner.
+                self._replace(target, data, stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
+                return
             os.ftruncate(fd, 0)
             os.pwrite(fd, data, 0)
         finally:
             os.close(fd)
 
-    def read_bytes(self, kpath: str) -> Optional[bytes]:
+    def read_bytes(self, kpath: str, limit: Optional[int] = None) -> Optional[bytes]:
         """A file's bytes; None when absent; BadInput when it is not a regular file (a FIFO
-        would block, a device never ends: nothing lbtune reads or journals is either)."""
+        would block, a device never ends: nothing lbtune reads or journals is either);
+        MalformedHostFile when larger than `limit` bytes (default: `read_limit(kpath)`)."""
         try:
-            with self._open_regular(kpath) as f:
-                return f.read()
+            return self._read_regular(kpath, limit)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
         except _NotRegular:
             raise BadInput(f"{kpath}: not a regular file; refusing to read it") from None
 
-    def _open_regular(self, kpath: str) -> IO[bytes]:
-        """Open for reading without blocking on a FIFO; _NotRegular unless a regular file
-        (procfs and sysfs attributes are regular files)."""
+    def _read_regular(self, kpath: str, limit: Optional[int]) -> bytes:
+        """The bytes of a regular file, opened without blocking on a FIFO; _NotRegular unless
+        a regular file (procfs and sysfs attributes are); MalformedHostFile past `limit`.
+
+        Read in chunks to EOF (procfs reports size 0, sysfs 4096), stopping one byte past the
+        limit: memory stays bounded whatever the file holds.
+        """
+        cap = read_limit(kpath) if limit is None else limit
         fd = os.open(self._read_path(kpath), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _NotRegular(kpath)
+            # A host tree's file says its size; the kernel's say 0 or 4096.
+            first = min(cap + 1, max(st.st_size + 1, 8192))
+            chunks = [os.read(fd, first)]
+            total = len(chunks[0])
+            while chunks[-1] and total <= cap:
+                chunk = os.read(fd, min(_CHUNK, cap + 1 - total))
+                total += len(chunk)
+                chunks.append(chunk)
+        finally:
             os.close(fd)
-            raise _NotRegular(kpath)
-        return os.fdopen(fd, "rb")
+        if total > cap:
+            raise MalformedHostFile(
+                self.path(kpath), f"larger than {_size(cap)}; refusing to read it"
+            )
+        return b"".join(chunks)
 
     def missing_dirs(self, kdir: str) -> list[str]:
         """The ancestors of `kdir` (itself included) that do not exist, outermost first:
@@ -297,6 +355,26 @@ class HostFS:
         if not self.isdir(kdir):
             raise BadInput(f"{kdir}: not a directory below the host root")
 
+    def check_parents(self, kpath: str) -> None:
+        """BadInput naming the reason when a directory above `kpath` resolves outside the
+        root or exists but is not a directory (`/etc` a file): `write_file(kpath)` would then
+        fail, and so would removing what it created. For checking a plan before anything
+        changes (the file itself is checked when it is written)."""
+        parts = [p for p in posixpath.normpath(kpath).split("/") if p][:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/" + "/".join(parts[:i])
+            real = self._inside(d)
+            if real == "/.lbtune-outside-root":
+                raise BadInput(f"{kpath}: {d} resolves outside the host root; refusing to write")
+            try:
+                st = os.stat(self.path(real))
+            except FileNotFoundError:
+                return  # created below the last existing directory
+            except NotADirectoryError:
+                raise BadInput(f"{kpath}: a parent of {d} is not a directory") from None
+            if not stat.S_ISDIR(st.st_mode):
+                raise BadInput(f"{kpath}: {d} is not a directory")
+
     def write_file(
         self, kpath: str, content: bytes, mode: int = 0o644, follow: bool = True
     ) -> None:
@@ -313,12 +391,22 @@ class HostFS:
         else:  # a device, FIFO or directory is never replaced by a file (/dev/null!)
             if not (stat.S_ISREG(st.st_mode) or (not follow and stat.S_ISLNK(st.st_mode))):
                 raise BadInput(f"{kpath}: not a regular file; refusing to replace it")
-        directory = os.path.dirname(target)
         self.makedirs(posixpath.dirname(posixpath.normpath(kpath)))
+        if not follow:
+            self._changed_links()  # a link replaced by a file
+        self._replace(target, content, mode)
+
+    def _replace(
+        self, target: str, content: bytes, mode: int, owner: Optional[tuple[int, int]] = None
+    ) -> None:
+        """Replace the file at the real path `target` by a new inode holding `content`:
+        `<target>.lbtune-tmp-<pid>`, fsync, rename over `target`, fsync the directory."""
         tmp = f"{target}{TMP_INFIX}{os.getpid()}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
         fd = os.open(tmp, flags, mode)
         try:
+            if owner is not None and os.geteuid() == 0:
+                os.fchown(fd, *owner)
             os.fchmod(fd, mode)  # the umask must not narrow a restored file's mode
             os.write(fd, content)
             os.fsync(fd)
@@ -327,23 +415,25 @@ class HostFS:
             os.unlink(tmp)
             raise
         os.close(fd)
-        if not follow:
-            self._changed_links()  # a link replaced by a file
         os.replace(tmp, target)
+        directory, base = os.path.split(target)
+        _remove_dead_temps(directory, base)  # of an earlier writer of this file, killed
         fsync_dir(directory)
 
     def remove_stale_temps(self, kpath: str) -> None:
-        """Remove `<file>.lbtune-tmp-<pid>` left next to `kpath` by a killed write_file."""
+        """Remove `<file>.lbtune-tmp-<pid>` left next to `kpath` by a killed write (of a
+        writer no longer alive: see `remove_dead_temps`)."""
         target = self._write_target(kpath, follow=False)
         directory, base = os.path.split(target)
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            return
-        for name in names:
-            rest = name[len(base) + len(TMP_INFIX) :]
-            if name.startswith(base + TMP_INFIX) and rest.isdigit():
-                os.unlink(os.path.join(directory, name))
+        _remove_dead_temps(directory, base)
+
+    def remove_dead_temps(self, kdir: str) -> None:
+        """Remove every `*.lbtune-tmp-<pid>` in directory `kdir` whose writer is gone: a run
+        killed (kill -9, power loss) between writing the temp file and renaming it. A temp
+        of a live process is left alone, unless that PID was reused by a process started
+        after the temp was written. Call it holding the lock: every lbtune writer does."""
+        target = self._write_target(kdir, follow=False)
+        _remove_dead_temps(target, "")
 
     def file_mode(self, kpath: str) -> Optional[int]:
         """Permission bits of a file, None when absent."""
@@ -385,12 +475,68 @@ class HostFS:
         self.makedirs(posixpath.dirname(posixpath.normpath(kpath)), 0o700)
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         try:
-            return os.open(target, flags, 0o600)
+            fd = os.open(target, flags, 0o600)
         except OSError as e:
             raise BadInput(f"{kpath}: cannot open state file ({e.strerror})") from None
+        if os.fstat(fd).st_nlink > 1:  # the holder truncates it: never another name's file
+            os.close(fd)
+            raise BadInput(f"{kpath}: state file has other hard links; refusing to write it")
+        return fd
 
 
 TMP_INFIX = ".lbtune-tmp-"
+
+
+def _remove_dead_temps(directory: str, base: str) -> None:
+    """Unlink `<base>*.lbtune-tmp-<pid>` in `directory` (any name when `base` is "") whose
+    writer process is gone."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        head, infix, pid = name.rpartition(TMP_INFIX)
+        if not infix or not pid.isdigit() or not head or (base and head != base):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and not _writer_alive(int(pid), st.st_mtime):
+                os.unlink(path)
+        except OSError:  # removed meanwhile, or not ours to remove
+            continue
+
+
+def _writer_alive(pid: int, written: float) -> bool:
+    """Is process `pid` (on this machine) the live writer of a temp file written at
+    `written`? This process is not: it never leaves a temp behind between two calls."""
+    if pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    except OverflowError:
+        return False
+    started = _process_start(pid)
+    # A PID reused after the writer died belongs to a process started after the temp.
+    return started is None or started <= written + 1.0
+
+
+def _process_start(pid: int) -> Optional[float]:
+    """When process `pid` started (seconds since the epoch), from the live /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n} bytes"
 
 
 def fsync_dir(directory: str) -> None:

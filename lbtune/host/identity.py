@@ -86,14 +86,25 @@ class HostIdentity:
         self.hostname = hostname
 
     def mismatch(
-        self, root: Optional[str], machine_id: Optional[str], hostname: Optional[str]
+        self,
+        root: Optional[str],
+        machine_id: Optional[str],
+        hostname: Optional[str],
+        renamed: frozenset[str] = frozenset(),
     ) -> Optional[str]:
         """Why a journal recorded with (root, machine_id, hostname) is not this host's, or
-        None. Journals written before identities were recorded (all None) match."""
-        if root is not None and root != self.root:
+        None. The hostname is only compared when there is no machine-id, and `renamed`
+        (the names lbtune's own journals set or replaced through `kernel.hostname`) count
+        as this host's: an apply must not make its own rollback foreign."""
+        if root != self.root:
             return f"it was written for root {root}, this run's root is {self.root}"
         if machine_id and self.machine_id and machine_id != self.machine_id:
             return f"it was written on machine-id {machine_id}, this host is {self.machine_id}"
-        if not machine_id and hostname and self.hostname and hostname != self.hostname:
+        if (
+            not machine_id
+            and hostname
+            and self.hostname
+            and self.hostname not in {hostname, *renamed}
+        ):
             return f"it was written on host {hostname}, this host is {self.hostname}"
         return None

@@ -35,15 +35,15 @@ def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, I
     try:
         cpu_ids = [int(h[3:]) for h in header if h.startswith("CPU")]
     except ValueError:
-        raise MalformedHostFile(source, f"bad header row {lines[0]!r}") from None
+        raise MalformedHostFile(source, f"bad header row {lines[0][:80]!r}") from None
     if not cpu_ids or len(cpu_ids) != len(header):
-        raise MalformedHostFile(source, f"bad header row {lines[0]!r}")
+        raise MalformedHostFile(source, f"bad header row {lines[0][:80]!r}")
     out: dict[int, IrqLine] = {}
     for line in lines[1:]:
         label, sep, rest = line.partition(":")
         label = label.strip()
         if not sep:
-            raise MalformedHostFile(source, f"line without ':' {line!r}")
+            raise MalformedHostFile(source, f"line without ':' {line[:80]!r}")
         if not label.isdigit():
             continue  # NMI, LOC, ERR, MIS ... are not device IRQs
         fields = rest.split()

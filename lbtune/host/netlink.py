@@ -110,6 +110,34 @@ def request(protocol: int, msg_type: int, flags: int, payload: bytes) -> None:
                 offset += align4(length)
 
 
+def query(protocol: int, msg_type: int, flags: int, payload: bytes) -> list[tuple[int, bytes]]:
+    """Send one request (NLM_F_REQUEST | NLM_F_ACK | `flags`) and return (nlmsg_type,
+    payload) of every answer before the kernel's ack (a single RTM_GETROUTE, say); a kernel
+    error raises OSError with the kernel's errno."""
+    out: list[tuple[int, bytes]] = []
+    with _socket(protocol, msg_type, NLM_F_REQUEST | NLM_F_ACK | flags, payload) as sock:
+        while True:
+            data = sock.recv(_RECV_BUF)
+            if not data:
+                raise OSError(errno.EIO, "netlink: socket closed before the ack")
+            offset = 0
+            while offset + NLMSGHDR.size <= len(data):
+                length, mtype, _f, mseq, _pid = NLMSGHDR.unpack_from(data, offset)
+                if length < NLMSGHDR.size or offset + length > len(data):
+                    raise OSError(errno.EBADMSG, f"netlink: bad message length {length}")
+                body = data[offset + NLMSGHDR.size : offset + length]
+                offset += align4(length)
+                if mseq != _SEQ:
+                    continue
+                if mtype == NLMSG_ERROR:
+                    (error,) = struct.unpack_from("=i", body)
+                    if error < 0:
+                        raise OSError(-error, os.strerror(-error))
+                    return out
+                if mtype not in (NLMSG_NOOP, NLMSG_DONE):
+                    out.append((mtype, body))
+
+
 def _parse_datagram(data: bytes, seq: int, out: list[tuple[int, bytes]]) -> bool:
     """Append the messages of one datagram to `out`; True once NLMSG_DONE was seen."""
     offset = 0

@@ -7,7 +7,10 @@ server answers a VIP; run it on a `NetnsThread` to act from another namespace.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import os
+import select
 import socket
 import time
 from dataclasses import dataclass
@@ -22,6 +25,7 @@ class Exchange:
     error: str  # "" when ok
     local: str  # the client's own address:port (which connection this was)
     seconds: float
+    errno: int = 0  # why it failed: ECONNREFUSED, ETIMEDOUT, ... (0: ok, or no errno)
 
 
 def exchange(
@@ -35,10 +39,15 @@ def exchange(
     local = ""
     sock = socket.socket(family, kind | socket.SOCK_CLOEXEC)
     try:
+        if kind == socket.SOCK_STREAM:
+            local, pending = _start_connect(sock, addr, port)
+            if pending:
+                _finish_connect(sock, timeout)
+        else:
+            sock.connect((addr, port))
+            name = sock.getsockname()
+            local = f"{name[0]}:{name[1]}"
         sock.settimeout(timeout)
-        sock.connect((addr, port))
-        name = sock.getsockname()
-        local = f"{name[0]}:{name[1]}"
         if request:
             sock.sendall(request)
         chunks: list[bytes] = []
@@ -63,8 +72,31 @@ def exchange(
         return Exchange(True, reply, "", local, time.monotonic() - start)
     except socket.timeout:
         return Exchange(False, b"", f"no reply within {timeout:g} s", local,
-                        time.monotonic() - start)  # fmt: skip
+                        time.monotonic() - start, errno.ETIMEDOUT)  # fmt: skip
     except OSError as e:
-        return Exchange(False, b"", e.strerror or str(e), local, time.monotonic() - start)
+        return Exchange(False, b"", e.strerror or str(e), local, time.monotonic() - start,
+                        e.errno or 0)  # fmt: skip
     finally:
         sock.close()
+
+
+def _start_connect(sock: socket.socket, addr: str, port: int) -> tuple[str, bool]:
+    """Send the SYN without waiting: (local address:port, still in progress). The local
+    port is known from here on, so a connection that then fails can still be found (in the
+    director's IPVS connection table)."""
+    sock.setblocking(False)
+    err = sock.connect_ex((addr, port))
+    if err not in (0, errno.EINPROGRESS):
+        raise OSError(err, os.strerror(err))
+    name = sock.getsockname()
+    return f"{name[0]}:{name[1]}", bool(err)
+
+
+def _finish_connect(sock: socket.socket, timeout: float) -> None:
+    poll = select.poll()
+    poll.register(sock, select.POLLOUT)
+    if not poll.poll(timeout * 1000):
+        raise socket.timeout("timed out")
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))

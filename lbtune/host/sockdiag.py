@@ -233,16 +233,29 @@ def dump_listen_sockets() -> list[ListenSocket]:
 
 
 def count_tcp_local_ports(low: int, high: int) -> int:
-    """TCP sockets (any state but LISTEN and half-open requests) whose local port is in
-    [low, high]: the ephemeral ports this namespace holds now, TIME_WAIT included.
+    """The ephemeral ports of [low, high] held toward one destination, for the busiest
+    (source address, destination address and port) pair: TCP sockets in any state but
+    LISTEN and half-open requests, TIME_WAIT included.
 
-    Used only when /proc/net/sockstat says the range may be nearly full; the dump walks
-    every TCP socket.
+    The kernel picks a local port per such pair (one port may serve many destinations), so
+    the range runs out per pair, never "host-wide": a count over all destinations could
+    exceed the range. Used only when /proc/net/sockstat says the range may be nearly full;
+    the dump walks every TCP socket.
     """
     states = ALL_STATES & ~(1 << TCP_LISTEN) & ~(1 << TCP_NEW_SYN_RECV)
-    return sum(
-        1 for e in _diag_dump(socket.IPPROTO_TCP, states, with_mem=False) if low <= e.port <= high
+    return busiest_pair(
+        (e.addr, e.peer)
+        for e in _diag_dump(socket.IPPROTO_TCP, states, with_mem=False)
+        if low <= e.port <= high
     )
+
+
+def busiest_pair(pairs: Iterable[tuple[str, str]]) -> int:
+    """How many of `pairs` (source address, destination endpoint) the commonest one has."""
+    counts: dict[tuple[str, str], int] = {}
+    for p in pairs:
+        counts[p] = counts.get(p, 0) + 1
+    return max(counts.values(), default=0)
 
 
 def dump_udp_sockets() -> list[UdpSocket]:

@@ -8,8 +8,10 @@ check and the open is refused with one line instead of hanging or reading garbag
 
 from __future__ import annotations
 
+import io
 import os
 import stat
+from typing import IO
 
 from lbtune.errors import BadInput
 
@@ -21,9 +23,10 @@ def read_user_text(path: str, limit: int, what: str) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise BadInput(f"{path}: cannot read {what}: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory
+        os.close(fd)
+        raise BadInput(f"{path}: cannot read {what}: not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BadInput(f"{path}: cannot read {what}: not a regular file")
         try:
             raw = f.read(limit + 1)
         except OSError as e:
@@ -34,3 +37,17 @@ def read_user_text(path: str, limit: int, what: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadInput(f"{path}: {what} is not UTF-8 text") from None
+
+
+def open_user_text(path: str, what: str) -> IO[str]:
+    """A user's file to read line by line (a recording), opened like `read_user_text`; BadInput
+    unless a regular file. Bytes that are not UTF-8 come through as surrogates (the reader
+    checks each line, so an error names the right line, not the read-ahead block)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise BadInput(f"{what} {path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput(f"{what} {path}: not a regular file")
+    return io.TextIOWrapper(os.fdopen(fd, "rb"), encoding="utf-8", errors="surrogateescape")

@@ -16,15 +16,23 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import psutil
 
 from lbtune.errors import BadInput
 from lbtune.host import linkstats, qdisc, sockdiag
 from lbtune.host.host import Host
-from lbtune.host.http import HttpEndpoint, LineEndpoint, Reply
-from lbtune.ipvs.agentreport import SIGNALS, AgentReport, haproxy_line, judge, prometheus_text
+from lbtune.host.http import HttpEndpoint, LineEndpoint, Network, RefusalLog, Reply
+from lbtune.ipvs.agentreport import (
+    LINK_STATS,
+    LISTENERS,
+    SIGNALS,
+    AgentReport,
+    haproxy_line,
+    judge,
+    prometheus_text,
+)
 
 DEFAULT_PORT = 9177  # the agent's HTTP port (unassigned by IANA; beside node_exporter 9100)
 DEFAULT_INTERVAL = 1.0
@@ -99,62 +107,92 @@ class _Raw:
     t: float
     busy: float
     total: float
-    tx_bytes: int
-    drops: int
+    tx_bytes: Optional[int]  # None: the link stats could not be read
+    drops: Optional[int]  # None: the listeners could not be read
+
+
+ListenerSource = Callable[[], Sequence[sockdiag.ListenSocket]]
+LinkStatsSource = Callable[[], Mapping[str, Mapping[str, int]]]
+
+
+def _reason(e: Exception) -> str:
+    return (getattr(e, "strerror", None) or str(e) or type(e).__name__).strip()
 
 
 class Sampler:
-    """Reads the host each call; rates are over the time since the previous call."""
+    """Reads the host each call; rates are over the time since the previous call.
 
-    def __init__(self, host: Host, opts: AgentOptions) -> None:
+    A source that cannot be read (sock_diag for the listeners, the rtnetlink link stats) is
+    named in the report's `errors`, never turned into "nothing listens" or "0 bytes sent":
+    its figures are unknown for that sample (health `unknown` for the listeners, no egress
+    rate). `listeners` and `link_stats` are the sources (the kernel's by default)."""
+
+    def __init__(self, host: Host, opts: AgentOptions,
+                 listeners: Optional[ListenerSource] = None,
+                 link_stats: Optional[LinkStatsSource] = None) -> None:  # fmt: skip
         self.host, self.opts = host, opts
         self.dev = opts.egress if opts.egress is not None else default_route_dev(host)
         self.node = opts.node or os.uname().nodename
         self._prev: Optional[_Raw] = None
+        self._dump_listeners = listeners or sockdiag.dump_listen_sockets
+        self._dump_link_stats = link_stats or linkstats.dump_link_stats
 
-    def _listeners(self) -> list[sockdiag.ListenSocket]:
+    def _listeners(self) -> tuple[Optional[list[sockdiag.ListenSocket]], str]:
         try:
-            return [s for s in sockdiag.dump_listen_sockets() if s.port == self.opts.port]
-        except OSError:
-            return []
+            return [s for s in self._dump_listeners() if s.port == self.opts.port], ""
+        except (OSError, ValueError) as e:  # ValueError: a malformed netlink answer
+            return None, f"{LISTENERS}: sock_diag: {_reason(e)}"
 
-    def _tx_bytes(self) -> int:
+    def _tx_bytes(self) -> tuple[Optional[int], str]:
         if not self.dev:
-            return 0
+            return None, ""
         try:
-            return linkstats.dump_link_stats().get(self.dev, {}).get("tx_bytes", 0)
-        except OSError:
-            return 0
+            stats = self._dump_link_stats()
+        except (OSError, ValueError) as e:
+            return None, f"{LINK_STATS}: rtnetlink: {_reason(e)}"
+        dev = stats.get(self.dev)
+        if dev is None or "tx_bytes" not in dev:
+            return None, f"{LINK_STATS}: no interface {self.dev}"
+        return int(dev["tx_bytes"]), ""
 
     def sample(self) -> AgentReport:
         t = time.time()
         ct = psutil.cpu_times()
         total = float(sum(ct))
         busy = total - ct.idle - getattr(ct, "iowait", 0.0)
-        listeners = self._listeners()
-        drops = sum(s.drops or 0 for s in listeners)
-        raw = _Raw(t, busy, total, self._tx_bytes(), drops)
+        listeners, l_err = self._listeners()
+        tx, t_err = self._tx_bytes()
+        drops = None if listeners is None else sum(s.drops or 0 for s in listeners)
+        raw = _Raw(t, busy, total, tx, drops)
         prev = self._prev or raw
         self._prev = raw
         dt = max(raw.t - prev.t, 1e-6)
         dtotal = raw.total - prev.total
         cpu = (raw.busy - prev.busy) / dtotal if dtotal > 0 else 0.0
         mem = psutil.virtual_memory()
-        top = max(listeners, key=lambda s: s.queue / (s.backlog + 1), default=None)
+        found = listeners or []
+        top = max(found, key=lambda s: s.queue / (s.backlog + 1), default=None)
+        egress: Optional[float] = None
+        if raw is prev:
+            egress = 0.0 if raw.tx_bytes is not None else None
+        elif raw.tx_bytes is not None and prev.tx_bytes is not None:
+            egress = round(8 * max(0, raw.tx_bytes - prev.tx_bytes) / dt, 1)
+        known_drops = drops if drops is not None else (prev.drops or 0)
+        delta = (max(0, drops - prev.drops)
+                 if drops is not None and prev.drops is not None else 0)  # fmt: skip
         report = AgentReport(
             node=self.node, port=self.opts.port, time=round(t, 3),
             interval=round(raw.t - prev.t, 3), cpu_util=round(max(0.0, min(1.0, cpu)), 4),
             cpus=psutil.cpu_count() or 1, runq=procs_running(self.host),
             mem_available=int(mem.available), mem_total=int(mem.total),
-            connections=established(self.host, self.opts.port), listening=bool(listeners),
+            connections=established(self.host, self.opts.port), listening=bool(found),
             listen_queue=top.queue if top else 0, listen_backlog=top.backlog if top else 0,
-            listen_drops=drops, listen_drops_delta=max(0, drops - prev.drops),
-            egress_dev=self.dev,
-            egress_bps=round(8 * max(0, raw.tx_bytes - prev.tx_bytes) / dt, 1)
-            if raw is not prev else 0.0,
+            listen_drops=known_drops, listen_drops_delta=delta,
+            egress_dev=self.dev, egress_bps=egress if self.dev else None,
             egress_capacity_bps=_capacity_bps(self.host, self.dev),
             max_conns=self.opts.max_conns, signals=tuple(self.opts.signals),
             load=0.0, bottleneck="", pressure=0.0, health="ok", reason="",
+            errors=tuple(e for e in (l_err, t_err) if e),
         )  # fmt: skip
         return judge(report)
 
@@ -188,22 +226,34 @@ class Agent:
         if path == "/metrics":
             return Reply(200, PROM_TYPE, prometheus_text(r))
         if path == "/haproxy":
-            return Reply(200, TEXT_TYPE, haproxy_line(r))
+            line = haproxy_line(r)
+            return Reply(200 if line else 503, TEXT_TYPE, line or f"{r.health}: {r.reason}\n")
         if path == "/healthz":
             return Reply(200 if r.health == "ok" else 503, TEXT_TYPE, f"{r.health}\n")
         return Reply(404, TEXT_TYPE, "not found: / /metrics /haproxy /healthz\n")
 
-    def serve(self, host: str, port: int, haproxy_port: Optional[int] = None) -> list[int]:
-        """Start the endpoints; the ports they listen on (0 asks the kernel for one)."""
+    def serve(self, host: str, port: int, haproxy_port: Optional[int] = None,
+              allow: Optional[Sequence[Network]] = None,
+              log: Optional[Callable[[str], None]] = None) -> list[int]:  # fmt: skip
+        """Start the endpoints; the ports they listen on (0 asks the kernel for one). Peers
+        outside `allow` (None: every peer) are refused; refusals and bad requests go to
+        `log`, one line each, rate-limited."""
+        if haproxy_port is not None and haproxy_port == port and port != 0:
+            raise BadInput(f"--haproxy-port {haproxy_port} is the --agent-port: give it a "
+                           "port of its own")  # fmt: skip
+        refusals = RefusalLog(log)
+        where = port
         try:
-            http = HttpEndpoint(host, port, self.route)
-            self._endpoints.append(http)
+            self._endpoints.append(HttpEndpoint(host, port, self.route, allow, refusals))
             if haproxy_port is not None:
+                where = haproxy_port
                 self._endpoints.append(LineEndpoint(host, haproxy_port,
-                                                    lambda: haproxy_line(self.report)))
+                                                    lambda: haproxy_line(self.report),
+                                                    allow, refusals))  # fmt: skip
         except OSError as e:
             self.close()
-            raise BadInput(f"agent cannot listen on {host}:{port}: {e.strerror or e}") from None
+            raise BadInput(f"agent cannot listen on {_hostport(host, where)}: "
+                           f"{e.strerror or e}") from None  # fmt: skip
         for ep in self._endpoints:
             ep.start()
         return [ep.port for ep in self._endpoints]
@@ -222,6 +272,45 @@ class Agent:
         for ep in self._endpoints:
             ep.close()
         self._endpoints.clear()
+
+
+def default_listen(host: Host, dev: str) -> str:
+    """Where the agent listens unless told: the first address of the interface the replies
+    leave from (the director polls the real server's own address on that segment; DR puts
+    the director there). Not 0.0.0.0: that would also answer on the VIPs of lo and on
+    every other network of the host."""
+    from lbtune.host.addr import addresses
+
+    found = [a for a in addresses(host) if a.ifname == dev] if dev else []
+    v4 = [a.addr for a in found if a.family == 4]
+    v6 = [a.addr for a in found if a.family == 6 and not a.addr.lower().startswith("fe80")]
+    if v4 or v6:
+        return (v4 or v6)[0]
+    where = f"interface {dev} has no address" if dev else "no default route"
+    raise BadInput(f"cannot tell which address the agent should listen on ({where}): "
+                   "give --listen ADDR")  # fmt: skip
+
+
+def default_allow(host: Host) -> tuple[Network, ...]:
+    """Who may ask unless told: loopback and the networks this host is directly connected
+    to (every interface's prefixes). A DR director shares a segment with its real servers,
+    so its address is in one of them; anything routed from further away is refused."""
+    import ipaddress
+
+    from lbtune.host.addr import addresses
+
+    nets: list[Network] = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
+    for a in addresses(host):
+        if a.family == 6 and a.addr.lower().startswith("fe80"):
+            continue
+        net = ipaddress.ip_network(f"{a.addr.split('%', 1)[0]}/{a.prefixlen}", strict=False)
+        if net not in nets:
+            nets.append(net)
+    return tuple(nets)
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def parse_signals(text: Optional[str]) -> Sequence[str]:

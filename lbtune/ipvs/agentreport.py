@@ -7,8 +7,9 @@ and the listener of the served port, egress rate against the link's shaping rate
 and the agent's own judgement: `load`, the utilisation of its busiest resource among the
 `signals` it was told to use; `pressure`, the highest of the signals that mean work waits or
 is refused (run queue, memory, listen queue, connection limit); and `health`: down when
-nothing listens on the port, overloaded on listen drops or pressure >= 95 %, else ok. A CPU
-or a link at 100 % is busy, not overloaded. The same judgement feeds
+nothing listens on the port, overloaded on listen drops or pressure >= 95 %, unknown when
+the listeners could not be read (a read error is not an outage: `errors` says what failed),
+else ok. A CPU or a link at 100 % is busy, not overloaded. The same judgement feeds
 keepalived's MISC_CHECK (`misc_exit_code`) and HAProxy's agent-check (`haproxy_line`).
 
 Pure: no host reads here (the collector is `lbtune.ipvs.agent`).
@@ -27,7 +28,7 @@ SIGNALS = ("cpu", "runq", "mem", "listen", "egress", "conns")
 # Signals of work waiting or refused (queues, memory, connection limit): at OVERLOAD the
 # server is overloaded. CPU and egress at 100 % are a busy server doing its job, not one.
 PRESSURE = ("runq", "mem", "listen", "conns")
-HEALTH = ("ok", "overloaded", "down")
+HEALTH = ("ok", "overloaded", "down", "unknown")
 OVERLOAD = 0.95  # the agent calls a server overloaded from this load on
 RUNQ_FULL = 4.0  # runnable tasks per CPU that count as a full run queue
 MISC_MAX_WEIGHT = 253  # keepalived misc_dynamic: exit 2..255 sets weight 0..253
@@ -49,11 +50,11 @@ class AgentReport:
     connections: int  # established TCP connections on the served port
     listening: bool  # something listens on the served port
     listen_queue: int  # accept-queue length now (largest listener of the port)
-    listen_backlog: int  # its limit
+    listen_backlog: int  # its limit: min(application backlog, somaxconn), sock_diag's wqueue
     listen_drops: int  # cumulative SYN/handshake drops of the port's listeners
     listen_drops_delta: int  # drops in the last interval
     egress_dev: str  # the interface the replies leave from ("" when unknown)
-    egress_bps: float  # bits/s sent on it
+    egress_bps: Optional[float]  # bits/s sent on it; None when it could not be read
     egress_capacity_bps: Optional[float]  # shaping rate (tbf) or link speed; None unknown
     max_conns: Optional[int]  # connections that count as full (given to the agent), or None
     signals: tuple[str, ...]  # resources `load` is taken from
@@ -63,6 +64,7 @@ class AgentReport:
     health: str  # HEALTH
     reason: str  # why that health
     version: int = VERSION
+    errors: tuple[str, ...] = ()  # "SOURCE: what failed" per source that could not be read
 
     def utilisations(self) -> dict[str, Optional[float]]:
         return utilisations(self)
@@ -70,6 +72,7 @@ class AgentReport:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["signals"] = list(self.signals)
+        out["errors"] = list(self.errors)
         out["utilisation"] = self.utilisations()
         return out
 
@@ -83,7 +86,7 @@ def utilisations(r: AgentReport) -> dict[str, Optional[float]]:
     mem = 1.0 - r.mem_available / r.mem_total if r.mem_total > 0 else None
     listen = r.listen_queue / (r.listen_backlog + 1) if r.listening else None
     egress = (r.egress_bps / r.egress_capacity_bps
-              if r.egress_capacity_bps else None)  # fmt: skip
+              if r.egress_capacity_bps and r.egress_bps is not None else None)  # fmt: skip
     conns = r.connections / r.max_conns if r.max_conns else None
     raw: dict[str, Optional[float]] = {
         "cpu": r.cpu_util,
@@ -103,7 +106,10 @@ def judge(r: AgentReport) -> AgentReport:
     bottleneck, load = max(used.items(), key=lambda kv: kv[1]) if used else ("", 0.0)
     queued = {k: v for k, v in used.items() if k in PRESSURE}
     worst, pressure = max(queued.items(), key=lambda kv: kv[1]) if queued else ("", 0.0)
-    if not r.listening:
+    unread = failed(r, LISTENERS)
+    if unread is not None:
+        health, reason = "unknown", f"cannot tell: {unread}"
+    elif not r.listening:
         health, reason = "down", f"nothing listens on port {r.port}"
     elif r.listen_drops_delta > 0:
         health = "overloaded"
@@ -115,6 +121,15 @@ def judge(r: AgentReport) -> AgentReport:
         reason = f"busiest: {bottleneck} at {load:.0%}" if bottleneck else "no signal"
     return _replace(r, load=round(load, 4), bottleneck=bottleneck, pressure=round(pressure, 4),
                     health=health, reason=reason)
+
+
+LISTENERS, LINK_STATS = "listeners", "link_stats"  # sources that can fail to read
+SOURCES = (LISTENERS, LINK_STATS)
+
+
+def failed(r: AgentReport, source: str) -> Optional[str]:
+    """The error of `source` in r ("listeners: ..."), None when it was read."""
+    return next((e for e in r.errors if e.startswith(f"{source}:")), None)
 
 
 def _replace(r: AgentReport, **kw: Any) -> AgentReport:
@@ -134,6 +149,8 @@ def parse_report(data: Any, source: str = "agent") -> AgentReport:
         raise BadInput(f"{source}: report version {data.get('version')!r}, expected {VERSION}")
     kw: dict[str, Any] = {}
     for name, tp in _FIELDS.items():
+        if name == "errors" and name not in data:
+            continue  # older agents do not send it
         if name not in data:
             raise BadInput(f"{source}: {name} missing")
         v = data[name]
@@ -157,10 +174,10 @@ _FIELDS = {
     "cpus": "int", "runq": "int", "mem_available": "int", "mem_total": "int",
     "connections": "int", "listening": "bool", "listen_queue": "int", "listen_backlog": "int",
     "listen_drops": "int", "listen_drops_delta": "int", "egress_dev": "str",
-    "egress_bps": "float", "egress_capacity_bps": "float?", "max_conns": "int?",
+    "egress_bps": "float?", "egress_capacity_bps": "float?", "max_conns": "int?",
     "signals": "strs", "load": "float", "bottleneck": "str", "pressure": "float",
     "health": "str", "reason": "str",
-    "version": "int",
+    "version": "int", "errors": "strs",
 }  # fmt: skip
 
 
@@ -211,12 +228,17 @@ def prometheus_text(r: AgentReport) -> str:
     metric("listen_drops_total", "counter", "SYN/handshake drops of the port's listeners",
            r.listen_drops)  # fmt: skip
     dev = f'dev="{_esc(r.egress_dev)}"'
-    metric("egress_bits_per_second", "gauge", "Bits/s sent on the egress interface",
-           r.egress_bps, dev)  # fmt: skip
+    # Prometheus base units: bytes, not bits (promtool check metrics)
+    if r.egress_bps is not None:
+        metric("egress_bytes_per_second", "gauge", "Bytes/s sent on the egress interface",
+               r.egress_bps / 8, dev)  # fmt: skip
     if r.egress_capacity_bps is not None:
-        metric("egress_capacity_bits_per_second", "gauge",
-               "Shaping rate or link speed of the egress interface", r.egress_capacity_bps,
-               dev)  # fmt: skip
+        metric("egress_capacity_bytes_per_second", "gauge",
+               "Shaping rate or link speed of the egress interface, bytes/s",
+               r.egress_capacity_bps / 8, dev)  # fmt: skip
+    for src in SOURCES:
+        metric("source_ok", "gauge", "1 when the agent could read this source, 0 on an error",
+               int(failed(r, src) is None), f'source="{src}"')  # fmt: skip
     for res, u in r.utilisations().items():
         if u is not None:
             metric("utilisation", "gauge", "Utilisation 0..1 per resource", u,
@@ -246,7 +268,11 @@ def headroom_share(r: AgentReport) -> float:
 
 def haproxy_line(r: AgentReport) -> str:
     """HAProxy agent-check reply: `down` when nothing listens, `drain` when overloaded, else
-    `up N%` (HAProxy scales the server's configured weight by N%)."""
+    `up N%` (HAProxy scales the server's configured weight by N%); "" when the agent cannot
+    tell (its listeners could not be read): the agent then closes without a word and
+    HAProxy keeps the server's state."""
+    if r.health == "unknown":
+        return ""
     if r.health == "down":
         return f"down #{r.reason}\n"
     if r.health == "overloaded":
@@ -257,7 +283,10 @@ def haproxy_line(r: AgentReport) -> str:
 
 def misc_exit_code(r: Optional[AgentReport]) -> int:
     """keepalived MISC_CHECK with misc_dynamic: 1 fails the server (unreachable agent, down,
-    overloaded), 2 + w sets weight w (1..253, in proportion to headroom)."""
+    overloaded), 2 + w sets weight w (1..253, in proportion to headroom), 0 keeps the weight
+    keepalived has (the agent cannot read its listeners: a read error is not an outage)."""
+    if r is not None and r.health == "unknown":
+        return 0
     if r is None or r.health != "ok":
         return 1
     return 2 + max(1, round(MISC_MAX_WEIGHT * headroom_share(r)))

@@ -23,6 +23,7 @@ from functools import cached_property
 from typing import Any, Optional
 
 from lbtune.errors import BadInput
+from lbtune.host.ifname import is_ifname
 from lbtune.host.ipvs import (
     FWD_METHODS,
     KNOWN_SCHEDULERS,
@@ -49,7 +50,6 @@ PRUNE = ("all", "vips", "none")
 TIMEOUTS = ("tcp", "tcpfin", "udp")
 SYSCTL_PREFIX = "net.ipv4.vs."
 _SYSCTL_NAME = re.compile(r"[a-z0-9_]{1,64}")
-_IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-.]{0,14}")
 _TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
 
 TOP_KEYS = ("director", "timeouts", "sysctl", "vip", "service")
@@ -143,6 +143,8 @@ def parse_config_text(text: str, source: str = "<config>") -> DirectorConfig:
         where = f"{source}:{m.group(1)}" if m else source
         what = first[: m.start()].strip() if m else first
         raise BadInput(f"{where}: invalid TOML: {what}") from None
+    except RecursionError:  # thousands of nested arrays or tables
+        raise BadInput(f"{source}: invalid TOML: nested too deeply") from None
     return parse_config(data, source)
 
 
@@ -216,7 +218,7 @@ def parse_config(data: Any, source: str = "<config>") -> DirectorConfig:
         v = _Doc(raw, source, f"[[vip]] #{i + 1}", VIP_KEYS)
         family, addr = v.addr("address")
         dev = v.text("dev", None)
-        if not _IFNAME.fullmatch(dev) or dev in (".", ".."):
+        if not is_ifname(dev):
             raise v.fail(f"dev = {dev!r} is not an interface name")
         full = default_netmask(family)
         prefix = v.integer("prefix", full, 1, full)

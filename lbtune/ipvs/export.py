@@ -1,17 +1,29 @@
 """A DR table in other tools' formats: `ipvsadm -R` restore lines and keepalived blocks.
 
 `ipvsadm` lines carry everything `ipvsadm -S` leaves out (connection thresholds, the
-timeouts), so `ipvsadm -R` rebuilds the same table lbtune would. The keepalived export is a
-`virtual_server` block per service with `lvs_method DR` and a TCP_CHECK per real server,
-for users who hand health checks and failover to keepalived (keepalived then owns the
-table: do not run `lbtune ipvs apply` against the same services).
+timeouts), so `ipvsadm -R` rebuilds the same table lbtune would. The keepalived export is
+`global_defs { lvs_timeouts ... }` for the timeouts and a `virtual_server` block per service
+with `lvs_method DR` and a health check per real server, for users who hand health checks
+and failover to keepalived (keepalived then owns the table: do not run `lbtune ipvs apply`
+against the same services). keepalived treats a real server without a checker as always
+up, so every real server gets one where lbtune can tell what to check: TCP_CHECK on a TCP
+service's port (and on `check_port` for fwmark services), UDP_CHECK on a UDP service's port
+(it fails on ICMP port/host unreachable: nothing listens, or the host is gone). fwmark
+services without `check_port` and SCTP services get none: `unchecked` says so, and the
+block carries the same words as a comment.
+
+Every value written into keepalived.conf passes `conf_word` (one word of letters, digits
+and `_ . : / @ -`), so no input can end a line, open or close a block, start a comment or
+quote: config injection is refused, not escaped.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Iterable, Mapping, Optional, Sequence
 
+from lbtune.errors import BadInput
 from lbtune.host.ipvs import F_PERSISTENT, Service, ServiceKey, Timeouts, flag_names
 from lbtune.ipvs.config import RealServer, VirtualService
 
@@ -83,45 +95,116 @@ def ipvsadm_lines(
     return lines
 
 
+_WORD = re.compile(r"[A-Za-z0-9_.:/@-]+")
+
+
+def conf_word(value: object, what: str) -> str:
+    """`value` as one keepalived.conf word; BadInput for anything that could end the word
+    or the line, open or close a block, quote or comment (white space, braces, quotes, `#`,
+    `!`, `;`, `$`, control characters ...)."""
+    text = str(value)
+    if not _WORD.fullmatch(text):
+        raise BadInput(f"{what} {text!r}: not a word keepalived.conf can carry (letters, "
+                       "digits and _ . : / @ - only)")
+    return text
+
+
+def lvs_timeouts(timeouts: Optional[Timeouts]) -> Optional[str]:
+    """keepalived's `lvs_timeouts` (global_defs) for `timeouts`; 0 = unchanged is left out
+    (keepalived.conf(5): at least one value; an unset one keeps the kernel's)."""
+    if timeouts is None:
+        return None
+    parts = [f"{name} {int(v)}" for name, v in
+             (("tcp", timeouts.tcp), ("tcpfin", timeouts.tcpfin), ("udp", timeouts.udp)) if v]
+    return "lvs_timeouts " + " ".join(parts) if parts else None
+
+
+def _check_kind(svc: VirtualService, check_port: int) -> str:
+    """The checker a real server of `svc` gets: tcp, udp, or "" (none)."""
+    if svc.key.protocol == "tcp" or (svc.key.protocol == "fwmark" and check_port):
+        return "tcp"
+    return "udp" if svc.key.protocol == "udp" else ""
+
+
+def _unchecked_reason(svc: VirtualService) -> str:
+    if svc.key.protocol == "fwmark":
+        return (f"fwmark {svc.key.fwmark}: no health check for its real servers (a firewall "
+                "mark has no port to check; keepalived treats them as always up): give "
+                "--check-port PORT")
+    return (f"{svc.key.ident}: keepalived has no SCTP health check: its real servers are "
+            "always up for keepalived (add a MISC_CHECK of your own)")
+
+
+def unchecked(services: Iterable[VirtualService], check_port: int = 0) -> list[str]:
+    """Why some real servers of the keepalived export have no health check (one line per
+    service); empty when every real server has one."""
+    return [_unchecked_reason(svc) for svc in services
+            if svc.servers and not _check_kind(svc, check_port)]
+
+
 def _real_block(rs: RealServer, svc: VirtualService, check_port: int) -> list[str]:
-    out = [f"    real_server {rs.address} {rs.port} {{", f"        weight {rs.weight}"]
+    addr = conf_word(rs.address, "real server")
+    out = [f"    real_server {addr} {int(rs.port)} {{", f"        weight {int(rs.weight)}"]
     if rs.upper:
-        out.append(f"        uthreshold {rs.upper}")
+        out.append(f"        uthreshold {int(rs.upper)}")
     if rs.lower:
-        out.append(f"        lthreshold {rs.lower}")
-    if svc.key.protocol in ("tcp", "fwmark") and check_port:
+        out.append(f"        lthreshold {int(rs.lower)}")
+    kind = _check_kind(svc, check_port)
+    port = int(rs.port or check_port)
+    if kind == "tcp":
         out += [
             "        TCP_CHECK {",
-            f"            connect_port {check_port}",
+            f"            connect_port {port}",
             "            connect_timeout 3",
+            "        }",
+        ]
+    elif kind == "udp":
+        # fails on ICMP port/host unreachable; host unreachable needs the ARP timeout, so
+        # keepalived.conf(5) asks for a connect_timeout of at least 4 s
+        out += [
+            "        UDP_CHECK {",
+            f"            connect_port {port}",
+            "            connect_timeout 5",
             "        }",
         ]
     out.append("    }")
     return out
 
 
-def keepalived_blocks(services: Iterable[VirtualService], check_port: int = 0) -> list[str]:
-    """keepalived.conf `virtual_server` blocks (lvs_method DR). Real servers get a TCP_CHECK
-    on their port (`check_port` for fwmark services, whose real servers have none)."""
+def keepalived_blocks(
+    services: Iterable[VirtualService], check_port: int = 0,
+    timeouts: Optional[Timeouts] = None,
+) -> list[str]:  # fmt: skip
+    """keepalived.conf `global_defs` with `lvs_timeouts` (when `timeouts` sets any) and
+    `virtual_server` blocks (lvs_method DR) with a health check per real server where one
+    can be told (see the module docstring and `unchecked`)."""
     out: list[str] = []
+    line = lvs_timeouts(timeouts)
+    if line:
+        out += ["global_defs {", f"    {line}", "}", ""]
     for svc in services:
         k = svc.key
-        head = f"fwmark {k.fwmark}" if k.protocol == "fwmark" else f"{k.addr} {k.port}"
+        if k.protocol == "fwmark":
+            head = f"fwmark {int(k.fwmark)}"
+        else:
+            head = f"{conf_word(k.addr, 'virtual server')} {int(k.port)}"
         out.append(f"virtual_server {head} {{")
         if k.protocol == "fwmark" and k.family == 6:
             out.append("    ip_family inet6")
         out.append("    delay_loop 6")
-        out.append(f"    lvs_sched {svc.scheduler}")
+        out.append(f"    lvs_sched {conf_word(svc.scheduler, 'scheduler')}")
         methods = {rs.forward for rs in svc.servers} or {"dr"}
         out.append(f"    lvs_method {_KEEPALIVED_FWD[sorted(methods)[0]]}")
         if k.protocol != "fwmark":
-            out.append(f"    protocol {k.protocol.upper()}")
+            out.append(f"    protocol {conf_word(k.protocol.upper(), 'protocol')}")
         for flag in svc.flags:
-            out.append(f"    {flag}")
+            out.append(f"    {conf_word(flag, 'flag')}")
         if svc.persistence:
-            out.append(f"    persistence_timeout {svc.persistence}")
+            out.append(f"    persistence_timeout {int(svc.persistence)}")
             if svc.netmask != (32 if k.family == 4 else 128):
                 out.append(f"    persistence_granularity {_netmask_text(k.family, svc.netmask)}")
+        if svc.servers and not _check_kind(svc, check_port):
+            out.append(f"    # {_unchecked_reason(svc)}")
         for rs in svc.servers:
             out += _real_block(rs, svc, rs.port or check_port)
         out.append("}")

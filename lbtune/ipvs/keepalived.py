@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from lbtune.errors import BadInput
+from lbtune.host.ifname import check_ifname
+from lbtune.host.ipvs import Timeouts, canonical_addr
 from lbtune.ipvs.config import VirtualService
-from lbtune.ipvs.export import keepalived_blocks
+from lbtune.ipvs.export import conf_word, keepalived_blocks, lvs_timeouts
 
 ROLES = ("master", "backup")
 DEFAULT_PRIORITY = {"master": 150, "backup": 100}
@@ -68,8 +70,9 @@ class PairSettings:
             raise BadInput(f"--advert-int {self.advert_int:g}: whole centiseconds only")
         if not 0 <= self.preempt_delay <= 1000:
             raise BadInput(f"--preempt-delay {self.preempt_delay:g}: 0 to 1000 seconds")
-        if not self.interface or any(c.isspace() or c in "{}#!\"'" for c in self.interface):
-            raise BadInput(f"--interface {self.interface!r}: not an interface name")
+        check_ifname(self.interface, "--interface")
+        if self.router_id is not None:
+            conf_word(self.router_id, "router_id")
         for vip in self.vips:
             _vip(vip)
 
@@ -95,16 +98,18 @@ class PairSettings:
 
 
 def _address(text: str, what: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        raise BadInput(f"{what} {text!r}: not an IP address") from None
+    # inet_pton's strictness: no IPv6 scope (`fe80::1%eth0;...` is an ipaddress address)
+    return ipaddress.ip_address(canonical_addr(text, what)[1])
 
 
 def _vip(text: str) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+    addr, _slash, prefix = text.partition("/")
     try:
+        canonical_addr(addr, "--vip")
+        if prefix and not (prefix.isascii() and prefix.isdigit()):
+            raise ValueError(prefix)
         iface = ipaddress.ip_interface(text)
-    except ValueError:
+    except (BadInput, ValueError):
         raise BadInput(f"--vip {text!r}: not ADDR or ADDR/PREFIX") from None
     if "/" not in text:  # a bare address is a host route: /32 or /128
         return ipaddress.ip_interface(f"{text}/{iface.max_prefixlen}")
@@ -133,7 +138,8 @@ def _seconds(value: float) -> str:
 
 
 def pair_config(
-    services: Sequence[VirtualService], pair: PairSettings, check_port: int = 0
+    services: Sequence[VirtualService], pair: PairSettings, check_port: int = 0,
+    timeouts: Optional[Timeouts] = None,
 ) -> list[str]:
     """keepalived.conf lines for one director of the pair (see the module docstring)."""
     vips = pair_vips(services, pair.vips)
@@ -144,10 +150,12 @@ def pair_config(
     other = [v for v in vips if v.version != family]
     if not same:
         raise BadInput(f"no IPv{family} VIP for a pair whose peer {pair.peer} is IPv{family}")
-    router_id = pair.router_id or f"lbtune-{pair.role}"
+    router_id = conf_word(pair.router_id or f"lbtune-{pair.role}", "router_id")
+    peer, src = str(_address(pair.peer, "--peer")), pair.src and str(_address(pair.src, "--src"))
+    dev = check_ifname(pair.interface, "--interface")
     lines = [
         f"# lbtune ipvs export --format keepalived: director {pair.role} of a VRRP pair",
-        f"# peer {pair.peer}; as backup it takes over after "
+        f"# peer {peer}; as backup it takes over after "
         f"{pair.master_down_interval():.2f} s without adverts",
         "# still yours to add: notify scripts, track_script/track_interface, email,",
         "# and a fence against foreign VRRP speakers (VRRPv3 has no authentication)",
@@ -155,30 +163,33 @@ def pair_config(
         f"    router_id {router_id}",
     ]
     if pair.sync:
-        lines.append(f"    lvs_sync_daemon {pair.interface} {pair.instance} id {pair.vrid}")
+        lines.append(f"    lvs_sync_daemon {dev} {pair.instance} id {int(pair.vrid)}")
+    timeouts_line = lvs_timeouts(timeouts)
+    if timeouts_line:
+        lines.append(f"    {timeouts_line}")
     lines += [
         "}",
         "",
         f"vrrp_instance {pair.instance} {{",
         "    state BACKUP",
-        f"    interface {pair.interface}",
-        f"    virtual_router_id {pair.vrid}",
-        f"    priority {pair.effective_priority}",
+        f"    interface {dev}",
+        f"    virtual_router_id {int(pair.vrid)}",
+        f"    priority {int(pair.effective_priority)}",
         f"    advert_int {_seconds(pair.advert_int)}",
     ]
     if pair.version == 3:
         lines.append("    version 3")
     if pair.preempt_delay:
         lines.append(f"    preempt_delay {_seconds(pair.preempt_delay)}")
-    if pair.src:
-        lines.append(f"    unicast_src_ip {pair.src}")
-    lines += ["    check_unicast_src", "    unicast_peer {", f"        {pair.peer}", "    }"]
+    if src:
+        lines.append(f"    unicast_src_ip {src}")
+    lines += ["    check_unicast_src", "    unicast_peer {", f"        {peer}", "    }"]
     lines.append("    virtual_ipaddress {")
-    lines += [f"        {v.with_prefixlen} dev {pair.interface}" for v in same]
+    lines += [f"        {v.with_prefixlen} dev {dev}" for v in same]
     lines.append("    }")
     if other:
         lines.append("    virtual_ipaddress_excluded {")
-        lines += [f"        {v.with_prefixlen} dev {pair.interface}" for v in other]
+        lines += [f"        {v.with_prefixlen} dev {dev}" for v in other]
         lines.append("    }")
     lines += ["}", ""]
     lines += keepalived_blocks(services, check_port)
@@ -186,7 +197,8 @@ def pair_config(
 
 
 def both_directors(
-    services: Sequence[VirtualService], pair: PairSettings, check_port: int = 0
+    services: Sequence[VirtualService], pair: PairSettings, check_port: int = 0,
+    timeouts: Optional[Timeouts] = None,
 ) -> dict[str, list[str]]:
     """`--pair`: the master's and the backup's config (pair.src and pair.peer swap)."""
     if pair.src is None:
@@ -197,6 +209,6 @@ def both_directors(
     backup = replace(pair, role="backup", priority=None, router_id=None, src=pair.peer,
                      peer=pair.src)  # fmt: skip
     return {
-        "master": pair_config(services, master, check_port),
-        "backup": pair_config(services, backup, check_port),
+        "master": pair_config(services, master, check_port, timeouts),
+        "backup": pair_config(services, backup, check_port, timeouts),
     }

@@ -26,8 +26,10 @@ from typing import Callable, Optional, Sequence
 
 from lbtune.errors import BadInput
 from lbtune.host import addr as addrs
+from lbtune.host import route
 from lbtune.host.arp import ArpAnswer
 from lbtune.host.host import Host
+from lbtune.host.ifname import check_ifname
 from lbtune.host.ipvs import canonical_addr
 from lbtune.host.sysctl import conf_key, effective_conf
 from lbtune.tune.knobs.ipvs import ABSENT, PRESENT, AddressKnob, address_obj
@@ -70,10 +72,25 @@ def make_spec(
             out.append(text)
     if not out:
         raise BadInput("--vip: give at least one VIP")
+    check_ifname(iface, "--iface")
+    check_ifname(dev, "--dev")
     if iface == dev:
         raise BadInput(f"--iface {iface} and --dev {dev}: the VIP must not be on the facing "
                        "interface (the host would answer ARP for it)")
     return RealServerSpec(tuple(out), iface, dev, rp_filter)
+
+
+def check_client(text: str) -> str:
+    """`--client ADDR`: an IPv4 unicast address (rp_filter is IPv4 only)."""
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        raise BadInput(f"--client {text!r}: not an IP address") from None
+    if ip.version != 4:
+        raise BadInput(f"--client {text}: rp_filter is IPv4 only: give an IPv4 client")
+    if ip.is_loopback or ip.is_multicast or ip.is_unspecified or ip.is_reserved:
+        raise BadInput(f"--client {text}: not a client address")
+    return str(ip)
 
 
 def _prefix(vip: str) -> int:
@@ -168,10 +185,12 @@ def _conf_check(host: Host, iface: str, name: str, good: Callable[[int], Optiona
 
 def verify_realserver(
     host: Host, spec: RealServerSpec, arp: Optional[Sequence[ArpAnswer]] = None,
-    arp_where: str = "",
+    arp_where: str = "", client: Optional[str] = None,
 ) -> list[Check]:
     """Is this host a correct DR real server for the VIPs? `arp` are the answers a request
-    for the (first IPv4) VIP got on the segment (from `arp_where`); None: not probed."""
+    for the (first IPv4) VIP got on the segment (from `arp_where`); None: not probed.
+    `client`: an IPv4 client address whose packets reverse-path filtering must pass (None:
+    a stand-in for clients beyond the default route)."""
     out: list[Check] = []
     for vip in spec.vips:
         out += _vip_checks(host, spec, vip)
@@ -186,12 +205,71 @@ def verify_realserver(
             host, spec.iface, "arp_announce", lambda v: None if v == 2 else Level.FAIL,
             "ARP requests may carry the VIP as source address and teach the router VIP -> "
             "this host", apply))
-        out.append(_conf_check(
-            host, spec.iface, "rp_filter", lambda v: Level.WARN if v == 1 else None,
-            "strict mode drops VIP traffic whose route back is not via this interface "
-            "(multi-homed real servers)", apply))
+        for vip in spec.v4:
+            out.append(_rp_filter_check(host, spec, vip, client, apply))
         out.append(_arp_check(host, spec, arp, arp_where))
     return out
+
+
+# Stand-ins for "a client on the internet": the first of these the routing table sends
+# via a default route (RFC 5737 documentation networks, never a real client).
+SAMPLE_CLIENTS = ("192.0.2.1", "198.51.100.1", "203.0.113.1")
+
+
+def _sample_client(host: Host, src: Optional[str]) -> Optional[str]:
+    for addr in SAMPLE_CLIENTS:
+        r = route.route_to(host, addr, src)
+        if r is not None and r.prefixlen == 0 and r.unicast:
+            return addr
+    return None
+
+
+def _rp_filter_check(host: Host, spec: RealServerSpec, vip: str, client: Optional[str],
+                     apply: str) -> Check:
+    """Would reverse-path filtering drop the director's packets for `vip` (source: the
+    client) arriving on the facing interface? The kernel's own input route lookup answers
+    when the VIP is local; the route back to the client explains the answer."""
+    iface = spec.iface
+    eff = effective_conf(host.fs, iface, "rp_filter")
+    if eff is None:
+        return Check("rp_filter", Level.SKIP, f"no net.ipv4.conf.{{all,{iface}}}.rp_filter here")
+    value, all_v, own = eff
+    shown = f"effective rp_filter on {iface} = {value} (max of all={all_v}, {iface}={own})"
+    if value == 0:
+        return Check("rp_filter", Level.PASS, f"{shown}: off")
+    local = vip in addrs.local_addresses(host)
+    src = vip if local else None
+    who = client or _sample_client(host, src)
+    if who is None:
+        if value == 1:
+            return Check("rp_filter", Level.WARN, f"{shown}: strict mode drops VIP traffic "
+                         f"whose route back is not via {iface}, and there is no default route "
+                         "here to check against: give --client ADDR", apply)
+        return Check("rp_filter", Level.PASS, f"{shown} (loose)")
+    whom = who if client else f"clients via the default route (tested with {who})"
+    back = route.route_to(host, who, src)
+    via = "no route" if back is None else \
+        f"{back.prefix} via {', '.join(back.devices) or '?'}" + \
+        (f" gw {back.gateway}" if back.gateway else "")
+    if local:
+        refused = route.input_refused(host, vip, who, iface) is not None
+    else:  # the kernel only judges packets for a local address: apply its rule ourselves
+        refused = back is None or not back.unicast or (value == 1 and iface not in back.devices)
+    if not refused:
+        return Check("rp_filter", Level.PASS, f"{shown}: packets for {vip} from {whom} "
+                     f"arriving on {iface} pass it (route back: {via})")
+    counter = "(TcpExt.IPReversePathFilter counts them)"
+    if back is None or not back.unicast:
+        return Check("rp_filter", Level.FAIL, f"{shown}: packets for {vip} from {whom} are "
+                     f"dropped: there is no route back to {who} {counter}",
+                     f"a route to the clients via {iface} (ip route add ... dev {iface})")
+    if value == 1 and iface not in back.devices:
+        return Check("rp_filter", Level.FAIL, f"{shown}: strict mode drops packets for {vip} "
+                     f"from {whom} arriving on {iface}: the route back is {via}, not {iface} "
+                     f"{counter}", f"{apply} (loosens it to 2), or route the clients via "
+                     f"{iface}")
+    return Check("rp_filter", Level.FAIL, f"{shown}: the kernel refuses packets for {vip} from "
+                 f"{who} arriving on {iface} (route back: {via}; a martian source?)")
 
 
 def _arp_check(host: Host, spec: RealServerSpec, arp: Optional[Sequence[ArpAnswer]],

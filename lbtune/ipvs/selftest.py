@@ -15,22 +15,37 @@ connection count grew during that exchange. IPVS statistics are updated by the k
 rate estimator every 2 seconds, so the counters after the run are read once that period
 has passed.
 
+Which real server did not: on the director, IPVS's connection table
+(/proc/net/ip_vs_conn) says where it sent each failed exchange (found by the client's
+address and port). The likely cause comes from how it failed and from the director's
+neighbour entry of that server:
+
+- refused (TCP reset, ICMP port unreachable): the server took the packet for the VIP, so
+  the VIP is on it, but nothing listens on that port;
+- no reply, and the director has no ARP answer from the server (neighbour FAILED or
+  INCOMPLETE): the server is down or not on the director's segment;
+- no reply otherwise: the server drops packets for the VIP, most likely because the VIP is
+  not on its `lo` (or its rp_filter or firewall drops them).
+
 `client_exchanges` is the client side alone, for callers that bring their own director
 (the embedded lab).
 """
 
 from __future__ import annotations
 
+import errno
 import re
 import time
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from lbtune.errors import BadInput
 from lbtune.host import addr as addrs
+from lbtune.host import route
 from lbtune.host.arp import ArpAnswer, arp_probe
 from lbtune.host.host import Host
 from lbtune.host.ipvs import Destination, Service, ipvs_of
+from lbtune.host.ipvs_conn import IpvsConnection, find_connections
 from lbtune.host.netns import NetnsThread
 from lbtune.host.probe import Exchange, exchange
 from lbtune.ipvs.config import DirectorConfig, VirtualService
@@ -61,6 +76,16 @@ def client_exchanges(
 
 
 @dataclass(frozen=True)
+class Unanswered:
+    """A real server IPVS sent failed exchanges to, and the likely cause."""
+
+    address: str  # "" when IPVS had no connection for them (not scheduled here)
+    failed: int
+    errors: tuple[str, ...]  # the distinct errors the client saw
+    cause: str
+
+
+@dataclass(frozen=True)
 class ServiceResult:
     service: str
     attempts: int
@@ -75,6 +100,7 @@ class ServiceResult:
     arp: tuple[str, ...]  # MACs that answered ARP for the VIP from the client
     level: Level
     reason: str
+    unanswered: tuple[Unanswered, ...] = ()  # where the failed exchanges went (director)
 
 
 @dataclass(frozen=True)
@@ -154,9 +180,79 @@ def _counter_deltas(
     return a.conns - b.conns, a.inpkts - b.inpkts, a.outpkts - b.outpkts
 
 
+def _endpoint(local: str) -> Optional[tuple[str, int]]:
+    addr, sep, port = local.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return addr.strip("[]"), int(port)
+
+
+def _cause(svc: VirtualService, dest: str, errnos: Sequence[int], neighbour: Optional[str]
+           ) -> str:
+    """The likely reason `dest` did not answer (see the module docstring)."""
+    where = f"{svc.key.addr}:{svc.key.port}"
+    refused = sum(1 for e in errnos if e == errno.ECONNREFUSED)
+    if refused * 2 > len(errnos):
+        how = "a TCP reset" if svc.key.protocol == "tcp" else "ICMP port unreachable"
+        return (f"refused ({how}): {dest} has the VIP but nothing listens on {where} there "
+                "(start the service, or bind it to the VIP or to all addresses)")
+    if neighbour in ("FAILED", "INCOMPLETE"):
+        return (f"no reply, and the director gets no ARP answer from {dest} (neighbour "
+                f"{neighbour}): it is down or not on the director's segment")
+    return (f"no reply: {dest} drops packets for the VIP; most likely {svc.key.addr} is not "
+            f"on its lo (or its rp_filter or firewall drops them): run `lbtune ipvs "
+            f"realserver verify --vip {svc.key.addr}` there")
+
+
+def unanswered(
+    svc: VirtualService, exs: Sequence[Exchange],
+    table: Optional[dict[tuple[str, int], list[IpvsConnection]]],
+    neighbour: Callable[[str], Optional[str]],
+) -> tuple[Unanswered, ...]:  # fmt: skip
+    """Group the failed exchanges by the real server IPVS sent them to (`table`: the
+    connection table's entries per client endpoint; None: unreadable)."""
+    if table is None:
+        return ()
+    key = svc.key
+    by_dest: dict[str, list[Exchange]] = {}
+    for ex in exs:
+        if ex.ok:
+            continue
+        end = _endpoint(ex.local)
+        conns = [c for c in (table.get(end, []) if end is not None else [])
+                 if c.vport == key.port and c.vip == key.addr and c.protocol == key.protocol]
+        by_dest.setdefault(conns[-1].dest if conns else "", []).append(ex)
+    out = []
+    for dest, failed in sorted(by_dest.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        errors = tuple(dict.fromkeys(e.error for e in failed))
+        if dest:
+            cause = _cause(svc, dest, [e.errno for e in failed], neighbour(dest))
+        else:
+            cause = ("IPVS has no connection for them: they never reached this director's "
+                     "IPVS (the VIP answered elsewhere on ARP?) or no real server was available")
+        out.append(Unanswered(dest, len(failed), errors, cause))
+    return tuple(out)
+
+
+def _failed_connections(host: Host, svc: VirtualService, exs: Sequence[Exchange]
+                        ) -> tuple[Unanswered, ...]:
+    ends = [e for e in (_endpoint(x.local) for x in exs if not x.ok) if e is not None]
+    if not ends:
+        return ()
+
+    def neighbour(addr: str) -> Optional[str]:
+        try:
+            return route.neighbour_state(host, addr)
+        except (OSError, BadInput):
+            return None
+
+    return unanswered(svc, exs, find_connections(host.fs, ends), neighbour)
+
+
 def _judge(svc: VirtualService, exs: Sequence[Exchange], who: Sequence[Optional[str]],
            deltas: tuple[Optional[int], Optional[int], Optional[int]], arp: tuple[str, ...],
-           director_macs: set[str], director: bool) -> tuple[Level, str]:
+           director_macs: set[str], director: bool, lost: Sequence[Unanswered] = ()
+           ) -> tuple[Level, str]:
     ok = sum(1 for e in exs if e.ok)
     _conns, inpkts, outpkts = deltas
     strangers = [m for m in arp if director_macs and m not in director_macs]
@@ -168,7 +264,10 @@ def _judge(svc: VirtualService, exs: Sequence[Exchange], who: Sequence[Optional[
         return Level.FAIL, (f"{len(arp)} hosts answer ARP for VIP {svc.key.addr} "
                             f"({', '.join(arp)}): a real server is taking the VIP's traffic")
     if ok < len(exs):
-        return Level.FAIL, f"{len(exs) - ok} of {len(exs)} exchanges failed"
+        named = "; ".join(f"{u.failed} sent to {u.address}" if u.address else
+                          f"{u.failed} not scheduled here" for u in lost)
+        return Level.FAIL, (f"{len(exs) - ok} of {len(exs)} exchanges failed"
+                            + (f": {named}" if named else ""))
     if director and inpkts == 0:
         return Level.FAIL, ("answered, but not through this director (its IPVS counters did not "
                             "move): the VIP reaches another host")
@@ -214,15 +313,16 @@ def run_selftest(
         for svc in services:
             director = svc.key in table
             exs, who = _probe_service(host, client, svc, n, request, timeout, director)
+            lost = _failed_connections(host, svc, exs) if director else ()
             arp = _arp(client, svc.key.addr) if svc.key.family == 4 else ()
-            runs.append((svc, exs, who, arp, director))
+            runs.append((svc, exs, who, arp, director, lost))
         if any(before.values()):
             time.sleep(ESTIMATOR_PERIOD_S + 0.2)
-    for svc, exs, who, arp, director in runs:
+    for svc, exs, who, arp, director, lost in runs:
         after = ipvs_of(host).service(svc.key, fresh=True) if director else None
         deltas = _counter_deltas(before[svc.key], after)
         level, reason = _judge(svc, exs, who, deltas, arp, _director_macs(host, svc.key.addr),
-                               director)
+                               director, lost)
         errors: dict[str, int] = {}
         for e in exs:
             if not e.ok:
@@ -234,7 +334,7 @@ def run_selftest(
         results.append(ServiceResult(
             svc.key.ident, len(exs), sum(1 for e in exs if e.ok), tuple(errors.items()),
             tuple(sorted(dist.items())), sum(1 for e, w in zip(exs, who) if e.ok and not w),
-            director, *deltas, arp, level, reason,
+            director, *deltas, arp, level, reason, lost,
         ))
     client_name = f"netns {from_netns}" if from_netns else "this host"
     return SelftestReport(cfg.source, client_name, tuple(results))

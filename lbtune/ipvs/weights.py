@@ -30,6 +30,10 @@ Per real server, every poll (docs/ipvs.md, "Adaptive weights"):
    server gets its configured weight (there is nothing better to do).
 7. **Unreachable agent**: the configured weight x `scale` (the config is the fallback: the
    same ratio to the others as configured, as if idle), said once by the caller.
+8. **Agent that cannot read**: a report whose health is `unknown` (the agent could not
+   read the server's listeners) keeps the weight the kernel holds and the state as it was:
+   a read error is not an outage, nor a reason to move traffic. An egress rate the agent
+   could not read leaves the throughput estimate as it was.
 
 A configured weight of 0 stays 0 (the operator drained that server).
 """
@@ -88,11 +92,14 @@ def observe(policy: Policy, st: ServerState, r: Optional[AgentReport]) -> Server
     """Fold one report (None: unreachable) into the server's state."""
     if r is None:
         return replace(st, fallback=True)
+    if r.health == "unknown":
+        return replace(st, fallback=False)
     load = _ewma(st.load, r.load, policy.alpha)
     pressure = _ewma(st.pressure, r.pressure, policy.alpha)
-    tput = _ewma(st.throughput, r.egress_bps, policy.alpha)
+    tput = (st.throughput if r.egress_bps is None
+            else _ewma(st.throughput, r.egress_bps, policy.alpha))  # fmt: skip
     cap = st.capacity
-    if load >= policy.measure_min and tput > 0:
+    if load >= policy.measure_min and tput is not None and tput > 0:
         cap = tput / load
     # down and listen drops act at once; a load the agent calls overloaded goes through the
     # smoothing like any load (one busy sample is not an overload)
@@ -139,13 +146,16 @@ def step(
     targets: dict[str, int] = {}
     reasons: dict[str, str] = {}
     for s, st in new.items():
+        r = reports.get(s)
         if configured[s] == 0:
             targets[s], reasons[s] = 0, "configured weight 0"
+        elif r is not None and r.health == "unknown":
+            targets[s] = current.get(s, configured[s])
+            reasons[s] = f"agent cannot read its sources ({r.reason}): weight kept"
         elif st.fallback or st.load is None:
             targets[s] = min(MAX_WEIGHT, configured[s] * policy.scale)
             reasons[s] = "agent unreachable: configured weight"
         elif st.overloaded:
-            r = reports[s]
             assert r is not None
             targets[s] = 0
             if r.health == "down":

@@ -95,7 +95,7 @@ class Sample:
 class SchemeResult:
     scheme: str
     load: Optional[LoadResult]
-    requests: dict[str, int]  # server -> requests nginx logged
+    requests: dict[str, Optional[int]]  # server -> requests nginx logged (None: no log)
     samples: tuple[Sample, ...] = ()
     events: tuple[dict[str, Any], ...] = ()  # adapt's log (JSON lines)
     error: str = ""
@@ -166,14 +166,15 @@ class _Web(WebServer):
 
         self.pid = _wait_for_pidfile(self.pid_file, f"nginx on {self.name}", self.error_log)
 
-    def phase_requests(self) -> int:
-        """Requests logged since the last rotate (rotating again flushes and moves them)."""
+    def phase_requests(self) -> Optional[int]:
+        """Requests logged since the last rotate (rotating again flushes and moves them);
+        None when there is no log to count (unknown, never 0)."""
         self.rotate()
         try:
             with open(self.access_log + ".before", encoding="ascii", errors="replace") as fh:
                 return sum(1 for line in fh if line.strip())
-        except FileNotFoundError:
-            return 0
+        except OSError:
+            return None
 
 
 def _lbtune(netns: str, *args: str) -> list[str]:
@@ -203,6 +204,8 @@ class _Sampler(threading.Thread):
                         doc = peer.call(fetch_json, f"http://{addr}:{AGENT_PORT}/", 1.5)
                     except FetchError:
                         continue
+                    if doc.get("egress_bps") is None:
+                        continue  # the agent could not read its link counters this time
                     self.samples.append(Sample(
                         t, name, round(float(doc["egress_bps"]) / 1e6, 2),
                         int(doc["connections"]), float(doc["load"]),
@@ -332,6 +335,10 @@ class _Experiment:
         requests = {w.name: w.phase_requests() for w in self.web}
         load = parse_wrk(out, tuple(argv)) if proc.returncode == 0 else None
         error = "" if load is not None else f"wrk exited {proc.returncode}: {err.strip()[-200:]}"
+        unknown = sorted(n for n, c in requests.items() if c is None)
+        if unknown:
+            error = "; ".join(filter(None, [error, "requests per server unknown: no access "
+                                            f"log from {', '.join(unknown)}"]))  # fmt: skip
         return SchemeResult(scheme, load, requests, tuple(sampler.samples), tuple(events),
                             error, at_end, self.kernel_weights())  # fmt: skip
 
@@ -426,7 +433,7 @@ class Row:
     p50_ms: Optional[float]
     p99_ms: Optional[float]
     errors: Optional[int]
-    shares: dict[str, float]  # server -> share of requests
+    shares: dict[str, Optional[float]]  # server -> share of requests (None: a count unknown)
     weight_changes: int
 
 
@@ -436,8 +443,14 @@ def rows(doc: dict[str, Any]) -> list[Row]:
     for s in doc["schemes"]:
         load = s.get("load") or {}
         lat = load.get("latency_ms") or {}
-        total = sum(s["requests"].values())
-        shares = {k: round(v / total, 3) if total else 0.0 for k, v in s["requests"].items()}
+        counts: dict[str, Optional[int]] = s["requests"]
+        shares: dict[str, Optional[float]]
+        if any(v is None for v in counts.values()):  # one unknown count: every share unknown
+            shares = {k: None for k in counts}
+        else:
+            total = sum(v for v in counts.values() if v is not None)
+            shares = {k: round(v / total, 3) if total and v is not None else 0.0
+                      for k, v in counts.items()}  # fmt: skip
         changes = sum(1 for e in s.get("events", ()) if e.get("kind") == "weight")
         out.append(Row(s["scheme"], load.get("rps"), lat.get("p50"), lat.get("p99"),
                        s.get("failures"), shares, changes))  # fmt: skip

@@ -51,6 +51,13 @@ class LabBusy(LbtuneError):
     exit_code = ExitCode.BUSY
 
 
+class LabRunDirUnusable(LabError):
+    """The run directory ($LBTUNE_LAB_RUN_DIR or the default) cannot be used: the user's
+    setting to fix (exit 2), not a lab failure."""
+
+    exit_code = ExitCode.USAGE
+
+
 @dataclass(frozen=True)
 class LabSession:
     """A lab that is up: its supervisor process and the guest's work directory."""
@@ -78,11 +85,15 @@ def private_run_dir() -> Path:
     directory that `lab down` kills processes for and removes, so a planted one (the /tmp
     fallback is a predictable name) must not be believed."""
     path = run_dir()
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700, parents=True)
-    st = os.lstat(path)
+    try:
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700, parents=True)
+        st = os.lstat(path)
+    except OSError as e:  # a path through a file, no permission: the user's to fix
+        raise LabRunDirUnusable(f"{path}: cannot use as the lab run directory ({e.strerror or e}); "
+                       f"set {ENV_RUN_DIR}") from None  # fmt: skip
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise LabError(
+        raise LabRunDirUnusable(
             f"{path}: not a directory of this user that only it can write; remove it or set "
             f"{ENV_RUN_DIR}"
         )

@@ -208,6 +208,44 @@ def find_compiler() -> Optional[str]:
     return None
 
 
+# What the lab needs of its kernel: feature -> module name (IPVS for the director, veth and
+# bridge for the namespaces the lab wires together).
+LAB_FEATURES = (("IPVS", "ip_vs"), ("veth", "veth"), ("bridge", "bridge"))
+_MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.gz", ".ko.zst")
+
+
+def kernel_features(modules_dir: str) -> dict[str, str]:
+    """For each of LAB_FEATURES: "module" (listed in the kernel's modules.dep), "built-in"
+    (in modules.builtin), "missing" (in neither), or "unknown" when modules.dep cannot be
+    read. Read from the files, never assumed."""
+
+    def names(path: str) -> Optional[set[str]]:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read(16 << 20)  # a real modules.dep is well under 1 MB
+        except OSError:
+            return None
+        found: set[str] = set()
+        for line in text.splitlines():
+            base = line.partition(":")[0].strip().rsplit("/", 1)[-1]
+            for suffix in _MODULE_SUFFIXES:
+                if base.endswith(suffix):
+                    found.add(base[: -len(suffix)].replace("-", "_"))
+        return found
+
+    dep = names(os.path.join(modules_dir, "modules.dep"))
+    builtin = names(os.path.join(modules_dir, "modules.builtin")) or set()
+    out: dict[str, str] = {}
+    for feature, module in LAB_FEATURES:
+        if dep is None:
+            out[feature] = "unknown"
+        elif module in builtin:
+            out[feature] = "built-in"
+        else:
+            out[feature] = "module" if module in dep else "missing"
+    return out
+
+
 def _kernel_version(binary: str) -> str:
     try:
         proc = subprocess.run(

@@ -36,6 +36,7 @@ MAX_IFACES = 256
 MAX_SLOTS = 65536
 DROP_CACHE_BITS = 12  # direct-mapped per-CPU drop table: 4096 (reason, location) entries
 MAX_DROP_KEYS = 4096  # the per-CPU hash behind it, for keys whose entry is taken
+MAX_PORT_KEYS = 1024  # closed ports: (protocol, local address, port) keys per CPU
 NAPI_CACHE_BITS = 10  # direct-mapped per-CPU NAPI table: 1024 instances
 MAX_NAPI = 4096  # the per-CPU hash behind it
 NAPI_ID_CACHE = 1024  # rx: NAPI id -> interface, remembered (see probes/queues.bpf.c)
@@ -235,6 +236,7 @@ def plan_probes(
             notes.append(f"drop reason names from {reasons.source}")
         else:
             notes.append("this kernel's kfree_skb has no drop reason (< 5.17): by location only")
+        _plan_ports(formats, defines, notes)
         if host.netns:
             notes.append(
                 "drops are host-wide: kfree_skb carries no device or namespace, so drops of "
@@ -279,6 +281,35 @@ def plan_probes(
     source = build_source(wanted, formats, defines, c_dir, header)
     return ProbePlan(wanted, kernel, host.netns, source, plans, slots, names, reasons,
                      has_reason, tuple(notes))  # fmt: skip
+
+
+def _plan_ports(
+    formats: dict[str, Optional[TracepointFormat]], defines: dict[str, Any], notes: list[str]
+) -> None:
+    """The closed-port part of the drops probe: which of its two tracepoints this kernel has
+    with the fields it reads (tcp_send_reset with a reset reason: 6.10+; icmp_send: 6.9+)."""
+    missing = []
+    rst = formats.get("tcp:tcp_send_reset")
+    saddr = rst.field("saddr") if rst is not None else None
+    no_socket = None
+    if rst is not None and rst.field("reason") is not None:
+        no_socket = {v: k for k, v in rst.symbols("reason").items()}.get("NO_SOCKET")
+    if saddr is not None and saddr.size >= 24 and no_socket is not None:
+        defines["LBT_P_RST"] = None
+        defines["LBT_P_RST_NO_SOCKET"] = no_socket
+    else:
+        formats["tcp:tcp_send_reset"] = None  # not attached
+        missing.append("tcp:tcp_send_reset with a NO_SOCKET reason (TCP)")
+    icmp = formats.get("icmp:icmp_send")
+    if icmp is not None and all(icmp.field(f) is not None for f in ("type", "dport", "daddr")):
+        defines["LBT_P_ICMP"] = None
+    else:
+        formats["icmp:icmp_send"] = None
+        missing.append("icmp:icmp_send (UDP over IPv4)")
+    if "LBT_P_RST" in defines or "LBT_P_ICMP" in defines:
+        defines["LBT_P_MAX"] = MAX_PORT_KEYS
+    if missing:
+        notes.append("closed ports unnamed without " + " and ".join(missing))
 
 
 def _min_napi_id(host: Host) -> int:

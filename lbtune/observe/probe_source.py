@@ -49,7 +49,12 @@ class Need:
 
 
 NEEDS: Mapping[str, tuple[Need, ...]] = {
-    "drops": (Need("skb", "kfree_skb", ("location", "protocol")),),
+    "drops": (
+        Need("skb", "kfree_skb", ("location", "protocol")),
+        # closed ports (probes/drops.bpf.c): used where this kernel has them
+        Need("tcp", "tcp_send_reset", ("saddr", "reason"), required=False),
+        Need("icmp", "icmp_send", ("type", "code", "daddr", "sport", "dport"), required=False),
+    ),
     "queues": (
         Need("net", "net_dev_start_xmit", ("name", "queue_mapping", "len", "gso_size", "gso_segs")),
         *(

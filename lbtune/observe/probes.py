@@ -24,6 +24,7 @@ every sample says so (`drops_scope`).
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ __all__ = [
     "DropCount",
     "InterfacePlan",
     "NapiCount",
+    "PortCount",
     "ProbeCost",
     "ProbePlan",
     "ProbeSample",
@@ -60,6 +62,7 @@ __all__ = [
 # BPF run-time statistics cost two clock reads per program run: as much as the probes
 # themselves on some machines (measured: bench/results/probes.md). They are switched on for
 # COST_WINDOW_S of every COST_PERIOD_S, starting when the probes are attached.
+PORT_TRACEPOINTS = ("tcp:tcp_send_reset", "icmp:icmp_send")  # closed ports (drops probe)
 COST_WINDOW_S = 1.0
 COST_PERIOD_S = 5.0
 ETHERTYPES = {
@@ -87,6 +90,19 @@ class DropCount:
     location: str  # `tcp_v4_rcv+0x91`, or the hex address without kallsyms
     function: str  # the function alone (`tcp_v4_rcv`), for grouping
     protocol: str  # the packet's ethertype: IPv4, IPv6, ARP, or 0x....
+    count: int
+
+
+@dataclass(frozen=True)
+class PortCount:
+    """Packets sent to one local port nothing listened on, over a sample's interval: TCP
+    segments answered with a NO_SOCKET reset, UDP datagrams answered with ICMP port
+    unreachable (IPv4 only: IPv6 has no such tracepoint)."""
+
+    proto: str  # "tcp" | "udp"
+    family: int  # 4 | 6
+    addr: str  # the local address they were sent to
+    port: int
     count: int
 
 
@@ -149,6 +165,7 @@ class ProbeSample:
     napi_lost: int
     costs: tuple[ProbeCost, ...]
     notes: tuple[str, ...] = ()
+    ports: tuple[PortCount, ...] = ()  # closed ports (drops probe), largest first
 
 
 # ------------------------------------------------------------------------------ session
@@ -320,6 +337,7 @@ class ProbeSession:
             drops, drops_lost = self._drops() if "drops" in plan.probes else ((), 0)
             queues = self._queues() if "queues" in plan.probes else ()
             napi, napi_lost = self._napi() if "napi" in plan.probes else ((), 0)
+            ports = self._ports() if "drops" in plan.probes else ()
             return ProbeSample(
                 probes=plan.probes,
                 seconds=seconds,
@@ -331,6 +349,7 @@ class ProbeSession:
                 napi_lost=napi_lost,
                 costs=self._costs(now),
                 notes=tuple(self._notes),
+                ports=ports,
             )
 
     def _fresh(self, key: Any, total: tuple[int, ...]) -> tuple[int, ...]:
@@ -371,6 +390,25 @@ class ProbeSession:
             )
         out.sort(key=lambda d: (-d.count, d.reason, d.location))
         return tuple(out), self._lost("lbt_drops_lost")
+
+    def _ports(self) -> tuple[PortCount, ...]:
+        if not any(a.tracepoint in PORT_TRACEPOINTS for a in self.plan.source.attach):
+            return ()
+        out = []
+        for key, per_cpu in self._program.read_percpu("lbt_ports"):
+            a0, a1, port, proto, family, _pad = key
+            (count,) = self._fresh(("ports", key), _sum_cpus(per_cpu))
+            if count <= 0:
+                continue
+            raw = a0.to_bytes(8, "little") + a1.to_bytes(8, "little")
+            addr = ipaddress.ip_address(raw[:4] if family == 4 else raw)
+            name = "tcp" if proto == 6 else "udp"
+            out.append(PortCount(name, family, str(addr), port, count))
+        lost = self._lost("lbt_ports_lost")
+        if lost:
+            self._notes.append(f"closed ports: {lost} events not counted (port map full)")
+        out.sort(key=lambda p: (-p.count, p.proto, p.port, p.addr))
+        return tuple(out)
 
     def _queues(self) -> tuple[QueueCount, ...]:
         out: list[QueueCount] = []
@@ -506,7 +544,11 @@ def merge_samples(samples: Sequence[ProbeSample]) -> ProbeSample:
     napi: dict[tuple[str, int, str, Optional[int], int], list[int]] = {}
     costs: dict[str, list[float]] = {}
     notes: dict[str, None] = {}
+    ports: dict[tuple[str, int, str, int], int] = {}
     for s in samples:
+        for p in s.ports:
+            pk = (p.proto, p.family, p.addr, p.port)
+            ports[pk] = ports.get(pk, 0) + p.count
         for d in s.drops:
             k = (d.reason, d.reason_code, d.location, d.function, d.protocol)
             drops[k] = drops.get(k, 0) + d.count
@@ -556,4 +598,10 @@ def merge_samples(samples: Sequence[ProbeSample]) -> ProbeSample:
             for p, v in costs.items()
         ),
         notes=tuple(notes),
+        ports=tuple(
+            sorted(
+                (PortCount(*k, n) for k, n in ports.items()),
+                key=lambda p: (-p.count, p.proto, p.port, p.addr),
+            )
+        ),
     )

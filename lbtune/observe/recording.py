@@ -180,12 +180,26 @@ def _line(text: str, number: int, name: str) -> Any:
         raise Malformed(f"{name} line {number}: not JSON ({e.msg})") from None
     except ValueError:
         raise Malformed(f"{name} line {number}: not JSON") from None
+    except RecursionError:  # thousands of nested arrays
+        raise Malformed(f"{name} line {number}: not JSON (nested too deeply)") from None
+
+
+def _readline(stream: IO[str], number: int, name: str) -> str:
+    """One line; Malformed when it is not UTF-8 (a binary file): a stream opened strictly
+    fails in its read-ahead, one opened with surrogateescape (host/textfile.open_user_text)
+    carries the bad bytes to this line's check."""
+    try:
+        text = stream.readline(MAX_LINE)
+        text.encode("utf-8")
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        raise Malformed(f"{name} line {number}: not UTF-8 text (not a monitor recording)") from None
+    return text
 
 
 def read_recording(stream: IO[str], name: str) -> tuple[RecordingHeader, Iterator[RecordedTick]]:
     """The header (read now: a file that is not a recording fails at once) and the ticks
     (read lazily, one line at a time)."""
-    first = stream.readline(MAX_LINE)
+    first = _readline(stream, 1, name)
     if not first.strip():
         raise Malformed(f"{name}: empty, not a monitor recording")
     head = _line(first, 1, name)
@@ -199,8 +213,8 @@ def read_recording(stream: IO[str], name: str) -> tuple[RecordingHeader, Iterato
     def ticks() -> Iterator[RecordedTick]:
         number = 1
         while True:
-            text = stream.readline(MAX_LINE)
             number += 1
+            text = _readline(stream, number, name)
             if not text:
                 return
             if not text.endswith("\n") and len(text) >= MAX_LINE:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -150,21 +150,25 @@ class MonitorApp(App[int]):
     """`lbtune monitor`: see docs/monitor.md for every panel and key."""
 
     TITLE = "lbtune monitor"
+    ENABLE_COMMAND_PALETTE = False  # every action has its key (footer, ? help)
     CSS = """
     Screen { layout: vertical; }
     #header { height: 1; background: $panel; color: $text; padding: 0 1; }
     #status { height: 1; padding: 0 1; color: $text-muted; }
-    #body { height: 1fr; }
+    #body { height: 1fr; layout: horizontal; }
     #left { width: 1fr; }
     #right { width: 1fr; }
     .panel { border: round $primary-darken-2; padding: 0 1; height: auto; }
-    #drops-box { height: auto; max-height: 45%; }
-    #listen-box { height: auto; max-height: 25%; }
-    #conntrack-box { height: auto; }
+    #drops-box { max-height: 45%; }
+    #listen-box { max-height: 25%; }
     #findings-box { height: 1fr; min-height: 5; }
-    #queues-box { height: 1fr; min-height: 6; }
+    #queues-box { max-height: 40%; }
     #cpus-box { height: 1fr; min-height: 6; }
+    #body.narrow { layout: vertical; overflow-y: auto; }
+    #body.narrow > Vertical { width: 100%; height: auto; }
+    #body.narrow .panel { height: auto; min-height: 0; max-height: 100vh; }
     """
+    NARROW = 120  # below this many columns: one column of panels, the body scrolls
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
@@ -200,29 +204,46 @@ class MonitorApp(App[int]):
         self._builder = FrameBuilder(feed.host)
         self._builder_lock = threading.Lock()
         self._shown_header: Optional[Text] = None
+        self._laid_out = False
+        self._user_condensed = False
 
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
         yield Static(self._header_text(), id="header")
+        # Wide: two columns. Narrow (< NARROW columns): the same panels in one column, in
+        # the order left then right, each as tall as its lines, the body scrolling.
         with Horizontal(id="body"):
             with Vertical(id="left"):
                 yield self._box("drops", "drops by cause",
                                 lambda f, a, w: drops.render(f, a.condensed, w))  # fmt: skip
                 yield self._box("listen", "listen queues",
                                 lambda f, a, w: listen.render(f, a.condensed, w))  # fmt: skip
-                yield self._box("conntrack", "conntrack",
-                                lambda f, a, w: conntrack.render(f, a.condensed, w))  # fmt: skip
-                yield self._box("findings", "findings (diagnose rules) and fixes",
+                yield self._box("findings", findings.TITLE,
                                 lambda f, a, w: findings.render(f, a.condensed, w))  # fmt: skip
             with Vertical(id="right"):
+                yield self._box("conntrack", "conntrack",
+                                lambda f, a, w: conntrack.render(f, a.condensed, w))  # fmt: skip
                 yield self._box("queues", "NIC queues",
                                 lambda f, a, w: queues.render(f, a.iface, a.condensed,
                                                               w))  # fmt: skip
-                yield self._box("cpus", "CPUs: softnet, NET_RX, IRQs",
+                yield self._box("cpus", cpus.title(self.feed.host.topology),
                                 lambda f, a, w: cpus.render(f, a.condensed, w))  # fmt: skip
         yield Static("", id="status")
         yield Footer()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._lay_out(event.size.width)
+
+    def _lay_out(self, width: int) -> None:
+        narrow = width < self.NARROW
+        body = self.query_one("#body")
+        if body.has_class("narrow") != narrow or not self._laid_out:
+            body.set_class(narrow, "narrow")
+            if not self._laid_out and narrow and not self._user_condensed:
+                self.condensed = True  # a small terminal: only what moves, from the start
+            self._laid_out = True
+            self._show()
 
     def _box(self, name: str, title: str, draw: Draw) -> VerticalScroll:
         box = VerticalScroll(PanelView(title, draw, id=name), id=f"{name}-box", classes="panel")
@@ -231,6 +252,7 @@ class MonitorApp(App[int]):
         return box
 
     def on_mount(self) -> None:
+        self._lay_out(self.size.width)
         try:
             loop = asyncio.get_running_loop()
             loop.add_signal_handler(signal.SIGTERM, self.stop)
@@ -370,6 +392,7 @@ class MonitorApp(App[int]):
 
     def action_condense(self) -> None:
         self.condensed = not self.condensed
+        self._user_condensed = True
         self._show()
 
     def action_choose_iface(self) -> None:

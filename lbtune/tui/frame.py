@@ -10,20 +10,25 @@ Widgets only lay a `Frame` out; computing it never runs on the UI thread.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
-from typing import Callable, Deque, Optional, Sequence
+import dataclasses
+from dataclasses import dataclass, replace
+from typing import Deque, Optional, Sequence, TypeVar
 
 from lbtune.diagnose import probe_evidence as pe
 from lbtune.diagnose.context import Context
+from lbtune.diagnose.finding import Finding
 from lbtune.diagnose.report import LIVE, Report
 from lbtune.diagnose.rules import run_rules
 from lbtune.diagnose.view import FindingView, finding_view
-from lbtune.observe.model import Sample
+from lbtune.observe.counters import series
+from lbtune.observe.dropcauses import DROP_CAUSES, Counter, SnmpSum
+from lbtune.observe.model import ListenSocket, Sample, TcpReceiver, UdpSocket
 from lbtune.observe.probes import ProbeSample, merge_samples
 from lbtune.observe.window import NicDelta, Window
 from lbtune.tui.feed import PROBES_ON, PROBES_RECORDED, MonitorHost, Tick, monitor_rules
 
 HISTORY = 60  # sparkline points kept per drop cause
+JUDGE_SECONDS = 10.0  # the findings judge the counters of this sliding window
 KEEP_SECONDS = 600.0  # samples kept for "report of the last N seconds"
 HOT_QUEUE = 1.5  # a queue with this many times the mean rx rate is highlighted
 MIN_IMBALANCE_PPS = 100.0  # below this mean rate per queue, balance does not matter
@@ -38,6 +43,7 @@ class DropCause:
     rate: Optional[float]  # per second over the last tick; None: not readable here
     total: int  # since the monitor started
     history: tuple[float, ...]
+    detail: str = ""  # what the probes add: the port "UDP no port" datagrams went to
 
 
 @dataclass(frozen=True)
@@ -122,71 +128,33 @@ class Frame:
     cumulative: bool  # a recorded tree: since boot
     final: bool
     missing: tuple[tuple[str, str], ...]
+    judged: float = 0.0  # seconds of counters the findings judged (up to JUDGE_SECONDS)
+    # Per finding: seconds since the rules last reported it (0: in the window now). A
+    # finding is held until it has been quiet for JUDGE_SECONDS.
+    quiet: tuple[float, ...] = ()
 
 
 # ------------------------------------------------------------------------------ drop causes
 
-Counter = Callable[[Window], Optional[int]]
-
-
-@dataclass(frozen=True)
-class _Snmp:
-    """The sum of protocol counters (keys as observe/procnet names them: `Udp6.NoPorts`)."""
-
-    keys: tuple[str, ...]
-
-    def __call__(self, w: Window) -> Optional[int]:
-        if not any(w.has_snmp(k) for k in self.keys):
-            return None
-        return sum(w.snmp(k) for k in self.keys)
-
-
-def _snmp(*keys: str) -> Counter:
-    return _Snmp(keys)
-
-
-def _nic_hw(w: Window) -> Optional[int]:
-    if not w.after.nics:
-        return None
-    total = 0
-    for d in w.nics():
-        if d.nic_drops:  # the driver's own drop counters (ring empty, FIFO, port buffer)
-            total += sum(d.nic_drops.values())
-        else:
-            total += sum(q.drops or 0 for q in d.queues if q.direction == "rx")
-    return total
-
-
-def _softnet(w: Window) -> Optional[int]:
-    return sum(d.dropped for d in w.softnet()) if w.after.softnet else None
-
-
-def _qdisc(w: Window) -> Optional[int]:
-    if "qdisc" in w.after.missing:
-        return None
-    return sum(d.drops for d in w.qdiscs() if d.qdisc.parent == "root")
-
-
-def _conntrack(w: Window) -> Optional[int]:
-    if w.after.conntrack is None:
-        return None
-    return sum(w.conntrack(c) for c in ("drop", "early_drop", "insert_failed"))
-
-
-CAUSES: tuple[tuple[str, str, Counter], ...] = (
-    ("NIC ring/FIFO", "driver drop counters (ethtool -S), else per-queue rx drops", _nic_hw),
-    ("CPU backlog", "softnet_stat dropped (netdev_max_backlog)", _softnet),
-    ("accept queue", "TcpExt.ListenOverflows", _snmp("TcpExt.ListenOverflows")),
-    ("SYN queue", "TcpExt.TCPReqQFullDrop", _snmp("TcpExt.TCPReqQFullDrop")),
-    ("TCP backlog", "TcpExt.TCPBacklogDrop", _snmp("TcpExt.TCPBacklogDrop")),
-    ("TCP rcvbuf prune", "TcpExt.RcvPruned", _snmp("TcpExt.RcvPruned")),
-    ("UDP rcvbuf", "Udp(6).RcvbufErrors", _snmp("Udp.RcvbufErrors", "Udp6.RcvbufErrors")),
-    ("UDP no port", "Udp(6).NoPorts", _snmp("Udp.NoPorts", "Udp6.NoPorts")),
-    ("rp_filter", "TcpExt.IPReversePathFilter", _snmp("TcpExt.IPReversePathFilter")),
-    ("IP discards", "Ip.InDiscards", _snmp("Ip.InDiscards")),
-    ("qdisc", "root qdisc drops (tc -s qdisc)", _qdisc),
-    ("conntrack", "nf_conntrack drop + early_drop + insert_failed", _conntrack),
+# The table lives in observe/dropcauses.py (the exporter sums the same counters); these
+# names stay for the panels and their tests.
+_Snmp = SnmpSum
+CAUSES: tuple[tuple[str, str, Counter], ...] = tuple(
+    (c.name, c.counters, c.count) for c in DROP_CAUSES
 )
+
+
+def _named_port(d: DropCause, probes: Optional[ProbeSample]) -> DropCause:
+    """The "UDP no port" row with the port most of this tick's datagrams went to (the
+    drops probe's port-unreachable count), when the probes ran and it moved."""
+    if d.name != "UDP no port" or not d.rate or probes is None:
+        return d
+    udp = [p for p in probes.ports if p.proto == "udp"]
+    if not udp:
+        return d
+    top = max(udp, key=lambda p: p.count)
+    more = f" +{len(udp) - 1}" if len(udp) > 1 else ""
+    return replace(d, detail=f"{endpoint(top.family, top.addr, top.port)}{more}")
 
 
 def _per_s(value: Optional[int], seconds: float) -> Optional[float]:
@@ -214,13 +182,17 @@ class FrameBuilder:
         self._recent: Deque[tuple[Sample, Optional[ProbeSample]]] = collections.deque()
         self._start: Optional[float] = None
         self._irqs = {qi.irq for nic in host.nics.values() for qi in nic.irqs}
+        # (rule, object) -> the finding as last reported and when (the newest sample's clock)
+        self._held: dict[tuple[str, str], tuple[Finding, float]] = {}
 
     def frame(self, tick: Tick) -> Frame:
         w = tick.window
         secs = w.seconds or 0.0
         if self._start is None:
             self._start = w.before.monotonic if w.before is not None else w.after.monotonic
-        self._keep(w, tick.probes)
+        probes = tick.probes if tick.probe_state in (PROBES_ON, PROBES_RECORDED) else None
+        self._keep(w, probes)
+        judged, findings, quiet = self._judge(w, probes)
         drops = []
         for name, what, count in CAUSES:
             value = count(w)
@@ -230,6 +202,7 @@ class FrameBuilder:
             drops.append(DropCause(name, what, rate, self._totals[name],
                                    tuple(self._history[name])))  # fmt: skip
         probes = tick.probes if tick.probe_state in (PROBES_ON, PROBES_RECORDED) else None
+        drops = [_named_port(d, probes) for d in drops]
         return Frame(
             seconds=secs,
             elapsed=w.after.monotonic - self._start,
@@ -239,13 +212,15 @@ class FrameBuilder:
             nics=self._nics(w, secs, probes),
             cpus=self._cpus(w, secs),
             conntrack=_conntrack_view(w, secs),
-            findings=self._findings(w, probes),
+            findings=findings,
             probe_state=tick.probe_state,
             probe_note=tick.probe_note,
             interval=tick.interval,
             cumulative=w.cumulative,
             final=tick.final,
             missing=tuple(sorted(w.missing().items())),
+            judged=judged,
+            quiet=quiet,
         )
 
     # -------------------------------------------------------------------- panels
@@ -336,13 +311,56 @@ class FrameBuilder:
             )
         return tuple(rows)
 
-    def _findings(self, w: Window, probes: Optional[ProbeSample]) -> tuple[FindingView, ...]:
-        ctx = Context(window=w, topology=self.host.topology, nics=self.host.nics,
+    def _judge(
+        self, w: Window, probes: Optional[ProbeSample]
+    ) -> tuple[float, tuple[FindingView, ...], tuple[float, ...]]:
+        """The diagnose rules over the last JUDGE_SECONDS of samples (not one refresh: a
+        queue that overflows every few seconds must not blink in and out). A finding of
+        counted losses stays while the window holds them, that is until quiet for
+        JUDGE_SECONDS; a reading (a gauge: a table nearly full now) is held for as long
+        after the rules last reported it."""
+        if w.cumulative or len(self._recent) < 2:
+            win, seen = w, probes
+        else:
+            win, seen = self._window(JUDGE_SECONDS)
+        ctx = Context(window=win, topology=self.host.topology, nics=self.host.nics,
                       netns=self.host.netns)  # fmt: skip
         findings = run_rules(ctx, monitor_rules())
-        if probes is not None:
-            findings = list(pe.explain(findings, probes))
-        return tuple(finding_view(i, f) for i, f in enumerate(findings, 1))
+        if seen is not None:
+            findings = list(pe.explain(findings, seen))
+        now = win.after.monotonic
+        shown: list[tuple[Finding, float]] = []
+        for f in findings:
+            if f.rate is None:  # a reading at the window's end
+                self._held[(f.rule, f.object)] = (f, now)
+            shown.append((f, 0.0))
+        reported = {(f.rule, f.object) for f in findings}
+        for key, (f, last) in list(self._held.items()):
+            if key in reported:
+                continue
+            if now - last >= JUDGE_SECONDS:
+                del self._held[key]
+            else:
+                shown.append((f, now - last))
+        views = tuple(finding_view(i, f) for i, (f, _) in enumerate(shown, 1))
+        return win.seconds or 0.0, views, tuple(q for _, q in shown)
+
+    def _window(self, seconds: float) -> tuple[Window, Optional[ProbeSample]]:
+        """The kept samples of the last `seconds` (all that is kept, if less) as one window
+        with its ticks, the sockets seen in it, and what the probes counted over it."""
+        recent = list(self._recent)
+        newest = recent[-1][0]
+        start = 0
+        for i, (sample, _) in enumerate(recent[:-1]):
+            if newest.monotonic - sample.monotonic >= seconds:
+                start = i
+            else:
+                break
+        kept = recent[start:]
+        samples = [s for s, _ in kept]
+        win = Window(samples[0], with_sockets_seen(samples[1:]), tuple(samples[1:-1]))
+        parts = [p for _, p in kept[1:] if p is not None]
+        return win, merge_samples(parts) if parts else None
 
     # -------------------------------------------------------------------- report
 
@@ -355,19 +373,13 @@ class FrameBuilder:
             self._recent.popleft()
 
     def report(self, seconds: float, probe_state: str, generated: float) -> Report:
-        """A diagnose report of the last `seconds` (or all that is kept, if less)."""
+        """A diagnose report of the last `seconds` (or all that is kept, if less): the
+        rules over the samples kept, with the sockets seen in that time (a server that has
+        closed its socket since is still the one that dropped), each evidence counter's
+        per-tick series and the per-CPU and per-queue counts the charts draw."""
         if len(self._recent) < 2:
             raise ValueError("no complete window yet: wait for the first refresh")
-        newest, _ = self._recent[-1]
-        before = self._recent[0][0]
-        for sample, _ in self._recent:
-            if newest.monotonic - sample.monotonic >= seconds:
-                before = sample
-            else:
-                break
-        win = Window(before, newest)
-        parts = [p for s, p in self._recent if s.monotonic > before.monotonic and p is not None]
-        probes = merge_samples(parts) if parts else None
+        win, probes = self._window(seconds)
         ctx = Context(window=win, topology=self.host.topology, nics=self.host.nics,
                       netns=self.host.netns)  # fmt: skip
         findings = run_rules(ctx, monitor_rules())
@@ -380,6 +392,7 @@ class FrameBuilder:
             run = pe.ProbeRun(pe.OFF if probe_state == "off" else pe.UNAVAILABLE,
                               missing=f"probes {probe_state} in the monitor",
                               fix="see the monitor's header line")  # fmt: skip
+        refs = list(dict.fromkeys(e.ref for f in findings for e in f.evidence if e.ref))
         h = self.host
         return Report(
             hostname=h.hostname,
@@ -392,7 +405,47 @@ class FrameBuilder:
             missing=win.missing(),
             generated=generated,
             probes=run,
+            series={r: s for r in refs for s in [series(r, win)] if s is not None},
+            softnet=tuple(win.softnet()),
+            queues={d.dev: d.queues for d in win.nics() if d.queues},
         )
+
+
+S = TypeVar("S", ListenSocket, UdpSocket, TcpReceiver)
+
+
+def _socket_key(s: S) -> tuple[int, str, int, int, str]:
+    return (s.family, s.addr, s.port, s.inode, getattr(s, "peer", ""))
+
+
+def _seen(samples: Sequence[tuple[S, ...]]) -> tuple[S, ...]:
+    """The sockets of the newest list, then those only earlier lists hold (as last seen)."""
+    out: dict[tuple[int, str, int, int, str], S] = {}
+    for socks in samples:
+        for sock in socks:
+            out[_socket_key(sock)] = sock
+    now = {_socket_key(sock) for sock in samples[-1]}
+    gone: list[S] = [v for k, v in out.items() if k not in now]
+    return tuple(samples[-1]) + tuple(gone)
+
+
+def with_sockets_seen(samples: Sequence[Sample]) -> Sample:
+    """The newest of `samples` holding also the sockets that only the earlier ones saw (in
+    their last seen state): a UDP server that dropped and has closed its socket since, a
+    listener gone with its drops. The rules then name the socket and its SO_RCVBUF instead
+    of an unknown one."""
+    newest = samples[-1]
+    if len(samples) == 1:
+        return newest
+    receivers = newest.tcp_receivers
+    if receivers is not None:
+        receivers = _seen([s.tcp_receivers or () for s in samples])
+    return dataclasses.replace(
+        newest,
+        listen=_seen([s.listen for s in samples]),
+        udp=_seen([s.udp for s in samples]),
+        tcp_receivers=receivers,
+    )
 
 
 def _reasons(probes: Optional[ProbeSample]) -> tuple[KernelReason, ...]:

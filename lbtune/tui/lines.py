@@ -60,45 +60,69 @@ class Grid:
     """A table without borders: a bold header row, one space of padding either side of every
     cell but the outer edges, columns as wide as their widest cell; spare width is shared out
     in proportion to the columns' widths. A grid too wide first narrows the `squeeze`
-    columns (bars: cut without a mark), then its widest columns (cut with an ellipsis)."""
+    columns (bars: cut without a mark), then leaves out the `optional` columns (in their
+    order), then cuts the `cut` columns (with an ellipsis). The first column (what the row
+    is: a port, a CPU, a cause) and numbers are never cut while anything else can give: only
+    a panel narrower than all of that cuts the widest of them."""
 
     columns: Sequence[str]
     right: frozenset[str] = frozenset()
     squeeze: frozenset[str] = frozenset()
+    optional: Sequence[str] = ()
+    cut: frozenset[str] = frozenset()
     rows: list[tuple[Span, ...]] = field(default_factory=list)
 
     def add(self, *cells: Span) -> None:
         self.rows.append(cells)
 
     def lines(self, width: int) -> list[Line]:
-        n = len(self.columns)
-        last = n - 1
-        pads = [(0 if i == 0 else 1) + (0 if i == last else 1) for i in range(n)]
+        shown = list(range(len(self.columns)))
         widths = [len(c) for c in self.columns]
         for row in self.rows:
             for i, (value, _style) in enumerate(row):
                 if len(value) > widths[i]:
                     widths[i] = len(value)
-        outer = [w + p for w, p in zip(widths, pads)]
+
+        def pads() -> list[int]:
+            last = len(shown) - 1
+            return [(0 if k == 0 else 1) + (0 if k == last else 1) for k in range(len(shown))]
+
+        def need() -> int:
+            squeezed = sum(widths[i] - 1 for i in shown if self.columns[i] in self.squeeze)
+            return sum(widths[i] for i in shown) + sum(pads()) - squeezed
+
+        for name in self.optional:
+            if need() <= width:
+                break
+            if name in self.columns and len(shown) > 1:
+                shown.remove(self.columns.index(name))
+        pad = pads()
+        outer = [widths[i] + p for i, p in zip(shown, pad)]
         spare = width - sum(outer)
         if spare > 0:
             outer = [w + x for w, x in zip(outer, share(spare, outer))]
-        for i, c in enumerate(self.columns):
+        names = [self.columns[i] for i in shown]
+        for k, c in enumerate(names):
             if spare < 0 and c in self.squeeze:
-                give = min(-spare, outer[i] - pads[i] - 1)
-                outer[i] -= give
+                give = min(-spare, outer[k] - pad[k] - 1)
+                outer[k] -= give
                 spare += give
-        while spare < 0:  # still too narrow: the widest column gives a cell at a time
-            i = max(range(n), key=lambda k: outer[k])
-            if outer[i] <= pads[i] + 1:
-                break
-            outer[i] -= 1
-            spare += 1
-        inner = [w - p for w, p in zip(outer, pads)]
-        align = [c in self.right for c in self.columns]
-        cuts = ["" if c in self.squeeze else ELLIPSIS for c in self.columns]
-        header: list[Span] = [(c, HEADER) for c in self.columns]
-        return [self._line(cells, inner, align, cuts) for cells in (tuple(header), *self.rows)]
+        rest = [c for c in names[1:] if c not in self.right]
+        for allowed in (set(self.cut), set(rest), set(names[1:]), set(names)):
+            while spare < 0:  # the widest column that may give gives a cell at a time
+                able = [k for k in range(len(names))
+                        if names[k] in allowed and outer[k] > pad[k] + 1]  # fmt: skip
+                if not able:
+                    break
+                k = max(able, key=lambda x: outer[x])
+                outer[k] -= 1
+                spare += 1
+        inner = [w - p for w, p in zip(outer, pad)]
+        align = [c in self.right for c in names]
+        cuts = ["" if c in self.squeeze else ELLIPSIS for c in names]
+        header: list[Span] = [(c, HEADER) for c in names]
+        rows = [tuple(row[i] for i in shown) for row in self.rows]
+        return [self._line(cells, inner, align, cuts) for cells in (tuple(header), *rows)]
 
     @staticmethod
     def _line(
@@ -134,18 +158,24 @@ def _merge(spans: Iterable[Span]) -> Line:
     return tuple(out)
 
 
-def wrap(ln: Line, width: int) -> list[Line]:
+def wrap(ln: Line, width: int, indent: int = 0) -> list[Line]:
     """One line broken at spaces into lines of at most `width` cells (a word longer than
-    that is cut into pieces); the space a line breaks at is dropped, as rich does."""
+    that is cut into pieces); the space a line breaks at is dropped, as rich does. Lines
+    after the first start with `indent` spaces (a hanging indent), if that leaves room."""
     if width <= 0 or sum(len(t) for t, _ in ln) <= width:
         return [ln]
+    if indent >= width // 2:
+        indent = 0
     chars = [(ch, style) for t, style in ln for ch in t]
     out: list[Line] = []
     start = 0
+    hang: Line = ((" " * indent, ""),) if indent else ()
     while start < len(chars):
-        end = start + width
+        room = width if not out else width - indent
+        lead = () if not out else hang
+        end = start + room
         if end >= len(chars):
-            out.append(_merge(chars[start:]))
+            out.append(lead + _merge(chars[start:]))
             break
         cut: Optional[int] = None
         for k in range(end, start, -1):
@@ -153,13 +183,13 @@ def wrap(ln: Line, width: int) -> list[Line]:
                 cut = k
                 break
         if cut is None:  # one long word
-            out.append(_merge(chars[start:end]))
+            out.append(lead + _merge(chars[start:end]))
             start = end
             continue
-        out.append(_merge(chars[start:cut]))
+        out.append(lead + _merge(chars[start:cut]))
         start = cut + 1
     return out
 
 
-def wrap_all(lines: Iterable[Line], width: int) -> list[Line]:
-    return [part for ln in lines for part in wrap(ln, width)]
+def wrap_all(lines: Iterable[Line], width: int, indent: int = 0) -> list[Line]:
+    return [part for ln in lines for part in wrap(ln, width, indent)]

@@ -7,7 +7,7 @@ from typing import Optional
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 
@@ -21,23 +21,30 @@ HELP = """\
   i        choose the interface of the NIC queues panel
   b        probes on / off (drops + napi; root and bcc)
   + -      refresh faster / slower (0.5, 1, 2, 5, 10 s)
-  w        write a diagnose report of the last N seconds (md, html, json)
-  c        condense: hide idle CPUs, queues, listeners and causes
-  tab      move between panels; arrows / PgUp / PgDn scroll one
+  w        write a diagnose report of the last N seconds
+           (md, html with charts, json)
+  c        condense: hide idle CPUs, queues, listeners, causes
+  tab      move between panels; arrows / PgUp / PgDn scroll
   ? h F1   this help;  q or Ctrl-C quits
 
 [b]panels[/b]
-  drops by cause   rate, history and total of each way packets die;
-                   kernel drop reasons when the probes run
-  listen queues    accept queue fill of each listener against its effective
-                   backlog = min(listen() backlog, somaxconn), overflows/s
-  conntrack        table fill, drop / early_drop / insert_failed per second
-  NIC queues       rx/tx packets and drops per queue; yellow = far above the
-                   mean (RSS or IRQ imbalance); napi out/s = polls out of budget
-  CPUs             softnet processed / dropped / squeeze per second, share of
-                   NET_RX softirqs and NIC queue IRQs; iso = isolated CPU
-  findings         the diagnose rules on the last refresh, with their fix
+  drops by cause   rate, history and total of each way packets
+                   die; kernel drop reasons when the probes run
+  listen queues    accept queue fill of each listener against its
+                   effective backlog = min(listen() backlog,
+                   somaxconn), overflows/s
+  findings         the diagnose rules over the last 10 s, with
+                   their fix; kept until quiet for 10 s
+  conntrack        table fill, drop / early_drop / insert_failed/s
+  NIC queues       rx/tx packets and drops per queue; yellow = far
+                   above the mean (RSS or IRQ imbalance);
+                   napi out/s = polls out of budget
+  CPUs             softnet processed / dropped / squeeze per
+                   second, share of NET_RX softirqs and NIC queue
+                   IRQs; iso = isolated CPU; busiest first when
+                   there are many
 
+below 120 columns the panels stack in one column (scroll it)
 escape closes this help"""
 
 
@@ -45,12 +52,17 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark,h,f1", "close", "Close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Static { width: 84; height: auto; border: round $primary; padding: 1 2;
-                          background: $panel; }
+    HelpScreen > VerticalScroll { width: 72; max-width: 100%; height: auto; max-height: 100%;
+                                  border: round $primary; padding: 0 1; background: $panel; }
+    HelpScreen Static { width: auto; }
     """
 
     def compose(self) -> ComposeResult:
-        yield Static(HELP, id="help")
+        with VerticalScroll():
+            yield Static(HELP, id="help")
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).focus()
 
     def action_close(self) -> None:
         self.dismiss(None)
@@ -62,7 +74,7 @@ class InterfaceScreen(ModalScreen[Optional[str]]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
     DEFAULT_CSS = """
     InterfaceScreen { align: center middle; }
-    InterfaceScreen > Vertical { width: 40; height: auto; max-height: 80%;
+    InterfaceScreen > Vertical { width: 40; max-width: 100%; height: auto; max-height: 80%;
                                  border: round $primary; background: $panel; }
     InterfaceScreen OptionList { height: auto; max-height: 20; }
     """
@@ -121,8 +133,8 @@ class ReportScreen(ModalScreen[Optional[ReportRequest]]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
     DEFAULT_CSS = """
     ReportScreen { align: center middle; }
-    ReportScreen > Vertical { width: 80; height: auto; border: round $primary; padding: 0 1;
-                              background: $panel; }
+    ReportScreen > Vertical { width: 80; max-width: 100%; height: auto; padding: 0 1;
+                              border: round $primary; background: $panel; }
     #error { color: $error; height: auto; }
     """
 
@@ -137,7 +149,9 @@ class ReportScreen(ModalScreen[Optional[ReportRequest]]):
             yield Label("seconds")
             yield Input(f"{self.default_seconds:g}", id="seconds")
             yield Label("file (.md, .html or .json; enter writes)")
-            yield Input(self.default_path, id="path")
+            # The cursor at the end, nothing selected: backspace edits the extension (a
+            # selected name would be replaced whole by the first key).
+            yield Input(self.default_path, id="path", select_on_focus=False)
             yield Static("", id="error")
 
     def on_mount(self) -> None:

@@ -132,8 +132,10 @@ def apply_plan(
         txn = Transaction(host, journal)
         done: list[int] = []
         started: list[int] = []  # a write cut short by a signal may still have landed
-        try:
-            with interruptible():  # SIGTERM restores like Ctrl-C
+        # SIGTERM restores like Ctrl-C until the journal says applied (the commit); after
+        # that a signal is held back and the decided outcome is reported (host/signals.py).
+        with interruptible() as scope:
+            try:
                 for i, c in enumerate(changes):
                     if fault is not None:
                         fault(i, c.knob)
@@ -148,24 +150,24 @@ def apply_plan(
                         )
                 if persist is not None:
                     persist(txn, plan)
-        except (Exception, KeyboardInterrupt) as e:
-            with shielded():  # a second Ctrl-C or SIGTERM must not stop the restore
-                failures = _restore(host, journal, [records[i] for i in started])
-            if isinstance(e, KeyboardInterrupt):
-                e = Exception(f"interrupted ({e.args[0] if e.args else 'SIGINT'})")
-            journal.error = str(e)
-            if failures:
-                journal.state = ROLLBACK_INCOMPLETE
-                journal.save()
-                raise RollbackIncomplete(
-                    f"{e}; restoring failed for {', '.join(failures)} "
-                    f"(journal {journal.id}: `{lbtune_command(host, 'rollback')}` retries)"
-                ) from e
-            journal.state = ROLLED_BACK
-            journal.save()
-            raise RolledBack(f"{e}; all {len(done)} applied change(s) restored") from e
-        journal.state = APPLIED
-        journal.save()
+                journal.state = APPLIED
+                journal.save()  # the commit
+                scope.decide()
+            except (Exception, KeyboardInterrupt) as e:
+                with shielded():  # a second Ctrl-C or SIGTERM must not stop the restore
+                    failures = _restore(host, journal, [records[i] for i in started])
+                    if isinstance(e, KeyboardInterrupt):
+                        e = Exception(f"interrupted ({e.args[0] if e.args else 'SIGINT'})")
+                    journal.error = str(e)
+                    journal.state = ROLLBACK_INCOMPLETE if failures else ROLLED_BACK
+                    journal.save()
+                    scope.decide()
+                if failures:
+                    raise RollbackIncomplete(
+                        f"{e}; restoring failed for {', '.join(failures)} "
+                        f"(journal {journal.id}: `{lbtune_command(host, 'rollback')}` retries)"
+                    ) from e
+                raise RolledBack(f"{e}; all {len(done)} applied change(s) restored") from e
         return journal
 
 
@@ -220,6 +222,9 @@ def rollback(host: Host, state: StateDir, to: Optional[str] = None) -> list[Jour
         else:
             selected = active[:1]
         if not selected:
+            foreign = state.foreign()
+            if foreign:
+                raise BadInput(f"nothing to roll back for this root; {foreign}")
             raise BadInput("nothing to roll back (see `lbtune history`)")
         for j in selected:
             state.check_owner(j)

@@ -23,8 +23,10 @@ import re
 import sys
 
 from lbtune.host.bootloader import BootloaderError, update_bootloader
+from lbtune.host.host import Host
 from lbtune.tune.engine import Transaction
 from lbtune.tune.knob import KnobError
+from lbtune.tune.knobs.boot import GRUB_DEFAULT
 from lbtune.tune.plan import Action, Plan
 
 SYSCTL_CONF = "/etc/sysctl.d/60-lbtune.conf"
@@ -96,6 +98,18 @@ BOOT_WANTS_TEXT = b"""# Written by lbtune: start lbtune-boot.service at boot.
 [Unit]
 Wants=lbtune-boot.service
 """
+
+
+def check_persist_paths(host: Host, plan: Plan) -> None:
+    """BadInput when a directory of a file `persist_plan` may write or remove (or of the grub
+    defaults a cmdline change edits) resolves outside the root or is not a directory. Called
+    while planning, so such a refusal changes nothing (exit 2) instead of failing after the
+    knobs were applied and again when rollback removes what it created."""
+    paths = [SYSCTL_CONF, BOOT_UNIT, BOOT_WANTS]
+    if any(c.knob.kind == "cmdline" for c in plan.to_apply):
+        paths.append(GRUB_DEFAULT)
+    for kpath in paths:
+        host.fs.check_parents(kpath)
 
 
 def persist_plan(txn: Transaction, plan: Plan) -> None:

@@ -13,7 +13,6 @@ apply. Front ends (CLI, TUI, tests) parse, call and render; nothing here prompts
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Union
 
@@ -21,10 +20,8 @@ from lbtune.errors import BadInput, NeedsPrivilege
 from lbtune.host.host import Host
 from lbtune.host.runtime import Runtime
 from lbtune.tune.engine import (
-    FaultHook,
     KnobCheck,
     PersistHook,
-    Transaction,
     apply_plan,
     last_applied,
     rollback,
@@ -32,16 +29,10 @@ from lbtune.tune.engine import (
     verify_targets,
 )
 from lbtune.tune.journal import Journal, StateDir, lbtune_command
-from lbtune.tune.knob import Knob
-from lbtune.tune.plan import Plan, Target, make_plan
+from lbtune.tune.plan import Action, Plan, Target, make_plan
 
 if TYPE_CHECKING:
     from lbtune.tune.profile import Profile
-
-# Test hook (tests/cli/test_apply_signals.py): "INDEX:FIFO" makes apply write INDEX to the
-# FIFO and wait just before change INDEX (len(changes) = before persisting, +1 = after), so a
-# test can kill the process at an exact point. Never set in production.
-PAUSE_ENV = "LBTUNE_TEST_PAUSE"
 
 
 @dataclass(frozen=True)
@@ -85,13 +76,67 @@ def targets(runtime: Runtime, name: str, iface: Optional[str]) -> tuple[Profile,
 
     host = runtime.host()
     profile = load_profile(name, root=host.fs.root)
-    return profile, resolve(profile, LazyInventory(host), iface)
+    tgts = resolve(profile, LazyInventory(host), iface, in_netns=host.netns is not None)
+    return profile, refuse_unknown_sysctls(host, tgts)
+
+
+def refuse_unknown_sysctls(host: Host, tgts: list[Target]) -> list[Target]:
+    """`tgts`, or BadInput naming the first sysctl this host's kernel does not have (see
+    SysctlKnob.unknown): refused at once, before anything is read or planned."""
+    from lbtune.tune.knobs.sysctl import SysctlKnob
+
+    for t in tgts:
+        if isinstance(t.knob, SysctlKnob):
+            problem = t.knob.unknown(host)
+            if problem is not None:
+                raise BadInput(problem)
+    return tgts
 
 
 def plan_profile(runtime: Runtime, name: str, iface: Optional[str]) -> Plan:
+    """The plan of profile `name`; NeedsPrivilege when a namespace can take none of it."""
     host = runtime.host()
     profile, tgts = targets(runtime, name, iface)
-    return make_plan(host, profile.name, tgts)
+    plan = make_plan(host, profile.name, tgts)
+    _refuse_all_skipped(host, plan)
+    return plan
+
+
+def skipped_line(host: Host, plan: Plan) -> str:
+    """The host-global values a namespace run skipped, and how to set them on the host
+    ("" when none): `net.core.rmem_default (set on the host: sysctl -w ...=...)`."""
+    skipped = [c for c in plan.changes if c.action is Action.SKIPPED]
+    if not skipped:
+        return ""
+    names = []
+    for c in skipped:
+        what = c.knob.ident
+        if c.knob.kind == "sysctl":
+            what = f"{c.knob.obj} (on the host: sysctl -w {c.knob.obj}={_quoted(c.desired)})"
+        names.append(what)
+    return (
+        f"{len(skipped)} skipped: host-global, namespace {host.netns} cannot change "
+        f"{'it' if len(skipped) == 1 else 'them'}: " + "; ".join(names)
+    )
+
+
+def _quoted(value: str) -> str:
+    return f'"{value}"' if " " in value else value
+
+
+def _refuse_all_skipped(host: Host, plan: Plan) -> None:
+    """A namespace run of a profile of which nothing is the namespace's: every value is
+    host-global (skipped) or absent, none changes or is already in place. Exit 3 (needs a
+    capability this host does not have) rather than "nothing to change" while the fault the
+    profile was written for goes on."""
+    if host.netns is None or not any(c.action is Action.SKIPPED for c in plan.changes):
+        return
+    if any(c.action in (Action.CHANGE, Action.OK) for c in plan.changes):
+        return
+    raise NeedsPrivilege(
+        f"{plan.profile}: nothing in it can be applied from a namespace; "
+        f"{skipped_line(host, plan)}"
+    )
 
 
 def _management_guard(host: Host, plan: Plan) -> Optional[NeedsConfirmation]:
@@ -110,21 +155,6 @@ def _management_guard(host: Host, plan: Plan) -> Optional[NeedsConfirmation]:
         refusal=f"ring/channel changes would reset the management link {what}: pass --yes",
         interfaces=hit,
     )
-
-
-def _pause_hook(runtime: Runtime) -> Optional[tuple[int, str]]:
-    spec = runtime.environ.get(PAUSE_ENV)
-    if not spec:
-        return None
-    index, _, fifo = spec.partition(":")
-    return int(index), fifo
-
-
-def _pause(point: Optional[tuple[int, str]], i: int) -> None:
-    if point is not None and point[0] == i:
-        with open(point[1], "w") as f:  # the test reads this, then sends its signal
-            f.write(f"{i}\n")
-        time.sleep(60)
 
 
 def apply_profile(
@@ -162,7 +192,10 @@ def apply_profile(
                 f"apply {stale.id} ({stale.profile}) was interrupted; run "
                 f"`{lbtune_command(host, 'rollback')}` first"
             )
-        plan = make_plan(host, profile.name, resolve(profile, LazyInventory(host), iface))
+        tgts = resolve(profile, LazyInventory(host), iface, in_netns=host.netns is not None)
+        tgts = refuse_unknown_sysctls(host, tgts)
+        plan = make_plan(host, profile.name, tgts)
+        _refuse_all_skipped(host, plan)
         if plan.needs_reboot and not persist and not boot:
             raise BadInput(
                 "the plan changes the kernel command line, which only takes effect through the "
@@ -170,28 +203,20 @@ def apply_profile(
             )
         if boot:  # at boot the bootloader already has the command line; never rewrite it
             plan = Plan(plan.profile, tuple(c for c in plan.changes if c.knob.kind != "cmdline"))
+        if persist:  # every file --persist touches, checked before the first change
+            from lbtune.tune.persist import check_persist_paths
+
+            check_persist_paths(host, plan)
         if not (yes or boot):
             confirm = _management_guard(host, plan)
             if confirm is not None:
                 return confirm
-        point = _pause_hook(runtime)
-        n = len(plan.to_apply)
-        fault: Optional[FaultHook] = None
-        if point is not None:
-
-            def fault(i: int, knob: Knob) -> None:
-                _pause(point, i)
-
         hook: Optional[PersistHook] = None
         if persist:
             from lbtune.tune.persist import persist_plan
 
-            def hook(txn: Transaction, p: Plan) -> None:
-                _pause(point, n)
-                persist_plan(txn, p)
-                _pause(point, n + 1)
-
-        journal = apply_plan(host, plan, state, fault=fault, persist=hook)
+            hook = persist_plan
+        journal = apply_plan(host, plan, state, persist=hook)
     return ApplyResult(profile.name, plan, journal, bool(persist and journal))
 
 

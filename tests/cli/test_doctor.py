@@ -68,3 +68,63 @@ def test_doctor_text(cli):
     r = cli("doctor", "--no-compile")
     assert r.exit_code == 0
     assert "kprobes" in r.stdout and "tracepoints" in r.stdout
+
+
+def _fake_lab(tmp_path, monkeypatch, dep: str, builtin: str = ""):  # type: ignore[no-untyped-def]
+    """A stand-in lab kernel (a script answering --version) and its modules directory."""
+    kernel = tmp_path / "linux.uml"
+    kernel.write_text("#!/bin/sh\necho 9.9.9-test\n")
+    kernel.chmod(0o755)
+    mods = tmp_path / "modules" / "9.9.9-test"
+    mods.mkdir(parents=True)
+    (mods / "modules.dep").write_text(dep)
+    (mods / "modules.builtin").write_text(builtin)
+    monkeypatch.setenv("LBTUNE_LAB_KERNEL", str(kernel))
+    monkeypatch.setenv("LBTUNE_LAB_MODULES", str(tmp_path / "modules"))
+    return mods
+
+
+def test_lab_kernel_without_ipvs_is_not_claimed_to_have_it(cli, tmp_path, monkeypatch):
+    """The lab line is read from the lab kernel's modules, not asserted: no ip_vs, no IPVS."""
+    _fake_lab(tmp_path, monkeypatch, "kernel/drivers/net/veth.ko:\n"
+              "kernel/net/bridge/bridge.ko.xz: kernel/net/802/stp.ko\n")  # fmt: skip
+    lab = _caps(cli)["UML lab kernel"]
+    assert lab["available"] is False, lab
+    assert "IPVS: missing" in lab["detail"] and "veth: module" in lab["detail"], lab
+    assert "bridge: module" in lab["detail"] and "IPVS" in lab["fix"], lab
+
+
+def test_lab_kernel_with_built_in_ipvs(cli, tmp_path, monkeypatch):
+    _fake_lab(tmp_path, monkeypatch, "kernel/drivers/net/veth.ko:\nkernel/net/bridge/bridge.ko:\n",
+              builtin="kernel/net/netfilter/ipvs/ip_vs.ko\n")  # fmt: skip
+    lab = _caps(cli)["UML lab kernel"]
+    assert lab["available"] is True and "IPVS: built-in" in lab["detail"], lab
+
+
+def test_lab_features_unknown_when_modules_dep_cannot_be_read(tmp_path):
+    from lbtune.lab.uml import kernel_features
+
+    assert kernel_features(str(tmp_path)) == {"IPVS": "unknown", "veth": "unknown",
+                                              "bridge": "unknown"}  # fmt: skip
+
+
+def test_lab_features_match_the_installed_modules(cli):
+    """Independent evidence: the .ko files under the real lab kernel's modules directory."""
+    from lbtune.lab.uml import LabUnavailable, find_lab_kernel
+
+    try:
+        kernel = find_lab_kernel()
+    except LabUnavailable as e:
+        pytest.skip(f"lab kernel unavailable: {e}")
+    lab = _caps(cli)["UML lab kernel"]
+    for feature, module in (("IPVS", "ip_vs"), ("veth", "veth"), ("bridge", "bridge")):
+        found = any(f.startswith(f"{module}.ko") for _, _, files in os.walk(kernel.modules_dir)
+                    for f in files)  # fmt: skip
+        assert (f"{feature}: module" in lab["detail"]) == found, (feature, lab)
+def test_doctor_text_has_no_trailing_spaces(cli):
+    """Every line used to be padded to 120 columns with spaces (the table's width)."""
+    r = cli("doctor", "--no-compile")
+    assert r.exit_code == 0
+    lines = r.stdout.splitlines()
+    assert len(lines) > 10
+    assert [line for line in lines if line != line.rstrip()] == []

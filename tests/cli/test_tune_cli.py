@@ -203,6 +203,16 @@ def test_ring_change_on_the_default_route_interface_needs_yes(cli, hosts, tmp_pa
     assert ok.exit_code == 0, ok.stderr
 
 
+def _signed(text: str) -> bytes:
+    """A hand-edited journal with its digest made to match again (docs/tuning.md#safety), as
+    if lbtune had written it: here, an apply interrupted by a crash."""
+    import hashlib
+
+    head = '{"digest":"sha256:'
+    body = ("{" + text[len(head) + 66 :]).encode()
+    return head.encode() + hashlib.sha256(body).hexdigest().encode() + b'",' + body[1:]
+
+
 def test_undo_hints_name_the_root_they_apply_to(cli, hosts, tmp_path):
     """Journals are per root (and per namespace): a hint to run plain `lbtune rollback` would
     look in the running machine's state directory instead."""
@@ -211,7 +221,8 @@ def test_undo_hints_name_the_root_they_apply_to(cli, hosts, tmp_path):
     assert r.exit_code == 0, r.stderr
     assert f"undo with `lbtune --root {root} rollback`" in r.stdout
     journal = next((root / "var/lib/lbtune/journal").glob("*.json"))
-    journal.write_text(journal.read_text().replace('"state":"applied"', '"state":"applying"'))
+    journal.write_bytes(_signed(journal.read_text().replace('"state":"applied"',
+                                                            '"state":"applying"')))  # fmt: skip
     again = cli("--root", str(root), "apply", "lb-dr", "--iface", "ens1f0np0", "--yes")
     assert again.exit_code == 2
     assert f"run `lbtune --root {root} rollback` first" in again.stderr

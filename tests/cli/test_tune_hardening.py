@@ -329,3 +329,247 @@ def test_json_vocabulary_of_plan_verify_history(tmp_path, monkeypatch):
     for doc in (plan, knob, hist, shown):
         text = json.dumps(doc)
         assert '"obj"' not in text and '"ident"' not in text and '"value"' not in text
+
+
+# ------------------------------------------------------------------ issue 20 item 21
+
+
+def test_root_given_as_a_symlink_to_a_tree_reads_the_tree(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    root = copy_host(tmp_path, KVM)
+    link = tmp_path / "current"
+    link.symlink_to(root)
+    shown = run_cli("--root", str(link), "show", "--json")
+    assert shown.exit_code == 0, shown.stderr
+    direct = run_cli("--root", str(root), "show", "--json")
+    assert shown.json["cpus"] == direct.json["cpus"]
+    before = files(root)
+    r = run_cli("--root", str(link), "apply", profile(tmp_path))
+    assert r.exit_code == 0, r.stderr
+    assert (root / "proc/sys/net/core/somaxconn").read_text() == "8192\n"
+    assert run_cli("--root", str(link), "rollback").exit_code == 0
+    assert files(root) == before
+
+
+def test_a_profile_setting_the_hostname_rolls_back_without_a_machine_id(tmp_path, monkeypatch):
+    monkeypatch.delenv("LBTUNE_STATE_DIR", raising=False)
+    root = copy_host(tmp_path, KVM)
+    assert not (root / "etc/machine-id").exists()
+    prof = tmp_path / "name.toml"
+    prof.write_text('[profile]\nname = "name"\n[sysctl]\n'
+                    '"kernel.hostname" = { value = "renamed", reason = "r" }\n')  # fmt: skip
+    before = files(root)
+    assert run_cli("--root", str(root), "apply", str(prof)).exit_code == 0
+    assert (root / "proc/sys/kernel/hostname").read_text() == "renamed\n"
+    rb = run_cli("--root", str(root), "rollback")
+    assert rb.exit_code == 0, rb.stderr
+    assert files(root) == before
+    # another host's name (not one this journal set or replaced) is still refused
+    assert run_cli("--root", str(root), "apply", str(prof)).exit_code == 0
+    (root / "proc/sys/kernel/hostname").write_text("someone-else\n")
+    assert "not this host's" in one_line_error(run_cli("--root", str(root), "rollback"))
+
+
+# ------------------------------------------------------------------ issue 20 item 10
+
+
+def test_apply_never_writes_through_a_hard_link_out_of_the_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    root = copy_host(tmp_path, KVM)
+    outside = tmp_path / "outside-somaxconn"
+    attr = root / "proc/sys/net/core/somaxconn"
+    outside.write_bytes(attr.read_bytes())
+    attr.unlink()
+    os.link(outside, attr)
+    original = outside.read_bytes()
+    before = files(root)
+    assert run_cli("--root", str(root), "apply", profile(tmp_path)).exit_code == 0
+    assert attr.read_text() == "8192\n"
+    assert outside.read_bytes() == original
+    assert run_cli("--root", str(root), "rollback").exit_code == 0
+    assert outside.read_bytes() == original and files(root) == before
+
+
+def test_a_lock_file_hard_linked_elsewhere_is_never_truncated(tmp_path, monkeypatch):
+    monkeypatch.delenv("LBTUNE_STATE_DIR", raising=False)
+    root = copy_host(tmp_path, KVM)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    state = root / "var/lib/lbtune"
+    state.mkdir(parents=True)
+    os.link(victim, state / "lock")
+    for args in (["rollback"], ["apply", profile(tmp_path)]):
+        assert "hard links" in one_line_error(run_cli("--root", str(root), *args))
+        assert victim.read_text() == "precious\n"
+    assert (root / "proc/sys/net/core/somaxconn").read_text() != "8192\n"
+
+
+# ------------------------------------------------------------------ issue 20 item 11
+
+PERSIST_PROFILE = """[profile]
+name = "p"
+[sysctl]
+"net.core.somaxconn" = { value = 8192, reason = "accept queue" }
+[nic.ens3]
+txqueuelen = { value = 5000, reason = "r" }
+"""
+
+
+@pytest.mark.parametrize("case", ["sysctl.d-outside", "systemd-outside", "etc-is-a-file"])
+def test_persistence_paths_are_checked_before_anything_changes(tmp_path, monkeypatch, case):
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    root = copy_host(tmp_path, KVM)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if case == "sysctl.d-outside":
+        (root / "etc/sysctl.d").symlink_to(outside)
+    elif case == "systemd-outside":
+        (root / "etc/systemd/system").mkdir(parents=True, exist_ok=True)
+        (root / "etc/systemd/system").rename(tmp_path / "moved")
+        (root / "etc/systemd/system").symlink_to(outside)
+    else:
+        (root / "etc").rename(tmp_path / "moved")
+        (root / "etc").write_text("not a directory\n")
+    prof = tmp_path / "p.toml"
+    prof.write_text(PERSIST_PROFILE)
+    before = files(root)
+    r = run_cli("--root", str(root), "apply", str(prof), "--persist")
+    one_line_error(r, 2)
+    assert files(root) == before
+    assert list(outside.iterdir()) == []
+    assert not list((tmp_path / "state").rglob("*.json"))  # refused while planning: no journal
+
+
+# ------------------------------------------------------------------ issue 20 item 19
+
+
+@pytest.mark.parametrize("value", ["garbage", "0:VICTIM"])
+def test_the_shipped_cli_has_no_test_pause_hook(tmp_path, monkeypatch, value):
+    """The pause hook lives in tests/lbtune_paused.py; LBTUNE_TEST_PAUSE means nothing."""
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    monkeypatch.setenv("LBTUNE_TEST_PAUSE", value.replace("VICTIM", str(victim)))
+    root = copy_host(tmp_path, KVM)
+    r = run_cli("--root", str(root), "apply", profile(tmp_path))
+    assert r.exit_code == 0, r.stderr
+    assert victim.read_text() == "precious\n"
+    assert (root / "proc/sys/net/core/somaxconn").read_text() == "8192\n"
+    import lbtune
+
+    src = pathlib.Path(lbtune.__file__).parent
+    assert not [p for p in src.rglob("*.py") if "LBTUNE_TEST_PAUSE" in p.read_text()]
+
+
+# ------------------------------------------------------------------ issue 20 item 17
+
+HEAD = b'{"digest":"sha256:'
+
+
+def journal_file(root: pathlib.Path) -> pathlib.Path:
+    (path,) = (root / "var/lib/lbtune/journal").glob("*.json")
+    return path
+
+
+def body_of(raw: bytes) -> dict:  # type: ignore[type-arg]
+    assert raw.startswith(HEAD), raw[:40]
+    return json.loads(b"{" + raw[len(HEAD) + 66 :])
+
+
+def signed(data: dict) -> bytes:  # type: ignore[type-arg]
+    """A journal file as lbtune writes it (docs/tuning.md#safety: digest of the rest)."""
+    import hashlib
+
+    body = json.dumps(data, separators=(",", ":")).encode()
+    return HEAD + hashlib.sha256(body).hexdigest().encode() + b'",' + body[1:]
+
+
+def test_a_journal_with_its_identity_stripped_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("LBTUNE_STATE_DIR", raising=False)
+    root = copy_host(tmp_path, KVM)
+    assert run_cli("--root", str(root), "apply", profile(tmp_path)).exit_code == 0
+    path = journal_file(root)
+    data = body_of(path.read_bytes())
+    data.update(root=None, machine_id=None, hostname=None)
+    path.write_bytes(signed(data))  # even with a matching digest
+    assert "no identity" in one_line_error(run_cli("--root", str(root), "rollback"))
+    assert (root / "proc/sys/net/core/somaxconn").read_text() == "8192\n"
+
+
+@pytest.mark.parametrize("edit", ["setuid-mode", "flipped-byte", "truncated"])
+def test_an_edited_or_corrupted_journal_is_refused_not_replayed(tmp_path, monkeypatch, edit):
+    monkeypatch.delenv("LBTUNE_STATE_DIR", raising=False)
+    root = copy_host(tmp_path, KVM)
+    assert run_cli("--root", str(root), "apply", profile(tmp_path), "--persist").exit_code == 0
+    conf = root / "etc/sysctl.d/60-lbtune.conf"
+    applied = conf.read_bytes()
+    path = journal_file(root)
+    raw = path.read_bytes()
+    if edit == "setuid-mode":
+        text = raw.decode()
+        assert '"original_b64":null,"mode":null' in text
+        text = text.replace('"original_b64":null,"mode":null',
+                            '"original_b64":"IyBldmlsCg==","mode":2559')  # fmt: skip
+        path.write_text(text)
+    elif edit == "flipped-byte":
+        i = raw.index(b"8192")
+        path.write_bytes(raw[:i] + b"9" + raw[i + 1 :])
+    else:
+        path.write_bytes(raw[: len(raw) // 2])
+    msg = one_line_error(run_cli("--root", str(root), "rollback"))
+    assert "digest" in msg or "unreadable journal" in msg, msg
+    assert conf.read_bytes() == applied and stat.S_IMODE(conf.stat().st_mode) == 0o644
+    assert (root / "proc/sys/net/core/somaxconn").read_text() == "8192\n"
+
+
+def test_a_journal_without_a_digest_is_listed_but_never_restored(tmp_path, monkeypatch):
+    monkeypatch.delenv("LBTUNE_STATE_DIR", raising=False)
+    root = copy_host(tmp_path, KVM)
+    assert run_cli("--root", str(root), "apply", profile(tmp_path)).exit_code == 0
+    path = journal_file(root)
+    path.write_text(json.dumps(body_of(path.read_bytes())))  # as lbtune wrote it before
+    hist = run_cli("--root", str(root), "history", "--json")
+    assert hist.exit_code == 0 and hist.json["journals"][0]["state"] == "applied"
+    assert hist.json["journals"][0]["verified"] is False
+    msg = one_line_error(run_cli("--root", str(root), "rollback"))
+    assert "no digest" in msg and str(path) in msg and "move it away" in msg
+    assert (root / "proc/sys/net/core/somaxconn").read_text() == "8192\n"
+
+
+def test_a_shared_state_dir_keeps_each_roots_journals_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "shared-state"))
+    a = copy_host(tmp_path, KVM, dest="a")
+    b = copy_host(tmp_path, KVM, dest="b")
+    a_before, b_before = files(a), files(b)
+    assert run_cli("--root", str(a), "apply", profile(tmp_path)).exit_code == 0
+    assert run_cli("--root", str(b), "apply", profile(tmp_path)).exit_code == 0  # newer
+    rb = run_cli("--root", str(a), "rollback")
+    assert rb.exit_code == 0, rb.stderr
+    assert files(a) == a_before and files(b) != b_before
+    assert run_cli("--root", str(b), "rollback").exit_code == 0 and files(b) == b_before
+
+
+def test_journals_are_ordered_by_sequence_not_by_the_clock(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.delenv("LBTUNE_STATE_DIR", raising=False)
+    root = copy_host(tmp_path, KVM)
+    first = tmp_path / "first.toml"
+    first.write_text('[profile]\nname = "first"\n[sysctl]\n'
+                     '"net.core.somaxconn" = { value = 8192, reason = "r" }\n')  # fmt: skip
+    second = tmp_path / "second.toml"
+    second.write_text('[profile]\nname = "second"\n[sysctl]\n'
+                      '"vm.swappiness" = { value = 7, reason = "r" }\n')  # fmt: skip
+    assert run_cli("--root", str(root), "apply", str(first)).exit_code == 0
+    real_gmtime = time.gmtime
+    monkeypatch.setattr(time, "gmtime", lambda *a: real_gmtime(86400))  # a boot before NTP
+    assert run_cli("--root", str(root), "apply", str(second)).exit_code == 0
+    monkeypatch.setattr(time, "gmtime", real_gmtime)
+    hist = run_cli("--root", str(root), "history", "--json").json["journals"]
+    assert [j["profile"] for j in hist] == ["first", "second"]
+    swappiness = (root / "proc/sys/vm/swappiness").read_text()
+    assert swappiness == "7\n"
+    rb = run_cli("--root", str(root), "rollback")  # the newest: the second
+    assert rb.exit_code == 0 and "second" in rb.stdout, rb.stdout
+    assert (root / "proc/sys/vm/swappiness").read_text() != "7\n"
+    assert (root / "proc/sys/net/core/somaxconn").read_text() == "8192\n"

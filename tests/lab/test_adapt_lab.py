@@ -22,7 +22,7 @@ def e2e() -> dict[str, Any]:
     try:
         res = run_in_lab("tests.lab.guest.adapt_e2e:run", timeout=600)
     except LabUnavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"lab kernel unavailable: {e}")
     return res.value  # type: ignore[no-any-return]
 
 

@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-MAX, CONNS, DELAY = 16, 24, 0.8
+MAX, CONNS = 16, 24
 
 
 @pytest.fixture(scope="module")
@@ -24,9 +24,9 @@ def lab_run() -> dict[str, Any]:
     from lbtune.lab.uml import LabUnavailable, run_in_lab
 
     try:
-        res = run_in_lab("tests.lab.guest.conntrack_full:run", MAX, CONNS, 2.0, DELAY, timeout=180)
+        res = run_in_lab("tests.lab.guest.conntrack_full:run", MAX, CONNS, 2.0, timeout=180)
     except LabUnavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"lab kernel unavailable: {e}")
     rounds = {r["format"]: r for r in res.value["rounds"]}
     assert set(rounds) == {"json", "text"}
     return rounds
@@ -52,11 +52,11 @@ def test_table_fills_to_max_and_drops_the_rest(lab_run, fmt):
     assert t["lo"] == t["hi"] or fmt == "text"
     assert t["lo"] <= delta(t, "conntrack stat drop") <= t["hi"]
     assert delta(t, "conntrack stat early_drop") == 0  # established entries are ASSURED
-    assert t["seconds"] < 1.0
-    # the fault landed inside the diagnose window
-    if r["samples_at"] is not None:
-        first, last = r["samples_at"][0], r["samples_at"][-1]
-        assert first < DELAY and DELAY + t["seconds"] < last, r["samples_at"]
+    # the fault landed inside the diagnose window: triggered after its first sample, and
+    # its last sample taken once the fault's result was in (conditions, not timing)
+    ev = r["events"]
+    assert ev[:2] == ["sample", "trigger"] and "fault not done" not in ev, ev
+    assert "fault done" in ev and ev[-1] == "sample", ev
 
 
 def _finding(r: dict[str, Any]) -> dict[str, Any]:

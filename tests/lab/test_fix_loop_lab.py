@@ -5,9 +5,10 @@ rmem_default belong to the kernel, not to a network namespace: `lbtune --netns` 
 them, and a test must never set them on the host. So the loop runs in the UML lab kernel
 (tests/lab/guest/fix_loop.py, one boot for every rule): the fault sets the faulty value and
 is triggered inside `lbtune diagnose --write-profile`; the profile holds the fix and lints
-clean; `plan` shows it, `apply` makes it; the same load again moves the fault's own kernel
-counter by nothing and the rule stays quiet; `verify` exits 0 and `rollback` gives back
-the values from before the apply.
+clean; `plan` shows it, `apply` makes it; the same load again, proven to have arrived by a
+second counter it moves (the fault's `arrival`: softnet processed, Tcp.PassiveOpens,
+Udp.InDatagrams), moves the fault's own kernel counter by nothing and the rule stays
+quiet; `verify` exits 0 and `rollback` gives back the values from before the apply.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def loops() -> dict[str, dict[str, Any]]:
     try:
         res = run_in_lab("tests.lab.guest.fix_loop:run", sorted(KEYS), timeout=600)
     except LabUnavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"lab kernel unavailable: {e}")
     return {lp["rule"]: lp for lp in res.value["loops"]}
 
 
@@ -81,7 +82,11 @@ def test_host_global_fix_stops_the_counter(
     sysctl = key.split(".", 1)[1]
     assert lp["applied"][sysctl] == rows[key]["desired"], (lp["applied"], rows[key])
     assert lp["before_apply"][sysctl] != lp["applied"][sysctl]
-    # 3. the same load again: the fault's counter does not move, the rule is quiet
+    # 3. the same load again: it arrived (the fault's positive-control counter moved by at
+    # least what was sent), yet the fault's counter does not move and the rule is quiet
+    arrival, attempted = lp["truth2"]["arrival"], lp["truth2"]["attempted"]
+    assert arrival and attempted > 0, lp["truth2"]
+    assert moved(lp["truth2"], arrival) >= attempted, (arrival, lp["truth2"])
     assert moved(lp["truth2"], counter) == 0, (counter, lp["truth2"])
     assert lp["truth2"]["attempted"] == lp["truth1"]["attempted"]
     assert [f for f in findings(lp["second"]) if f["rule"] == rule] == []

@@ -25,7 +25,7 @@ def lab() -> dict[str, Any]:
     try:
         res = run_in_lab("tests.lab.guest.ipvs_dr:run", timeout=900)
     except LabUnavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"lab kernel unavailable: {e}")
     return res.value  # type: ignore[no-any-return]
 
 

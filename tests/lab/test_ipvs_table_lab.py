@@ -24,7 +24,7 @@ def lab() -> dict[str, Any]:
         return run_in_lab("tests.lab.guest.ipvs_table:run", FUZZ_EXAMPLES,  # type: ignore[no-any-return]
                           timeout=900).value
     except LabUnavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"lab kernel unavailable: {e}")
 
 
 def test_export_reimported_with_ipvsadm_gives_the_same_table(lab):

@@ -90,6 +90,12 @@ def test_dr_rr_every_server_serves_evenly_and_replies_bypass_the_director(
         assert status["dr-arp-ignore"] == status["dr-arp-announce"] == "pass", c
         assert status["dr-vip"] == "pass"
     assert r["diagnosis"]["exit_code"] in (0, 1) and r["diagnosis"]["error"] == ""
+    # a fail always means something: what the one-CPU lab itself causes is a skip with why
+    (d,) = [c for c in r["checklists"] if c["role"] == "lb-dr"]
+    assert [x for x in d["checks"] if x["level"] == "fail"] == [], d["checks"]
+    (sync,) = [x for x in d["checks"] if x["name"] == "profile-in-sync"]
+    assert sync["level"] == "skip" and sync["reason"].startswith("lab: "), sync
+    assert d["summary"]["fail"] == 0
     assert list(iter_lab_workdirs(str(private_tmp))) == [] and _leftovers(private_tmp) == []
 
 
@@ -113,8 +119,10 @@ def test_proxy_mode_haproxy_to_the_same_servers(lab_kernel: LabKernel, private_t
     assert {c["role"] for c in r["checklists"]} == {"client", "lb-proxy", "web"}
     for s in r["servers"]:
         assert abs(s["share"] - 1 / 3) <= KEEPALIVE_TOLERANCE and s["connections"] is None
-    # every reply byte came back through HAProxy on the director
-    assert r["bypass"]["through_director"] > 0.8, r["bypass"]
+    # every reply byte came back through HAProxy on the director: at most all of them, and
+    # what the director received beyond them is its own server-side connections' overhead
+    assert 0.8 < r["bypass"]["through_director"] <= 1.0, r["bypass"]
+    assert r["bypass"]["overhead"] >= 0.0
 
 
 def test_wrong_arp_on_a_real_server_stops_the_run_before_load(

@@ -13,7 +13,7 @@ def test_lb_proxy_global_sysctls_round_trip_in_lab():
     try:
         res = run_in_lab("tests.lab.guest.tune_round_trip:run", "lb-proxy", timeout=180)
     except LabUnavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"lab kernel unavailable: {e}")
     v = res.value
     assert v["apply"][0] == 0, v["apply"][1] + res.console[-2000:]
     assert v["changed"] > 0

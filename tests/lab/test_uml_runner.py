@@ -55,7 +55,9 @@ def test_boot_runs_kernel_release_and_leaves_nothing(
     assert result.value != os.uname().release
     assert result.exit_status == 0
     assert "Linux version" in result.console
-    assert result.duration < 30
+    # it powered itself off (exit 0), not killed by the runner's timeout (-9): a condition,
+    # not a time limit (boot time is no claim of the tests)
+    assert result.uml_returncode == 0, result.console[-2000:]
     assert list(iter_lab_workdirs(str(private_tmp / "tmp"))) == []
     assert not (private_tmp / "home" / ".uml").exists()
 

@@ -8,6 +8,10 @@ namespace (a forked child that joined it, or the UML lab guest's init namespace)
 * ``trigger()`` makes the loss happen, bounded in size and time (well under a second), and
   returns the ground truth: how much was attempted, how much the limit lets through, and the
   range the kernel's counter must move by (``lo``..``hi``);
+* ``arrival``   names a second kernel counter, moved by the load itself whether or not the
+  fault bites (``Tcp.PassiveOpens``, ``Udp.NoPorts``...): the positive control of a fix loop,
+  which proves the second load arrived (by at least ``attempted``) before the fault's counter
+  standing still can mean anything;
 * ``close()``   releases sockets, threads and peer namespaces (links in the target namespace go
   away with the namespace itself);
 * ``restart()`` restarts the "application" (a listener is closed and opened again, so that it
@@ -42,7 +46,7 @@ import traceback
 from dataclasses import dataclass, field, replace
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 CLONE_NEWNET = 0x40000000
 SO_MEMINFO = 55  # getsockopt: u32[9] of SK_MEMINFO_*; index 8 is SK_MEMINFO_DROPS
@@ -75,6 +79,7 @@ class Truth:
     before: Mapping[str, int] = field(default_factory=dict)
     after: Mapping[str, int] = field(default_factory=dict)
     details: Mapping[str, Any] = field(default_factory=dict)
+    arrival: str = ""  # the fault's positive-control counter (Fault.arrival), in before/after
 
     def delta(self, key: Optional[str] = None) -> int:
         """Counter movement over the trigger (default: the fault's main counter)."""
@@ -313,6 +318,9 @@ class Fault:
 
     name = "fault"
     counters: tuple[str, ...] = ()  # snmp keys to read before/after
+    # An snmp key (or a key of the fault's own snapshot) that the load moves by at least
+    # `attempted` once nothing is lost: proof that a load arrived (module docstring).
+    arrival = ""
 
     def setup(self) -> None:
         link_up("lo")
@@ -327,9 +335,11 @@ class Fault:
         """Restart the application side (default: there is none)."""
 
     def snapshot(self) -> dict[str, int]:
-        """The counters this fault moves, read now in the current namespace."""
+        """The counters this fault moves (and its arrival counter), read now in the current
+        namespace."""
         snmp = snmp_counters()
-        return {k: snmp.get(k, 0) for k in self.counters}
+        keys = (*self.counters, self.arrival) if "." in self.arrival else self.counters
+        return {k: snmp.get(k, 0) for k in keys}
 
 
 class ListenOverflow(Fault):
@@ -345,6 +355,7 @@ class ListenOverflow(Fault):
 
     name = "listen-overflow"
     counters = ("TcpExt.ListenOverflows", "TcpExt.ListenDrops")
+    arrival = "Tcp.PassiveOpens"  # one per handshake that got a child socket
 
     def __init__(self, port: int = 18080, backlog: int = 2, clients: int = 20,
                  addr: str = "127.0.0.1", somaxconn: Optional[int] = None) -> None:  # fmt: skip
@@ -409,6 +420,7 @@ class SynQueueFull(Fault):
     """
 
     name = "syn-queue-full"
+    arrival = "Tcp.InSegs"  # each spoofed SYN is one segment received
 
     def __init__(self, cookies: bool = False, port: int = 18081, backlog: int = 4,
                  syns: int = 40, somaxconn: Optional[int] = None) -> None:  # fmt: skip
@@ -488,6 +500,7 @@ class UdpRcvbufErrors(Fault):
 
     name = "udp-rcvbuf-errors"
     counters = ("Udp.RcvbufErrors", "Udp.InErrors", "Udp.InDatagrams")
+    arrival = "Udp.InDatagrams"  # each datagram the application read
 
     def __init__(self, port: int = 15353, rcvbuf: int = 4096, datagrams: int = 200,
                  size: int = 1000, addr: str = "127.0.0.1") -> None:  # fmt: skip
@@ -498,7 +511,8 @@ class UdpRcvbufErrors(Fault):
     def setup(self) -> None:
         super().setup()
         rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+        if self.rcvbuf:  # 0: the application leaves it at net.core.rmem_default
+            rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
         rx.bind((self.addr, self.port))
         rx.setblocking(False)
         self.rx = rx
@@ -544,6 +558,137 @@ class UdpRcvbufErrors(Fault):
             self.rx = None
 
 
+def _paced(n: int, seconds: float) -> Any:
+    """range(n), paced as ten even bursts a second over `seconds` (0: all at once)."""
+    bursts = max(1, int(seconds * 10))
+    start = time.monotonic()
+    for b in range(bursts):
+        yield from range(n * b // bursts, n * (b + 1) // bursts)
+        wait = start + (b + 1) * seconds / bursts - time.monotonic()
+        if wait > 0 and b + 1 < bursts:
+            time.sleep(wait)
+
+
+class UdpNoPort(Fault):
+    """Datagrams to a UDP port nothing is bound to (a dead DNS server, say), over lo.
+
+    An unconnected sender ignores the ICMP port unreachable that answers each one, so every
+    datagram is sent: Udp.NoPorts moves by exactly `datagrams` (drop reason NO_SOCKET). They
+    go out in ten bursts a second over `seconds` (a steady stream, as from clients of a dead
+    DNS server), so a window that opens late still sees most of them.
+    """
+
+    name = "udp-no-port"
+    counters = ("Udp.NoPorts", "Udp.InDatagrams")
+
+    def __init__(self, port: int = 15354, datagrams: int = 300, addr: str = "127.0.0.1",
+                 seconds: float = 0.0) -> None:  # fmt: skip
+        self.addr, self.port, self.datagrams, self.seconds = addr, port, datagrams, seconds
+
+    def trigger(self) -> Truth:
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            for _ in _paced(self.datagrams, self.seconds):
+                tx.sendto(b"dns?", (self.addr, self.port))
+        finally:
+            tx.close()
+        return Truth(
+            fault=self.name, counter="Udp.NoPorts", attempted=self.datagrams, capacity=0,
+            lo=self.datagrams, hi=self.datagrams, obj=f"{self.addr}:{self.port}", knobs={},
+        )  # fmt: skip
+
+
+class TcpNoListener(Fault):
+    """Connections to a TCP port nothing listens on, over lo: each SYN is answered with a
+    reset (reason NO_SOCKET) and each connect fails with ECONNREFUSED, so Tcp.OutRsts moves by
+    exactly `connects` (nothing else in the namespace sends resets)."""
+
+    name = "tcp-no-listener"
+    counters = ("Tcp.OutRsts", "Tcp.AttemptFails")
+
+    def __init__(self, port: int = 18090, connects: int = 200, addr: str = "127.0.0.1",
+                 seconds: float = 0.0) -> None:  # fmt: skip
+        self.addr, self.port, self.connects, self.seconds = addr, port, connects, seconds
+
+    def trigger(self) -> Truth:
+        refused = 0
+        for _ in _paced(self.connects, self.seconds):
+            c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                c.connect((self.addr, self.port))
+            except ConnectionRefusedError:
+                refused += 1
+            finally:
+                c.close()
+        assert refused == self.connects, f"{self.connects - refused} connects were not refused"
+        return Truth(
+            fault=self.name, counter="Tcp.OutRsts", attempted=self.connects, capacity=0,
+            lo=self.connects, hi=self.connects, obj=f"{self.addr}:{self.port}", knobs={},
+        )  # fmt: skip
+
+
+class VipNotOnLo(Fault):
+    """A DR real server without the VIP on lo: the director's frames reach it (MAC rewritten
+    to the real server's, destination still the VIP) and the kernel, not owning the address
+    and not forwarding, drops them (Ip.InAddrErrors, drop reason IP_INADDRERRORS).
+
+    A veth va0 (10.10.3.1/24) joins this namespace to an anonymous peer (va1, 10.10.3.2) that
+    plays the director: a static neighbour entry sends the VIP 10.10.3.100 to va0's MAC, and
+    `datagrams` UDP datagrams to VIP:80 go out paced over `seconds`. IP forwarding is off in a
+    new namespace: Ip.InAddrErrors moves by exactly `datagrams`.
+    """
+
+    name = "vip-not-on-lo"
+    counters = ("Ip.InAddrErrors", "Udp.NoPorts")
+    vip = "10.10.3.100"
+
+    def __init__(self, datagrams: int = 400, seconds: float = 2.0) -> None:
+        self.datagrams, self.seconds = datagrams, seconds
+        self.peer: Optional[PeerNetns] = None
+
+    def setup(self) -> None:
+        super().setup()
+        peer = self.peer = PeerNetns()
+        veth("va0", "va1", "02:00:00:10:03:01", "02:00:00:10:03:02", peer.path)
+        sh("ip", "addr", "add", "10.10.3.1/24", "dev", "va0")
+        link_up("va0")
+        assert read_sysctl("net.ipv4.ip_forward") == "0"
+
+        def configure_peer() -> None:
+            write_sysctl("net.ipv6.conf.va1.disable_ipv6", 1)
+            sh("ip", "link", "set", "lo", "up")
+            sh("ip", "addr", "add", "10.10.3.2/24", "dev", "va1")
+            sh("ip", "link", "set", "va1", "up")
+            sh("ip", "neigh", "replace", self.vip, "lladdr", "02:00:00:10:03:01",
+               "dev", "va1", "nud", "permanent")  # fmt: skip
+
+        peer.call(configure_peer)
+
+    def trigger(self) -> Truth:
+        assert self.peer is not None
+        n, secs, vip = self.datagrams, self.seconds, self.vip
+
+        def send() -> None:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                for _ in _paced(n, secs):
+                    s.sendto(b"GET", (vip, 80))
+            finally:
+                s.close()
+
+        self.peer.call(send)
+        time.sleep(0.02)
+        return Truth(
+            fault=self.name, counter="Ip.InAddrErrors", attempted=n, capacity=0, lo=n, hi=n,
+            obj=self.vip, knobs={"net.ipv4.ip_forward": read_sysctl("net.ipv4.ip_forward")},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        if self.peer is not None:
+            self.peer.close()
+            self.peer = None
+
+
 class RpFilterDrop(Fault):
     """Strict reverse-path filtering on an asymmetric path: every packet is dropped.
 
@@ -557,6 +702,7 @@ class RpFilterDrop(Fault):
 
     name = "rp-filter-drop"
     counters = ("TcpExt.IPReversePathFilter", "Udp.NoPorts")
+    arrival = "Udp.NoPorts"  # a packet the filter let through reaches UDP: no listener
 
     def __init__(self, packets: int = 50, mode: int = 1) -> None:
         self.packets, self.mode = packets, mode
@@ -686,6 +832,7 @@ class TimeWaitOverflow(Fault):
 
     name = "timewait-overflow"
     counters = ("TcpExt.TCPTimeWaitOverflow",)
+    arrival = "Tcp.PassiveOpens"
 
     def __init__(self, port: int = 18082, max_tw: int = 4, conns: int = 30,
                  addr: str = "127.0.0.1") -> None:  # fmt: skip
@@ -791,6 +938,7 @@ class ConntrackFull(Fault):
 
     name = "conntrack-full"
     counters = ()
+    arrival = "Tcp.PassiveOpens"  # a SYN conntrack dropped never completes a handshake
     TABLE = "lbtune_test"
 
     CLOSING = ("close_wait", "fin_wait", "last_ack", "time_wait", "close")
@@ -859,7 +1007,9 @@ class ConntrackFull(Fault):
         self.listener = s
 
     def snapshot(self) -> dict[str, int]:
-        return conntrack_stats()
+        out = conntrack_stats()
+        out[self.arrival] = snmp_counters().get(self.arrival, 0)
+        return out
 
     def trigger(self) -> Truth:
         count0 = conntrack_stats().get("conntrack count", 0)
@@ -963,7 +1113,8 @@ def run_fault(fault: Fault) -> Truth:
         after = fault.snapshot()
     finally:
         fault.close()
-    return replace(truth, setup_seconds=t1 - t0, seconds=t3 - t2, before=before, after=after)
+    return replace(truth, setup_seconds=t1 - t0, seconds=t3 - t2, before=before, after=after,
+                   arrival=truth.arrival or fault.arrival)
 
 
 def _child(conn: Connection, netns: Optional[str], fault: Fault) -> None:
@@ -993,7 +1144,8 @@ def _child(conn: Connection, netns: Optional[str], fault: Fault) -> None:
             t2 = time.monotonic()
             after = fault.snapshot()
             conn.send(("truth", replace(truth, setup_seconds=setup_s, seconds=t2 - t1,
-                                        before=before, after=after)))  # fmt: skip
+                                        before=before, after=after,
+                                        arrival=truth.arrival or fault.arrival)))  # fmt: skip
     except BaseException:
         code = 1
         with contextlib.suppress(OSError, EOFError):
@@ -1061,6 +1213,11 @@ class Background:
         self.conn.send(("restart", None))
         self._expect("restarted")
 
+    def forget(self) -> None:
+        """The next truth() waits for a new result: for a trigger sent by a forked child that
+        inherited this object (trigger_in_window around `run_cli("--netns", ...)`)."""
+        self._truth = None
+
     def truth(self) -> Truth:
         if self._truth is None:
             self._truth = self._expect("truth")
@@ -1090,6 +1247,38 @@ class Background:
 
     def __exit__(self, *exc: object) -> None:
         self._reap()
+
+
+@contextlib.contextmanager
+def trigger_in_window(bg: Background) -> Iterator[list[str]]:
+    """Make the next diagnose window taken in this process - or in a child forked inside the
+    block (`run_cli("--netns", ...)`) - contain the whole of bg's fault, by conditions, not
+    delays: once the window's first sample is in, the trigger starts; every later sample
+    first waits (up to bg.timeout) until the fault's result is in. Yields the order of
+    events as this process saw them: "sample", "trigger", "fault done" (or "fault not done").
+    Read the result with bg.truth() after the block."""
+    from lbtune.observe.sampler import Sampler
+
+    orig = Sampler.take
+    events: list[str] = []
+
+    def take(self: Any) -> Any:
+        if "trigger" in events and not any(e.startswith("fault ") for e in events):
+            assert bg.conn is not None
+            events.append("fault done" if bg.conn.poll(bg.timeout) else "fault not done")
+        sample = orig(self)
+        events.append("sample")
+        if "trigger" not in events:
+            bg.trigger()
+            events.append("trigger")
+        return sample
+
+    bg.forget()
+    Sampler.take = take  # type: ignore[method-assign]
+    try:
+        yield events
+    finally:
+        Sampler.take = orig  # type: ignore[method-assign]
 
 
 def run_in_netns(netns: str, fault: Fault) -> Truth:
@@ -1194,6 +1383,7 @@ class PortRangeExhausted(Fault):
 
     name = "port-range-exhausted"
     counters = ()
+    arrival = "Tcp.ActiveOpens"  # a connect() that found a port sent its SYN
 
     def __init__(self, ports: int = 10, low: int = 40000, port: int = 18091) -> None:
         self.ports, self.low, self.port = ports, low, port
@@ -1270,6 +1460,7 @@ class BacklogFlood(Fault):
     """
 
     name = "backlog-flood"
+    arrival = "softnet processed"  # every copy the backlog took
 
     def __init__(self, ports: int = 20, broadcasts: int = 20, max_backlog: Optional[int] = None,
                  budget: Optional[int] = None) -> None:  # fmt: skip
@@ -1338,6 +1529,7 @@ class OrphanFlood(Fault):
 
     name = "orphan-flood"
     counters = ("TcpExt.TCPAbortOnMemory",)
+    arrival = "Tcp.PassiveOpens"
 
     def __init__(self, max_orphans: Optional[int] = 4, first: int = 8, more: int = 12,
                  port: int = 18092) -> None:  # fmt: skip
@@ -1411,6 +1603,7 @@ class TcpMemPressure(Fault):
 
     name = "tcp-mem-pressure"
     counters = ("TcpExt.TCPMemoryPressures",)
+    arrival = "Tcp.PassiveOpens"
 
     def __init__(self, tcp_mem: Optional[str] = "16 32 8192", conns: int = 16,
                  kbytes: int = 192, port: int = 18093) -> None:  # fmt: skip

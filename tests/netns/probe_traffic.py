@@ -237,3 +237,19 @@ def read_sysctl_global(key: str) -> Optional[str]:
             return f.read().strip()
     except OSError:
         return None
+
+
+def kernel_drop_reason(name: str) -> Optional[int]:
+    """This kernel's number for drop reason `name` (`TCP_LISTEN_OVERFLOW`), read the way the
+    probes read it (skb:kfree_skb's format and the BTF enums); None when the kernel has none."""
+    from lbtune.host.btf import kernel_enums
+    from lbtune.host.fs import HostFS
+    from lbtune.host.tracefs import ensure_tracefs, read_format
+    from lbtune.observe.dropreasons import resolve_drop_reasons
+
+    fs = HostFS("/")
+    ensure_tracefs(fs)
+    kfree = read_format(fs, "skb", "kfree_skb")
+    if kfree is None or kfree.field("reason") is None:
+        return None
+    return resolve_drop_reasons(kfree.symbols("reason"), kernel_enums(fs)).value(name)

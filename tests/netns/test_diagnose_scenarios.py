@@ -102,6 +102,19 @@ def assert_count(f: dict[str, Any], truth: F.Truth, res: CliResult) -> None:
         assert ev and truth.lo <= ev[0]["value"] <= truth.hi, (truth.counter, f["evidence"])
 
 
+def assert_steady(f: dict[str, Any], truth: F.Truth, res: CliResult) -> None:
+    """A steady stream over about the window: the kernel counted every packet sent, the
+    finding at most that many, at a rate above the rules' noise floor (warn or fail)."""
+    from lbtune.diagnose.rules.closed_port import NOISE_PER_S
+
+    assert truth.delta() == truth.attempted, truth
+    assert 0 < f["count"] <= truth.attempted, (f["count"], truth)
+    assert f["rate"] >= NOISE_PER_S and f["level"] in ("warn", "fail"), f
+    # (for TCP: no connection was aborted in the namespace, so every reset is one of these)
+    ev = [e["value"] for e in f["evidence"] if e["counter"] == truth.counter]
+    assert ev == [f["count"]], f["evidence"]
+
+
 def fix_with(f: dict[str, Any], *words: str) -> dict[str, Any]:
     """The first fix whose knob mentions one of `words`."""
     for fix in f["fixes"]:
@@ -296,3 +309,41 @@ def test_port_range_used_up_is_exhausted_not_nearly(netns):
     assert fix["current"] == truth.knobs["net.ipv4.ip_local_port_range"], fix
     assert any(x["scope"] == "application" for x in f["fixes"]), f["fixes"]
     assert_text(text, f, fix)
+
+
+def test_udp_datagrams_to_a_closed_port_without_probes(netns):
+    """300 datagrams to a port with no socket: `diagnose` used to say "No packet loss" and
+    exit 0. Counters only (--no-probes): the finding says the port is unknown."""
+    js, text, truth = diagnose_during(netns, F.UdpNoPort(port=15354, datagrams=400, seconds=2))
+    f = the_finding(js, "udp-no-port")
+    assert f["object"] == "udp port unknown", f["object"]
+    assert_steady(f, truth, js)
+    assert "run with the probes" in f["cause"]
+    fix = fix_with(f, "nothing listens on the udp")
+    assert fix["scope"] == "application" and fix["knob"] == "nothing listens on the udp port", fix
+    assert fix["command"] == f"ip netns exec {netns} ss -ulpn", fix  # the namespace's sockets
+    assert any("VIP" in x["knob"] and "lo" in x["note"] for x in f["fixes"]), f["fixes"]
+    assert text.exit_code == 1 and "UDP datagrams to a port nothing listens on" in text.stdout
+    assert "No packet loss" not in text.stdout
+
+
+def test_tcp_syns_to_a_closed_port_without_probes(netns):
+    js, text, truth = diagnose_during(netns, F.TcpNoListener(port=18090, connects=300, seconds=2))
+    f = the_finding(js, "tcp-no-listener")
+    assert f["object"] == "tcp port unknown", f["object"]
+    assert_steady(f, truth, js)
+    fix = fix_with(f, "nothing listens on the tcp")
+    assert fix["scope"] == "application", fix
+    assert text.exit_code == 1 and "TCP resets for segments no socket takes" in text.stdout
+
+
+def test_dr_traffic_to_a_vip_that_is_not_on_lo(netns):
+    """A DR real server whose VIP is not on lo drops the director's traffic as "not my
+    address" (Ip.InAddrErrors): the finding says so and gives the VIP-on-lo fix."""
+    js, text, truth = diagnose_during(netns, F.VipNotOnLo(datagrams=400, seconds=2))
+    f = the_finding(js, "addr-not-local")
+    assert_steady(f, truth, js)
+    fix = fix_with(f, "VIP on lo")
+    assert fix["scope"] == "manual" and "arp_ignore" in fix["note"], fix
+    assert fix["command"].startswith(f"ip netns exec {netns} ip addr add VIP/32 dev lo"), fix
+    assert text.exit_code == 1 and "not this host's" in text.stdout

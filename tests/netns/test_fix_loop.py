@@ -5,8 +5,10 @@ up in a throwaway namespace and triggered inside `lbtune --netns NS diagnose --d
 --json --write-profile P.toml`; the rule must fire and the profile must hold its fix (and
 lint clean). `lbtune --netns NS plan P.toml` shows the change, `apply P.toml` makes it; the
 application restarts where its limit is fixed at listen() time (as the finding says); the
-SAME load is triggered again inside a second diagnose window: the fault's kernel counter
-does not move (the fault's own reading, not lbtune's) and the rule stays quiet. `verify`
+SAME load is triggered again inside a second diagnose window: a second kernel counter the
+load itself moves (the fault's `arrival`: Tcp.PassiveOpens, Udp.NoPorts...) proves it
+arrived, and the fault's kernel counter does not move (the fault's own reading, not
+lbtune's) and the rule stays quiet. `verify`
 exits 0, and `rollback` gives every per-namespace sysctl back the value it had before the
 apply (read with `ip netns exec`, not by lbtune).
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import pathlib
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -34,7 +35,6 @@ from tests.netns import faults as F
 from tests.netns.test_tune_cli_netns import ns_sysctls
 
 DURATION = 2
-DELAY = 0.8  # see test_diagnose_scenarios: the trigger lands well inside the window
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -99,24 +99,12 @@ LOOPS = [
 
 
 def diagnose_while(netns: str, bg: F.Background, *extra: str) -> tuple[CliResult, F.Truth]:
-    """A diagnose window in the namespace with the fault triggered inside it."""
-    box: dict[str, Any] = {}
+    """A diagnose window in the namespace with the fault triggered inside it: by conditions
+    (F.trigger_in_window: after the window's first sample; its last waits for the fault)."""
     args = ["--netns", netns, "diagnose", "--duration", str(DURATION), "--json", *extra]
-
-    def run() -> None:
-        try:
-            box["res"] = run_cli(*args)
-        except BaseException as e:  # surfaced below
-            box["error"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    bg.trigger(after=DELAY)
-    t.join(60)
-    truth = bg.truth()
-    if "error" in box:
-        raise box["error"]
-    return box["res"], truth
+    with F.trigger_in_window(bg):
+        res = run_cli(*args)  # forked (--netns): the child inherits the sampler hook
+    return res, bg.truth()
 
 
 def hits(res: CliResult, rule: str) -> list[dict[str, Any]]:
@@ -140,6 +128,9 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
         else:
             assert truth.details["connect_errors"] == {"EADDRNOTAVAIL": 1}, truth.details
         proposed = {fx["key"] for f in found for fx in f["fixes"] if fx["scope"] == "profile"}
+        # the one-off commands act on the namespace when pasted as printed
+        for fx in (fx for f in found for fx in f["fixes"] if fx["scope"] == "profile"):
+            assert fx["command"].startswith(f"ip netns exec {netns} "), fx
         assert set(loop.keys) <= proposed, (loop.keys, found[0]["fixes"])
         prof = load_profile(str(profile))
         settings = dict(prof.settings())
@@ -158,8 +149,12 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
         if loop.restart:
             bg.restart()
 
-        # 3. the same load again: the fault's counter does not move, the rule is quiet
+        # 3. the same load again: it arrived (the positive control moved by at least what
+        # was sent), yet the fault's counter does not move and the rule is quiet
         second, truth2 = diagnose_while(netns, bg)
+        assert truth2.arrival and truth2.attempted > 0, truth2
+        arrived = truth2.delta(truth2.arrival)
+        assert arrived >= truth2.attempted, (truth2.arrival, arrived, truth2.attempted)
         if loop.counter is not None:
             assert loop.counter in truth2.after, truth2  # the fault read it again
             moved = truth2.after.get(loop.counter, 0) - truth2.before.get(loop.counter, 0)
@@ -174,3 +169,66 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
         rollback = run_cli("--netns", netns, "rollback")
         assert rollback.exit_code == 0, rollback.stderr
         assert ns_sysctls(netns) == before
+
+
+def test_a_profile_of_host_global_fixes_only_is_refused_in_the_namespace(
+    netns: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A UDP socket at net.core.rmem_default overflows: the written profile's only value is
+    rmem_default, host-global. plan and apply in the namespace used to print "nothing to
+    change" and exit 0 while the drops went on: now they name the skipped knob, how to set it
+    on the host, and exit 3. Nothing changes, in the namespace or on the host."""
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    profile = tmp_path / "fix.toml"
+    host_rmem = pathlib.Path("/proc/sys/net/core/rmem_default").read_text()
+    fault = F.UdpRcvbufErrors(port=15356, rcvbuf=0, datagrams=600, size=1400)
+    with F.Background(netns, fault) as bg:
+        # the burst is over in milliseconds: on a loaded machine a window may open after it,
+        # so the same load is tried again until a window holds it (at most 3 times)
+        for _ in range(3):
+            first, truth = diagnose_while(
+                netns, bg, "--write-profile", str(profile), "--force", "--rule", "udp-rcvbuf-errors"
+            )
+            assert truth.delta() > 0, truth
+            if hits(first, "udp-rcvbuf-errors"):
+                break
+    (f,) = hits(first, "udp-rcvbuf-errors")
+    (fx,) = [x for x in f["fixes"] if x["key"] == "sysctl.net.core.rmem_default"]
+    # host-global: the fix is the host's, its command is typed on the host
+    assert fx["scope"] == "host" and fx["command"].startswith("sysctl -w net.core.rmem_default=")
+    settings = dict(load_profile(str(profile)).settings())
+    assert list(settings) == ["sysctl.net.core.rmem_default"], list(settings)
+    before = ns_sysctls(netns)
+    for verb in ("plan", "apply"):
+        res = run_cli("--netns", netns, verb, str(profile), *(["--yes"] if verb == "apply" else []))
+        assert res.exit_code == 3, (verb, res.exit_code, res.stdout, res.stderr)
+        assert "nothing to change" not in res.stdout
+        err = res.stderr
+        assert "nothing in it can be applied from a namespace" in err, err
+        assert f"namespace {netns} cannot change it: net.core.rmem_default" in err, err
+        assert f"sysctl -w net.core.rmem_default={fx['desired']}" in err, err
+        assert err.count("\n") == 1, err  # one line
+    assert ns_sysctls(netns) == before
+    assert pathlib.Path("/proc/sys/net/core/rmem_default").read_text() == host_rmem
+
+
+def test_skipped_host_global_values_are_named_by_plan_and_apply(
+    netns: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some values the namespace takes, one it cannot: applied, and the skipped one named."""
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    profile = tmp_path / "mixed.toml"
+    profile.write_text(
+        '[profile]\nname = "mixed"\ndescription = "one per-netns value, one host-global"\n'
+        '[sysctl]\n"net.core.somaxconn" = { value = 4242, reason = "test" }\n'
+        '"net.core.rmem_default" = { value = 4194304, mode = "raise", reason = "test" }\n'
+    )
+    plan = run_cli("--netns", netns, "plan", str(profile))
+    assert plan.exit_code == 0, plan.stderr
+    line = f"1 skipped: host-global, namespace {netns} cannot change it: net.core.rmem_default"
+    assert line in plan.stdout, plan.stdout
+    applied = run_cli("--netns", netns, "apply", str(profile), "--yes")
+    assert applied.exit_code == 0, applied.stderr
+    assert line in applied.stdout and "(on the host: sysctl -w" in applied.stdout
+    assert ns_sysctls(netns)["/proc/sys/net/core/somaxconn"].strip() == "4242"
+    assert run_cli("--netns", netns, "rollback").exit_code == 0

@@ -62,3 +62,22 @@ def test_keepalived_check_catches_what_the_export_gets_right(director: str, tmp_
         conf = tmp_path / "bad.conf"
         conf.write_text(bad)
         assert _check(director, conf).returncode != 0
+
+
+def test_keepalived_accepts_the_pair_export_with_timeouts_and_a_udp_service(director: str,
+                                                                            tmp_path: Path):
+    from tests.unit.ipvs.test_config import FULL
+
+    cfg = tmp_path / "dr.toml"
+    cfg.write_text(FULL)
+    r = run_cli("ipvs", "export", str(cfg), "--format", "keepalived", "--peer", "10.0.0.3",
+                "--check-port", "80")
+    assert r.exit_code == 0, r.stderr
+    global_defs = r.stdout[r.stdout.index("global_defs {"):r.stdout.index("\n}\n")]
+    assert "    lvs_sync_daemon eth0 lbtune_51 id 51" in global_defs
+    assert "    lvs_timeouts tcp 900 tcpfin 30 udp 60" in global_defs
+    assert "UDP_CHECK {" in r.stdout
+    conf = tmp_path / "keepalived.conf"
+    conf.write_text(r.stdout)
+    res = _check(director, conf)
+    assert res.returncode == 0, res.stdout + res.stderr

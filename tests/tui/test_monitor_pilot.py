@@ -209,3 +209,49 @@ async def test_the_end_of_a_replay_is_said_and_the_last_frame_stays():
         assert ended[0].error is None
         assert "replay finished" in str(app.query_one("#status").content)
         assert "UDP rcvbuf" in text_of(app, "drops")
+
+
+async def test_the_layout_follows_the_terminal_width():
+    app, feed, script = _app(DELL)
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed.push(tick(script.step(softnet={41: (1000, 7, 0)}), _probes(), "on"))
+        await until(pilot, lambda: app.frames == 1)
+        body = app.query_one("#body")
+        assert body.has_class("narrow")  # one column
+        left, right = app.query_one("#left"), app.query_one("#right")
+        assert left.region.x == right.region.x and right.region.y > left.region.y
+        # The CPU that drops comes first on the 48-CPU host, even with every CPU shown.
+        await pilot.press("c")
+        cpus = text_of(app, "cpus").splitlines()
+        assert cpus[1].split()[0] == "41", cpus[:3]
+        await pilot.resize_terminal(160, 48)
+        await until(pilot, lambda: not body.has_class("narrow"))
+        await pilot.pause()
+        assert right.region.x > left.region.x  # two columns side by side
+
+
+def test_a_narrow_grid_leaves_out_optional_columns_and_never_cuts_the_key():
+    from lbtune.tui.lines import Grid, plain
+
+    g = Grid(("listener", "queue", "note", "extra"), right=frozenset({"queue"}),
+             optional=("extra",))  # fmt: skip
+    g.add(("[2001:db8::1]:8443", ""), ("129", ""), ("a long remark here", ""), ("x" * 12, ""))
+    rows = [plain(ln) for ln in g.lines(36)]
+    assert all("extra" not in r for r in rows)  # left out whole, not cut
+    assert rows[1].startswith("[2001:db8::1]:8443") and "129" in rows[1]
+    assert rows[1].rstrip().endswith("…") and all(len(r) <= 36 for r in rows)  # note cut
+async def test_udp_no_port_row_names_the_port_the_probe_saw():
+    """The "UDP no port" row used to count datagrams without ever naming the port."""
+    from lbtune.observe.probes import PortCount
+
+    app, feed, script = _app()
+    probes = ProbeSample(("drops", "napi"), 1.0, (), 0, "host", (), (), 0, (),
+                         ports=(PortCount("udp", 4, "10.0.0.5", 53, 100),
+                                PortCount("tcp", 4, "10.0.0.5", 80, 7)))  # fmt: skip
+    async with app.run_test(size=SIZE) as pilot:
+        feed.push(tick(script.step()))
+        await until(pilot, lambda: app.frames == 1)
+        feed.push(tick(script.step(snmp={"Udp.NoPorts": 100}), probes, "on"))
+        await until(pilot, lambda: app.frames == 2)
+        row = next(ln for ln in text_of(app, "drops").splitlines() if "UDP no port" in ln)
+        assert "10.0.0.5:53" in row and "100" in row, row

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from lbtune.errors import BadInput
+from lbtune.host.textfile import open_user_text
 from lbtune.observe.recording import RecordingHeader, RecordingWriter, read_recording
 from tests.conftest import DELL, run_cli
 from tests.tui.conftest import Script
@@ -178,3 +180,41 @@ def test_record_without_a_terminal_leaves_an_existing_recording_alone(tmp_path):
     res = run_cli("monitor", "--record", str(rec), "--force")
     assert res.exit_code == 2 and "needs a terminal" in res.stderr, res.stderr
     assert rec.read_text() == "an earlier recording\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff\xfe\x00binary\x80\x81\n", "line 1: not UTF-8 text"),
+        (b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)), "line 1: not JSON"),
+        (b"[" * 100_000 + b"]" * 100_000 + b"\n", "line 1: not JSON (nested too deeply)"),
+    ],
+    ids=["binary", "elf", "nested"],
+)
+def test_binary_or_deeply_nested_recordings_are_one_line_errors(tmp_path, content, message):
+    """Issue 20 item 14: these exited 70 (UnicodeDecodeError, RecursionError)."""
+    rec = tmp_path / "bad.rec"
+    rec.write_bytes(content)
+    res = run_cli("monitor", "--replay", str(rec))
+    assert res.exit_code == 2, res
+    assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_bad_later_tick_is_a_one_line_error_naming_its_line(tmp_path):
+    rec = tmp_path / "tick.rec"
+    _recording(rec, ticks=1)
+    with open(rec, "ab") as f:
+        f.write(b"\xff\xfe not text\n")
+    with open_user_text(str(rec), "--replay") as f:
+        _header, ticks = read_recording(f, "tick.rec")
+        with pytest.raises(BadInput, match=r"tick.rec line 4: not UTF-8 text"):
+            list(ticks)
+
+
+def test_replay_of_a_fifo_is_refused_not_waited_on(tmp_path):
+    """Issue 20 item 13: `monitor --replay FIFO` blocked in open() forever."""
+    fifo = tmp_path / "rec.fifo"
+    os.mkfifo(fifo)
+    res = run_cli("monitor", "--replay", str(fifo))
+    assert res.exit_code == 2, res
+    assert "not a regular file" in res.stderr and len(res.stderr.strip().splitlines()) == 1

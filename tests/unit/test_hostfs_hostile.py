@@ -56,3 +56,52 @@ def test_a_link_to_a_device_in_a_counter_directory_is_left_out(tmp_path):
     os.symlink("/dev/zero", stats / "rx_bytes")  # a link: refused (ELOOP), never read
     assert HostFS(str(tmp_path)).read_int_dir("/sys/class/net/eth0/statistics") == {
         "tx_packets": 7}
+
+
+def test_an_attribute_hard_linked_outside_the_root_is_replaced_not_written(tmp_path):
+    """Issue 20 item 10: a hard link in a tree must not carry a write to the file outside."""
+    root = tmp_path / "root"
+    (root / "proc/sys/net/core").mkdir(parents=True)
+    outside = tmp_path / "precious"
+    outside.write_text("128\n")
+    os.chmod(outside, 0o640)
+    attr = root / "proc/sys/net/core/somaxconn"
+    os.link(outside, attr)
+    fs = HostFS(str(root))
+    fs.write_attr("/proc/sys/net/core/somaxconn", "8192")
+    assert outside.read_text() == "128\n" and os.stat(outside).st_nlink == 1
+    assert attr.read_text() == "8192\n"  # the tree's own copy, line ending kept
+    assert os.stat(attr).st_mode & 0o7777 == 0o640 and os.stat(attr).st_nlink == 1
+    assert [p.name for p in attr.parent.iterdir()] == ["somaxconn"]  # no temp left
+    fs.write_attr("/proc/sys/net/core/somaxconn", "128")
+    assert attr.read_text() == "128\n" and outside.read_text() == "128\n"
+
+
+def test_only_temps_of_dead_writers_are_removed(tmp_path):
+    """Issue 20 item 15: `FILE.lbtune-tmp-PID` of a writer that is gone (or whose PID now
+    belongs to a process started after the temp was written) is removed; a live writer's
+    temp is left alone."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "etc/sysctl.d"
+    d.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (d / f"a.conf.lbtune-tmp-{dead.pid}").write_text("x")
+        (d / f"b.conf.lbtune-tmp-{live.pid}").write_text("x")  # written after live started
+        reused = d / f"c.conf.lbtune-tmp-{live.pid}"
+        reused.write_text("x")
+        os.utime(reused, (1_000_000, 1_000_000))  # 1970: before `live` started
+        (d / "keep.conf").write_text("x")
+        (d / "not-a-temp.lbtune-tmp-x").write_text("x")
+        HostFS(str(tmp_path)).remove_dead_temps("/etc/sysctl.d")
+        assert sorted(p.name for p in d.iterdir()) == [
+            f"b.conf.lbtune-tmp-{live.pid}", "keep.conf", "not-a-temp.lbtune-tmp-x"]
+    finally:
+        live.kill()
+        live.wait()
+    HostFS(str(tmp_path)).remove_stale_temps("/etc/sysctl.d/b.conf")
+    assert sorted(p.name for p in d.iterdir()) == ["keep.conf", "not-a-temp.lbtune-tmp-x"]

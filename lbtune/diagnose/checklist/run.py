@@ -38,6 +38,7 @@ from lbtune.diagnose.loadlint import LoadPlan, lint_load, parse_load, read_load_
 from lbtune.errors import BadInput, LbtuneError
 from lbtune.host.clock import ClockState, read_clock
 from lbtune.host.host import Host
+from lbtune.host.ifname import check_ifname
 from lbtune.host.inventory import HostInventory, discover_host
 from lbtune.host.mgmt import default_route_interfaces
 from lbtune.host.sockdiag import ListenSocket
@@ -66,6 +67,7 @@ def pick_data_interface(
     """The interface load traffic uses, and how it was chosen (for the reasons)."""
     names = {n.name for n in inv.nics}
     if explicit is not None:
+        check_ifname(explicit, "--iface")
         if explicit not in names:
             have = ", ".join(sorted(names)) or "none"
             raise BadInput(f"--iface {explicit}: no such interface on this host (have: {have})")

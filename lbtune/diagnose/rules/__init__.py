@@ -1,15 +1,16 @@
 """The diagnose rules: kernel counter movements turned into findings with cause and fix.
 
-One module per area (listen queues, socket receive, CPUs, NICs, routing, conntrack, TCP
-limits, transmit); each rule registers itself with `@rule` in `registry.py` and declares the
-configuration it reads. A rule fires only when something was lost or a limit was hit inside
-the window, so an idle host gives no findings. Every rule id is documented in
-docs/diagnose.md with its counters, meaning and fix (a test checks that).
+One module per area (listen queues, socket receive, closed ports, CPUs, NICs, routing,
+conntrack, TCP limits, transmit); each rule registers itself with `@rule` in `registry.py`
+and declares the configuration it reads. A rule fires only when something was lost or a
+limit was hit inside the window, so an idle host gives no findings. Every rule id is
+documented in docs/diagnose.md with its counters, meaning and fix (a test checks that).
 """
 
 from __future__ import annotations
 
 from lbtune.diagnose.rules import (  # noqa: F401 (importing registers the rules)
+    closed_port,
     conntrack,
     cpu,
     listen,

@@ -100,6 +100,14 @@ def sysctl_fix(
     )
 
 
+def in_netns(ctx: Context, command: Optional[str]) -> Optional[str]:
+    """`command` as it must be typed to act on the namespace being diagnosed: with
+    `ip netns exec NS` in front (pasted as is, it would read or change the host)."""
+    if ctx.netns is None or not command or command.startswith("ip netns exec "):
+        return command
+    return f"ip netns exec {ctx.netns} {command}"
+
+
 def pow2_at_least(n: float) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1.0, n))))
 
@@ -122,7 +130,11 @@ def finding(
     Every profile value its fixes set gets the finding's one-line reason (`reason_of`)."""
     why = reason_of(ctx, rule_id, title, count, unit, gauge)
     fixes = [
-        replace(f, settings=tuple(s if s.reason else s.with_reason(why) for s in f.settings))
+        replace(
+            f,
+            settings=tuple(s if s.reason else s.with_reason(why) for s in f.settings),
+            command=in_netns(ctx, f.command) if f.scope != HOST else f.command,
+        )
         for f in fixes
     ]
     return Finding(

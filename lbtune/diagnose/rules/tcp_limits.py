@@ -145,6 +145,9 @@ def tcp_memory_pressure(ctx: Context) -> Iterator[Finding]:
     )
 
 
+PORT_RANGE = "10000 65535"  # as profiles/web.toml and lb-proxy.toml set it
+
+
 @rule(
     "ephemeral-ports",
     "local ports used up by connections and TIME_WAIT (client)",
@@ -159,11 +162,16 @@ def ephemeral_ports(ctx: Context) -> Iterator[Finding]:
     size = max(1, rng[1] - rng[0] + 1)
     if after.ephemeral_in_use is not None:
         used = after.ephemeral_in_use
-        how = "TCP sockets hold a local port of the range (counted with sock_diag)"
-        evidence = reading(
-            "sock_diag tcp sockets in port range", used, "sock_diag", CounterRef(C.EPHEMERAL)
+        how = (
+            "TCP sockets hold a local port of the range toward one destination (the busiest "
+            "pair of source address and destination, counted with sock_diag)"
         )
+        evidence = reading(
+            "sock_diag tcp ports in range, busiest destination", used, "sock_diag",
+            CounterRef(C.EPHEMERAL),
+        )  # fmt: skip
         exact = True
+        unit = "ports in use"
     else:
         # A recorded tree has no per-socket list: TIME_WAIT holds its port for 60 s, but a
         # server's TIME_WAIT sockets hold the server port, not ephemeral ones.
@@ -172,8 +180,15 @@ def ephemeral_ports(ctx: Context) -> Iterator[Finding]:
             "sockets are in TIME_WAIT (an estimate from /proc/net/sockstat: it matters only "
             "if this host opens the connections, e.g. a client or a proxy to upstreams)"
         )
+        if used > size:
+            how += (
+                f"; more than the range's {size} ports, so they go to several destinations: "
+                "the range runs out per (source, destination) pair, and a capture cannot "
+                "count per pair"
+            )
         evidence = _sockstat("tw", "tcp_tw", used)
         exact = False
+        unit = "sockets in TIME_WAIT"
     if used < 0.8 * size:
         return
     if exact and used >= size:
@@ -196,10 +211,18 @@ def ephemeral_ports(ctx: Context) -> Iterator[Finding]:
         "ip_local_port_range",
         f"{used} {how}, against a local port range of {size} ({rng[0]}-{rng[1]}): {effect}.",
         used,
-        "ports in use",
+        unit,
         [evidence],
         [
-            sysctl_fix(ctx, "net.ipv4.ip_local_port_range", "1024 65535", mode=Mode.SET),
+            sysctl_fix(
+                ctx,
+                "net.ipv4.ip_local_port_range",
+                PORT_RANGE,
+                "the range of the shipped web and lb-proxy profiles: 55,536 ports per "
+                "destination, above the common service ports. To go lower, list the ports "
+                "services listen on in net.ipv4.ip_local_reserved_ports first",
+                mode=Mode.SET,
+            ),
             sysctl_fix(
                 ctx,
                 "net.ipv4.tcp_tw_reuse",

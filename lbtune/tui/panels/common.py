@@ -31,9 +31,13 @@ def percent(value: Optional[float]) -> str:
 
 
 def table(
-    *columns: str, right: frozenset[str] = frozenset(), squeeze: frozenset[str] = frozenset()
+    *columns: str,
+    right: frozenset[str] = frozenset(),
+    squeeze: frozenset[str] = frozenset(),
+    optional: tuple[str, ...] = (),
+    cut: frozenset[str] = frozenset(),
 ) -> Grid:
-    return Grid(columns, right, squeeze)
+    return Grid(columns, right, squeeze, optional, cut)
 
 
 def loss_style(value: Optional[float]) -> str:

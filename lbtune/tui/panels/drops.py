@@ -10,20 +10,22 @@ SPARK_WIDTH = 20
 
 
 def render(frame: Frame, condensed: bool, width: int) -> list[Line]:
-    t = table("cause", "/s", "history", "total", right=frozenset({"/s", "total"}))
+    t = table("cause", "/s", "history", "total", right=frozenset({"/s", "total"}),
+              squeeze=frozenset({"history"}))  # fmt: skip
     for d in frame.drops:
         if condensed and not d.total and d.rate is not None:
             continue
         style = HOT if d.rate else ("" if d.total else DIM)
         t.add(
-            (d.name, style),
+            (f"{d.name} {d.detail}" if d.detail else d.name, style),
             (rate(d.rate), style),
             (sparkline(d.history, SPARK_WIDTH), "red" if d.rate else DIM),
             (f"{d.total:,}", style),
         )
     out = t.lines(width)
     if frame.reasons:
-        k = table("kernel reason (probe)", "location", "/s", right=frozenset({"/s"}))
+        k = table("kernel reason (probe)", "location", "/s", right=frozenset({"/s"}),
+                  cut=frozenset({"location"}))  # fmt: skip
         for r in frame.reasons:
             k.add((r.reason, HOT), (r.location, ""), (rate(r.rate), ""))
         out += [(), *k.lines(width)]

@@ -57,6 +57,23 @@ class SysctlKnob(Knob):
                     f"sysctl {self.obj}: no such sysctl on this host; did you mean {near}?"
                 )
 
+    def unknown(self, host: Host) -> Optional[str]:
+        """Why this key cannot be a sysctl of this host, or None.
+
+        A key whose directory exists but which is itself absent (`net.core.somaxcon`,
+        `net.core.zz1`) is unknown: this kernel does not have it. A key whose whole family is
+        absent (`net.sctp.*` without the sctp module, `net.ipv4.conf.eth9.*` without eth9)
+        is not: it is planned as missing. Only the host's own namespace is judged: a
+        namespace shows only some of the host's net.* entries.
+        """
+        if host.netns is not None or host.fs.exists(self.path):
+            return None
+        if not host.fs.isdir(self.path.rpartition("/")[0]):
+            return None
+        near = self.near_miss(host)
+        hint = f"; did you mean {near}?" if near else ""
+        return f"sysctl {self.obj}: no such sysctl on this host{hint}"
+
     def near_miss(self, host: Host) -> Optional[str]:
         """A key of this host that `obj` is most likely a misspelling of, or None."""
         import difflib

@@ -64,3 +64,20 @@ FIELDS: dict[str, tuple[int, int, int, bool]] = {
     "net.ipv4.udp_mem": (3, 1, 2**63 - 1, True),
 }
 ANY_INT = (-(2**63), 2**64 - 1)
+
+# The sysctls whose value is text, and the shape of that text. Every other sysctl takes an
+# integer or a vector of integers (`tcp_rmem = "4096 131072 16777216"`): a profile value
+# like `somaxconn = "abc; rm -rf /"` is refused when the profile is read, whatever the host.
+_NAME = r"[A-Za-z0-9_-]{1,15}"  # a congestion control or qdisc name (TCP_CA_NAME_MAX 16)
+_MASK = r"[0-9a-fA-F]{1,8}(,[0-9a-fA-F]{1,8}){0,255}"  # a CPU mask as the kernel prints it
+_HOST = r"[A-Za-z0-9]([A-Za-z0-9.-]{0,62})?"  # __NEW_UTS_LEN 64
+STRINGS: dict[str, str] = {
+    "net.ipv4.tcp_congestion_control": _NAME,
+    "net.ipv4.tcp_allowed_congestion_control": f"{_NAME}( {_NAME}){{0,31}}",
+    "net.core.default_qdisc": _NAME,
+    "net.core.rps_default_mask": _MASK,
+    "net.core.flow_limit_cpu_bitmap": _MASK,
+    "net.ipv4.ip_local_reserved_ports": r"[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*",
+    "kernel.hostname": _HOST,
+    "kernel.domainname": _HOST,
+}

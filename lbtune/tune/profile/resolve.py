@@ -22,9 +22,12 @@ from lbtune.tune.profile.model import DATA, LB_ROLES, NIC_ROLES, Profile, Settin
 
 
 class _Resolver:
-    def __init__(self, profile: Profile, inv: Inventory, iface: Optional[str]) -> None:
+    def __init__(
+        self, profile: Profile, inv: Inventory, iface: Optional[str], in_netns: bool = False
+    ) -> None:
         self.p = profile
         self.inv = inv
+        self.in_netns = in_netns
         self.data: Optional[Nic] = None
         if iface is not None:
             self.data = self._nic(iface, "--iface")
@@ -144,7 +147,10 @@ class _Resolver:
         if "state" in self.p.irqbalance:
             s = self.p.irqbalance["state"]
             self.add(k.IrqbalanceKnob("service"), s.value, s, "irqbalance.state")
-        if "ban" in self.p.irqbalance:
+        # irqbalance is host-global: from a namespace it is never changed (the plan lists
+        # state as skipped), so the ban's CPU set is not evaluated against the namespace's
+        # view, where it may select nothing (lb-dr on a 2-CPU host).
+        if "ban" in self.p.irqbalance and not self.in_netns:
             s = self.p.irqbalance["ban"]
             banned = self.cpus(s.value, "irqbalance.ban", self.data)
             if banned >= self.online:
@@ -336,13 +342,17 @@ class _Resolver:
         return self.targets
 
 
-def resolve(profile: Profile, inv: Inventory, iface: Optional[str] = None) -> list[Target]:
+def resolve(
+    profile: Profile, inv: Inventory, iface: Optional[str] = None, in_netns: bool = False
+) -> list[Target]:
     """The knob targets `profile` wants on the host described by `inv`, in apply order.
 
     `iface` names the data interface (`[nic."data"]`, `{data}`, `nic-local`). Raises BadInput
     for unknown interfaces, CPU sets that are empty or offline, values the hardware cannot take.
+    `in_netns`: planning from a network namespace, where the host-global irqbalance ban is
+    not resolved (it would not be applied).
     """
-    return _Resolver(profile, inv, iface).run()
+    return _Resolver(profile, inv, iface, in_netns).run()
 
 
 def cpu_values(

@@ -14,7 +14,7 @@ from lbtune.host.ifname import is_ifname
 from lbtune.host.sysctl import sysctl_path
 from lbtune.tune.plan import Mode
 from lbtune.tune.profile.cpuexpr import MAX_EXPR, is_builtin_cpu_name, parse_cpu_expr
-from lbtune.tune.profile.limits import ANY_INT, FIELDS, FORBIDDEN_SYSCTLS, RANGES
+from lbtune.tune.profile.limits import ANY_INT, FIELDS, FORBIDDEN_SYSCTLS, RANGES, STRINGS
 from lbtune.tune.profile.model import (
     CMDLINE_KEYS,
     DATA,
@@ -153,6 +153,14 @@ def _sysctl_value(key: str, raw: object, mode: Mode, where: _Where, wkey: str) -
     elif len(fields) == 1 and numeric:
         lo, hi = RANGES.get(key) or RANGES.get(conf_key) or ANY_INT
         _int(int(fields[0]), where, wkey, lo, hi)
+    elif not numeric:
+        shape = STRINGS.get(key)
+        if shape is None:
+            raise where.bad(
+                wkey, f"{show_value(text)}: expected an integer or integers separated by spaces"
+            )
+        if not re.fullmatch(shape, " ".join(fields)):
+            raise where.bad(wkey, f"{show_value(text)}: not a valid value for {key}")
     if mode is not Mode.SET and not numeric:
         raise where.bad(wkey, f"mode {mode.value!r} needs numbers, got {show_value(text)}")
     return " ".join(fields)

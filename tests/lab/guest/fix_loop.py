@@ -19,8 +19,6 @@ import pathlib
 import time
 from typing import Any, Callable, Optional
 
-from tests.lab.guest.conntrack_full import _sample_clock
-
 GLOBAL_KEYS = (
     "net.core.netdev_max_backlog",
     "net.core.netdev_budget",
@@ -77,18 +75,18 @@ def _put_back(values: dict[str, Optional[str]]) -> None:
                 write_global_sysctl(k, v)
 
 
-def _window(bg: Any, args: list[str], delay: float, clock: Any) -> tuple[Any, Any]:
-    """A diagnose run with the fault triggered `delay` s after the window's first sample."""
+def _window(bg: Any, args: list[str]) -> tuple[Any, Any]:
+    """A diagnose run with the fault inside its window: triggered after the first sample,
+    the later samples wait for its result (trigger_in_window)."""
     from tests.conftest import run_cli
+    from tests.netns.faults import trigger_in_window
 
-    times, after_first, _undo = clock
-    del times[:]
-    after_first.append(lambda: bg.trigger(after=delay))
-    res = run_cli(*args)
+    with trigger_in_window(bg):
+        res = run_cli(*args)
     return res, bg.truth()
 
 
-def _loop(rule: str, duration: float, delay: float, clock: Any) -> dict[str, Any]:
+def _loop(rule: str, duration: float) -> dict[str, Any]:
     from tests.conftest import run_cli
     from tests.netns.faults import Background
 
@@ -98,7 +96,7 @@ def _loop(rule: str, duration: float, delay: float, clock: Any) -> dict[str, Any
     out: dict[str, Any] = {"rule": rule, "counter": counter}
     t0 = time.monotonic()
     with Background(None, make(), timeout=30) as bg:
-        first, truth1 = _window(bg, [*diag, "--write-profile", profile], delay, clock)
+        first, truth1 = _window(bg, [*diag, "--write-profile", profile])
         out["first"] = {"exit": first.exit_code, "stdout": first.stdout, "stderr": first.stderr}
         out["truth1"] = dataclasses.asdict(truth1)
         out["profile"] = pathlib.Path(profile).read_text() if os.path.exists(profile) else None
@@ -111,7 +109,7 @@ def _loop(rule: str, duration: float, delay: float, clock: Any) -> dict[str, Any
         out["applied"] = read_globals()
         if restart:
             bg.restart()
-        second, truth2 = _window(bg, diag, delay, clock)
+        second, truth2 = _window(bg, diag)
         out["second"] = {"exit": second.exit_code, "stdout": second.stdout,
                          "stderr": second.stderr}  # fmt: skip
         out["truth2"] = dataclasses.asdict(truth2)
@@ -124,21 +122,17 @@ def _loop(rule: str, duration: float, delay: float, clock: Any) -> dict[str, Any
     return out
 
 
-def run(rules: Optional[list[str]] = None, duration: float = 2.0, delay: float = 0.8) -> Any:
+def run(rules: Optional[list[str]] = None, duration: float = 2.0) -> Any:
     """Every rule's loop (or `rules`), each from the guest's own global values."""
     from tests.conftest import run_cli
 
     os.environ["LBTUNE_STATE_DIR"] = "/tmp/lbtune-state"  # the guest's /tmp is a tmpfs
     run_cli("diagnose", "--duration", "0.1", "--json")  # imports warm before the windows
     defaults = read_globals()
-    clock = _sample_clock()
     loops = []
-    try:
-        for rule in rules or list(_scenarios()):
-            try:
-                loops.append(_loop(rule, duration, delay, clock))
-            finally:
-                _put_back(defaults)
-    finally:
-        clock[2]()
+    for rule in rules or list(_scenarios()):
+        try:
+            loops.append(_loop(rule, duration))
+        finally:
+            _put_back(defaults)
     return {"defaults": defaults, "loops": loops}

@@ -28,6 +28,9 @@ NO_PROFILE_FIX = {
     "nic-policer": "the cloud platform's allowance: a bigger instance, no host setting",
     "conntrack-insert-failed": "a race in the clients' UDP pattern: resolver options or "
     "NOTRACK, made by hand",
+    "udp-no-port": "nothing listens on the port: the application (or the VIP on lo) fixes it",
+    "tcp-no-listener": "nothing listens on the port: the application (or the VIP on lo) fixes it",
+    "addr-not-local": "the VIP on lo of a DR real server: an address, added by hand",
 }
 
 Files = Callable[[], dict[str, str]]
@@ -46,6 +49,22 @@ def netstat(host: str, **counters: int) -> dict[str, str]:
         out += [head, f"{group}: " + " ".join(values)]
     assert not counters, f"not in {host}'s netstat: {counters}"
     return {"/proc/net/netstat": "\n".join(out) + "\n"}
+
+
+def snmp(host: str, **counters: int) -> dict[str, str]:
+    """/proc/net/snmp of fixture `host` with `counters` set (`Udp__NoPorts=5`)."""
+    lines = (HOSTS / host / "proc/net/snmp").read_text().splitlines()
+    want = {k.replace("__", "."): v for k, v in counters.items()}
+    out = []
+    for head, vals in zip(lines[::2], lines[1::2]):
+        group, names = head.split(":", 1)
+        values = vals.split(":", 1)[1].split()
+        for i, name in enumerate(names.split()):
+            if f"{group}.{name}" in want:
+                values[i] = str(want.pop(f"{group}.{name}"))
+        out += [head, f"{group}: " + " ".join(values)]
+    assert not want, f"not in {host}'s snmp: {want}"
+    return {"/proc/net/snmp": "\n".join(out) + "\n"}
 
 
 def sysctls(**values: str) -> dict[str, str]:
@@ -162,6 +181,10 @@ CASES: dict[str, list[tuple[str, Files]]] = {
     "ephemeral-ports": [(DELL, dict)],
     # fq_codel (its own limit: by hand), then a pfifo_fast root (txqueuelen is its limit)
     "qdisc-drop": [(DELL, dict), (KVM, lambda: PFIFO_FAST)],
+    # since boot: a tenth of the datagrams / connection attempts went to closed ports
+    "udp-no-port": [(DELL, lambda: snmp(DELL, Udp__NoPorts=900000))],
+    "tcp-no-listener": [(DELL, lambda: snmp(DELL, Tcp__OutRsts=40000000))],
+    "addr-not-local": [(DELL, lambda: snmp(DELL, Ip__InAddrErrors=4000000000))],
 }
 
 

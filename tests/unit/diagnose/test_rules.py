@@ -306,7 +306,29 @@ def test_ephemeral_ports_counted_exactly(conf: dict[str, str]) -> None:
     b = sample(1, sockstat=st, ephemeral_in_use=27500)  # range 32768-60999 = 28232 ports
     f = one(run(conf, sample(0, sockstat=st), b), "ephemeral-ports")
     assert f.level is Level.FAIL and f.count == 27500
-    assert f.fixes[0].desired == "1024 65535" and f.fixes[0].current == "32768 60999"
+    # one range everywhere: the shipped web/lb-proxy profiles' 10000-65535, and how to go lower
+    assert f.fixes[0].desired == "10000 65535" and f.fixes[0].current == "32768 60999"
+    assert "ip_local_reserved_ports" in f.fixes[0].note
+    assert f.unit == "ports in use" and "busiest pair" in f.cause
+
+
+def test_ephemeral_ports_estimate_never_claims_more_ports_than_exist(
+    conf: dict[str, str],
+) -> None:
+    """262,144 TIME_WAIT sockets against a range of 28,232 ports: they are sockets, spread
+    over several destinations, not "262,144 ports in use"."""
+    st = SockStat(0, 10, 0, 262144, 10, 1, 0, 0)
+    f = one(run(conf, None, sample(0, sockstat=st)), "ephemeral-ports")
+    assert f.count == 262144 and f.unit == "sockets in TIME_WAIT", (f.count, f.unit)
+    assert "several destinations" in f.cause and "per (source, destination) pair" in f.cause
+
+
+def test_busiest_pair_counts_ports_per_destination() -> None:
+    from lbtune.host.sockdiag import busiest_pair
+
+    pairs = [("10.0.0.1", "10.0.0.9:80")] * 3 + [("10.0.0.1", "10.0.0.8:80")] * 2
+    assert busiest_pair(pairs) == 3
+    assert busiest_pair([]) == 0
 
 
 def test_ephemeral_ports_estimate_is_only_a_warning(conf: dict[str, str]) -> None:
@@ -322,3 +344,24 @@ def test_no_op_fixes_are_dropped() -> None:
     f = one(run(conf, a, b), "syn-queue-full")
     assert all(x.desired != x.current for x in f.fixes)
     assert "sysctl net.ipv4.tcp_syncookies" not in {x.knob for x in f.fixes}
+
+
+@pytest.mark.parametrize(
+    ("key", "rule"),
+    [("Udp.NoPorts", "udp-no-port"), ("Tcp.OutRsts", "tcp-no-listener"),
+     ("Ip.InAddrErrors", "addr-not-local")],
+)  # fmt: skip
+def test_closed_port_levels_follow_the_rate(conf: dict[str, str], key: str, rule: str) -> None:
+    """Over 10 s: 5/s is scanner noise (no finding), 50/s a warning, 200/s a failure."""
+    a = sample(0, snmp={key: 0})
+    levels = []
+    for n in (50, 500, 2000):
+        found = [f for f in run(conf, a, sample(10, snmp={key: n})) if f.rule == rule]
+        levels.append(found[0].level if found else None)
+    assert levels == [None, Level.WARN, Level.FAIL]
+
+
+def test_resets_of_aborted_connections_are_not_closed_ports(conf: dict[str, str]) -> None:
+    a = sample(0, snmp={"Tcp.OutRsts": 0, "TcpExt.TCPAbortOnClose": 0})
+    b = sample(10, snmp={"Tcp.OutRsts": 900, "TcpExt.TCPAbortOnClose": 880})
+    assert [f for f in run(conf, a, b) if f.rule == "tcp-no-listener"] == []

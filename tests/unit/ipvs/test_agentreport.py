@@ -67,9 +67,10 @@ def test_prometheus_text_parses_with_the_reference_parser():
     assert util == pytest.approx({"cpu": 0.42, "runq": 0.375, "mem": 0.5, "listen": 0.5,
                                   "egress": 0.75})  # fmt: skip
     health = {s.labels["state"]: s.value for s in families["lbtune_agent_health"].samples}
-    assert health == {"ok": 1, "overloaded": 0, "down": 0}
-    cap = families["lbtune_agent_egress_capacity_bits_per_second"].samples[0]
-    assert cap.value == 40e6 and cap.labels["dev"] == "eth0"
+    assert health == {"ok": 1, "overloaded": 0, "down": 0, "unknown": 0}
+    # Prometheus base units: 40 Mbit/s is 5,000,000 bytes/s
+    cap = families["lbtune_agent_egress_capacity_bytes_per_second"].samples[0]
+    assert cap.value == 40e6 / 8 and cap.labels["dev"] == "eth0"
 
 
 def test_haproxy_agent_check_lines():

@@ -183,7 +183,17 @@ FACTS = HostFacts(frozenset({"rr", "wrr", "wlc", "sh", "mh"}),
 
 
 def test_host_checks_pass_for_placed_and_local_vips():
-    check_host(parse(FULL), FACTS)
+    local = parse('[[service]]\naddress = "10.0.0.100"\nport = 80')  # an address of the host
+    placed = parse('[[vip]]\naddress = "2001:db8::100"\ndev = "eth0"\n'
+                   '[[service]]\naddress = "2001:db8::100"\nport = 443')  # fmt: skip
+    for cfg in (parse(FULL), local, placed):
+        assert check_host(cfg, FACTS) is None  # accepted: nothing raised
+    # Not vacuous: on a host without addresses the placed VIP still passes (the config puts
+    # it there), the merely local one does not.
+    bare = HostFacts(FACTS.schedulers, frozenset(), FACTS.interfaces)
+    assert check_host(placed, bare) is None
+    with pytest.raises(BadInput, match=r"VIP 10\.0\.0\.100 is not an address of this host"):
+        check_host(local, bare)
 
 
 def test_scheduler_the_kernel_lacks():

@@ -104,6 +104,16 @@ def test_pair_prints_both_directors_with_swapped_addresses():
     ({"advert_int": 0.125}, "centiseconds"),
     ({"advert_int": 50.5}, "40.95"),
     ({"interface": "eth0 {"}, "--interface"),
+    ({"interface": "eth0;reboot"}, "--interface"),  # issue 20 item 9: config injection
+    ({"interface": "eth0\n}\nglobal_defs {"}, "--interface"),
+    ({"interface": "averyverylongname"}, "--interface"),  # 17 > IFNAMSIZ - 1
+    ({"interface": "a/b"}, "--interface"),
+    ({"interface": ".."}, "--interface"),
+    ({"peer": "fe80::1%x\n}"}, "--peer"),  # ipaddress takes any IPv6 scope text
+    ({"src": "fe80::1%eth0;x", "peer": "fe80::2"}, "--src"),
+    ({"vips": ("fe80::1%x}/64",)}, "--vip"),
+    ({"vips": ("10.0.0.1/24 dev eth9",)}, "--vip"),
+    ({"router_id": "r1\n}"}, "router_id"),
     ({"src": "2001:db8::1"}, "family"),
     ({"vips": ("10.0.0.300",)}, "--vip"),
 ])
@@ -132,3 +142,23 @@ def test_cli_pair_export_json_and_option_errors(tmp_path):
                 "--src", "10.77.0.2", "--pair", "--priority", "200")
     assert r.exit_code == 2 and "no --role/--priority" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("iface", ["eth0;reboot", "eth0\n}", "averyverylongname", "a/b", "-x"])
+def test_cli_refuses_an_interface_name_keepalived_conf_would_carry(tmp_path, iface):
+    cfg = tmp_path / "dr.toml"
+    cfg.write_text(LAB)
+    r = run_cli("ipvs", "export", str(cfg), "--format", "keepalived", "--peer", "10.77.0.3",
+                "--interface", iface)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert len(r.stderr.splitlines()) == 1 and "is not an interface name" in r.stderr
+
+
+def test_pair_export_carries_the_timeouts_in_global_defs():
+    from lbtune.host.ipvs import Timeouts
+
+    lines = pair_config(_services(), PairSettings(peer="10.77.0.3", interface="eth0"),
+                        timeouts=Timeouts(900, 0, 60))
+    assert _block(lines, "global_defs") == ["router_id lbtune-master",
+                                            "lvs_sync_daemon eth0 lbtune_51 id 51",
+                                            "lvs_timeouts tcp 900 udp 60"]

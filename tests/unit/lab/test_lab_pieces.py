@@ -7,6 +7,7 @@ import ipaddress
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,3 +245,84 @@ def test_progress_lines_pass_from_writer_to_reader(tmp_path):
         fh.write(', "total": 3}\nnot json\n')
     reader.poll(tmp_path)
     assert [(s.name, s.state, s.done, s.total) for s in seen[1:]] == [("load", "tick", 1, 3)]
+
+
+def test_adaptive_requests_without_an_access_log_are_unknown_not_zero(tmp_path):
+    """A server whose access log is missing served an unknown number of requests, not 0:
+    its count is None, the scheme says why, and no share is computed from it."""
+    from lbtune.lab.adaptive import _Web, rows
+
+    web = _Web("rs1", "ns-unused", str(tmp_path), str(tmp_path / "www"), Shell())
+    assert web.phase_requests() is None  # not started: nothing was logged or rotated
+    (tmp_path / "access.log.before").write_text("200\n200\n\n200\n")
+    assert web.phase_requests() == 3
+    scheme = {"scheme": "rr", "load": None, "failures": None, "events": [],
+              "requests": {"rs1": 30, "rs2": None}}  # fmt: skip
+    (row,) = rows({"schemes": [scheme]})
+    assert row.shares == {"rs1": None, "rs2": None}
+    scheme["requests"] = {"rs1": 30, "rs2": 10}
+    assert rows({"schemes": [scheme]})[0].shares == {"rs1": 0.75, "rs2": 0.25}
+def test_bypass_share_never_exceeds_all_reply_bytes():
+    """Through HAProxy the director receives its own connections' headers and handshakes
+    too: 1,210 bytes for 1,000 reply bytes used to read "111% of reply bytes"."""
+    proxy = Bypass(client_sent=100, client_received=1000, director_received=1210)
+    assert proxy.through_director == 1.0
+    assert proxy.overhead == 0.11  # the extra, said next to it
+    assert Bypass(100, 1000, 1080).overhead == 0.0
+    assert Bypass(0, 0, 0).overhead == 0.0
+
+
+def test_lab_caused_fail_becomes_a_skip_with_its_reason():
+    from lbtune.lab.scenario import CheckLine, lab_checks
+
+    checks = (
+        CheckLine("profile-in-sync", "fail", "lb-dr: cpu.data = 'x' selects no CPU on this host"),
+        CheckLine("rings", "pass", "ok"),
+    )
+    out, summary, tolerated = lab_checks("lb-dr", checks, {"pass": 1, "fail": 1, "skip": 0})
+    assert [c.level for c in out] == ["skip", "pass"]
+    assert "lab:" in out[0].reason and "more than one CPU" in out[0].reason
+    assert summary == {"pass": 1, "fail": 0, "skip": 1}
+    assert set(tolerated) == {"profile-in-sync"}
+    # a fail the lab does not cause stays a fail
+    real = (CheckLine("profile-in-sync", "fail", "2 of 9 knobs drifted"),)
+    out2, summary2, tolerated2 = lab_checks("lb-dr", real, {"fail": 1})
+    assert out2 == real and summary2 == {"fail": 1} and tolerated2 == {}
+
+
+def _report(r: Any) -> str:
+    import io
+
+    from rich.console import Console
+
+    from lbtune.cli.labreport import render_result
+
+    buf = io.StringIO()
+    render_result(Console(file=buf, width=200, highlight=False), r)
+    return buf.getvalue()
+
+
+def _keepalive_dr(mode: str = "dr", keepalive: bool = True, **kw: Any) -> Any:
+    cfg = ScenarioConfig(scheduler="wrr", servers=2, weights=(1, 3), mode=mode,
+                         keepalive=keepalive)  # fmt: skip
+    return ScenarioResult(
+        config=cfg, ok=True, stopped=None, reason="", vip="10.77.0.100", kernel="6.1",
+        servers=(ServerShare("rs1", "10.77.0.11", 1, 40, 0.4, 0.25, 3, 0),
+                 ServerShare("rs2", "10.77.0.12", 3, 60, 0.6, 0.75, 9, 0)),
+        **kw,
+    )  # fmt: skip
+
+
+def test_weights_report_says_ipvs_schedules_connections_not_requests():
+    text = _report(_keepalive_dr())
+    assert "expected: the weight share of the connections IPVS schedules" in text
+    assert "--no-keepalive schedules every request" in text
+    assert "weight share of the connections" not in _report(_keepalive_dr(keepalive=False))
+
+
+def test_proxy_report_says_what_the_extra_bytes_are():
+    r = _keepalive_dr(mode="proxy", bypass=Bypass(100, 1000, 1210))
+    text = _report(r)
+    assert "replies through the director: 100% of reply bytes" in text
+    assert "also received 11% more: the headers, handshakes and ACKs" in text
+    assert "111%" not in text

@@ -113,7 +113,8 @@ def test_fixture_r750_table_full() -> None:
 
 
 @pytest.mark.skipif(
-    not os.path.exists("/proc/net/stat/nf_conntrack"), reason="conntrack not loaded here"
+    not os.path.exists("/proc/net/stat/nf_conntrack"),
+    reason="capability: no conntrack in this kernel (tests never load nf_conntrack)",
 )
 def test_this_machine() -> None:
     ct = read_conntrack(HostFS("/"))

@@ -161,7 +161,9 @@ def test_this_machine_parses() -> None:
     assert s is not None and s.sockets_used > 0
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/net/snmp6"), reason="IPv6 is off on this machine")
+@pytest.mark.skipif(
+    not os.path.exists("/proc/net/snmp6"), reason="capability: IPv6 is off in this kernel"
+)
 def test_this_machine_parses_snmp6() -> None:
     v = read_snmp(HostFS("/")).values
     assert "Ip6.InReceives" in v and "Udp6.RcvbufErrors" in v

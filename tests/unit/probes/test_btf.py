@@ -83,7 +83,9 @@ def test_kernel_enums_of_a_tree(tmp_path):
     assert kernel_enums(HostFS(str(tmp_path / "sys"))) == []  # no BTF: nothing, no error
 
 
-@pytest.mark.skipif(not os.path.exists("/sys/kernel/btf/vmlinux"), reason="kernel without BTF")
+@pytest.mark.skipif(
+    not os.path.exists("/sys/kernel/btf/vmlinux"), reason="capability: kernel without BTF"
+)
 def test_the_running_kernels_btf_parses_completely():
     enums = kernel_enums(HostFS("/"))
     assert any(e.name == "skb_drop_reason" for e in enums)

@@ -1,0 +1,298 @@
+"""The exporter's engine: sample, judge, map to series, render the Prometheus text.
+
+`Exporter` owns one `Sampler` (the sampler `diagnose` and the monitor use, with the
+monitor's rules and its configuration cadence), the probes when asked for
+(`BackgroundProbes`, as the monitor loads them), the profiles to verify and the counter
+`Totals`. Two ways to drive it, one code path:
+
+* `scrape()` -- an HTTP scrape: a sample now, the window since the previous scrape, rules,
+  series, text. Scrapes closer together than `min_interval` get the previous text (a client
+  hammering /metrics cannot make lbtune sample faster), and one lock serialises them.
+* `collect(window)` -- the textfile loop: windows from `observe.schedule.stream`.
+
+A recorded tree (`--root`) is read as one capture (counters since boot), like `monitor
+--root`. The mapping itself is `series.py` (pure); rendering uses `prometheus_client`'s
+exposition writer, imported only here so that lbtune runs without it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+from lbtune.diagnose import probe_evidence as pe
+from lbtune.diagnose.context import Context
+from lbtune.diagnose.finding import Finding
+from lbtune.diagnose.rules import RULES, Rule, run_rules, sample_spec
+from lbtune.errors import BadInput, LbtuneError, NeedsPrivilege
+from lbtune.exporter.series import (
+    COUNTER_FAMILIES,
+    Collection,
+    Family,
+    Options,
+    ProfileCheck,
+    Totals,
+    counter_deltas,
+    families,
+)
+from lbtune.host.bpf import probe_problem
+from lbtune.host.inventory import discover_host
+from lbtune.host.ipvs import ipvs_loaded, ipvs_of
+from lbtune.host.nic import Nic
+from lbtune.host.runtime import Runtime
+from lbtune.host.topology import CpuTopology
+from lbtune.ipvs.status import ServiceRow, service_row
+from lbtune.observe.clock import SYSTEM_CLOCK, Clock
+from lbtune.observe.model import Sample
+from lbtune.observe.probe_loader import BackgroundProbes
+from lbtune.observe.probes import ProbeSample
+from lbtune.observe.sampler import Sampler
+from lbtune.observe.schedule import capture_window
+from lbtune.observe.window import Window
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONFIG_EVERY = 10.0  # seconds between reads of the limits the rules judge by (as the monitor)
+PROBES = ("drops",)  # kernel drop reasons; napi would add per-queue series nobody asked for
+INSTALL_HINT = "pip install 'lbtune[exporter]' (Debian: apt install python3-prometheus-client)"
+
+
+def require_client() -> None:
+    """NeedsPrivilege (exit 3, one line) when prometheus_client is not importable."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise NeedsPrivilege(f"the exporter needs prometheus_client: {INSTALL_HINT}") from None
+
+
+def exporter_rules() -> list[Rule]:
+    """The monitor's rules: all but those that walk every TCP connection (`receivers`),
+    too costly to repeat on every scrape."""
+    return [r for r in RULES if not r.receivers]
+
+
+def render(fams: Sequence[Family]) -> bytes:
+    """The Prometheus text exposition (format 0.0.4) of `fams`."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.registry import Collector, CollectorRegistry
+
+    class _Once(Collector):
+        def collect(self) -> Iterator[Metric]:
+            for f in fams:
+                m: Metric
+                if f.kind == "counter":
+                    m = CounterMetricFamily(f.name[: -len("_total")], f.help,
+                                            labels=list(f.labels))  # fmt: skip
+                else:
+                    m = GaugeMetricFamily(f.name, f.help, labels=list(f.labels))
+                for labels, value in f.samples:
+                    m.add_metric(list(labels), value)
+                yield m
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Once())
+    return bytes(generate_latest(registry))
+
+
+@dataclass(frozen=True)
+class Result:
+    text: bytes
+    series: int
+    seconds: float  # how long the collection took
+    up: bool
+
+
+class Exporter:
+    """See the module docstring. `profiles` are verified every `verify_every` seconds."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        options: Optional[Options] = None,
+        profiles: Sequence[str] = (),
+        iface: Optional[str] = None,
+        probes: bool = False,
+        min_interval: float = 1.0,
+        verify_every: float = 60.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.runtime = runtime
+        self.host = runtime.host()
+        self.options = options or Options()
+        self.profiles = tuple(profiles)
+        self.iface = iface
+        self.min_interval = min_interval
+        self.verify_every = verify_every
+        self.clock = clock
+        self.sampler = Sampler(self.host, None, sample_spec(exporter_rules()), clock,
+                               config_every=CONFIG_EVERY)  # fmt: skip
+        self.totals = Totals()
+        self._lock = threading.Lock()
+        self._previous: Optional[Sample] = None
+        self._last: Optional[tuple[float, Result]] = None
+        self._checks: tuple[ProfileCheck, ...] = ()
+        self._verified_at: Optional[float] = None
+        self.last_error = ""  # why the last collection failed (lbtune_up 0)
+        self.topology: Optional[CpuTopology]
+        self.nics: dict[str, Nic]
+        try:
+            inv = discover_host(self.host)
+            self.topology, self.nics = inv.cpus, {n.name: n for n in inv.nics}
+        except Exception:  # a namespace or a partial tree: the rules that need them stay quiet
+            self.topology, self.nics = None, {}
+        for check in self._verify():  # a typo in --profile is the user's to know at once
+            if check.checks is None:
+                raise BadInput(f"--profile {check.profile}: {check.error}")
+        self.want_probes = probes and self.host.is_live
+        self._probes: Optional[BackgroundProbes] = None
+        self._probe_problem = ""
+        if self.want_probes:
+            problem = probe_problem()
+            if problem is not None:
+                self._probe_problem = f"{problem.missing}: {problem.fix}"
+            else:
+                self._probes = BackgroundProbes.start(self.host, PROBES)
+
+    # ------------------------------------------------------------------ driving
+
+    def prime(self) -> None:
+        """The first sample: counters since boot seed the totals; the first scrape's window
+        starts here (so its findings judge the time since start, not since boot)."""
+        with self._lock:
+            if self.host.is_live and self._previous is None:
+                first = self.sampler.take()
+                self._add(Window(None, first), None)
+                self._previous = first
+
+    def scrape(self) -> Result:
+        """A collection now (or the previous one, if it is younger than min_interval)."""
+        with self._lock:
+            now = self.clock.monotonic()
+            if self._last is not None and now - self._last[0] < self.min_interval:
+                return self._last[1]
+            started = time.perf_counter()
+            try:
+                if self.host.is_live:
+                    current = self.sampler.take()
+                    window = Window(self._previous, current)
+                    self._previous = current
+                else:
+                    window = capture_window(self.sampler)
+                result = self._collect(window, started)
+            except (LbtuneError, OSError) as e:
+                result = self._down(started, str(e))
+            self._last = (now, result)
+            return result
+
+    def collect(self, window: Window) -> Result:
+        """A collection of a window the caller sampled (the textfile loop's stream)."""
+        with self._lock:
+            started = time.perf_counter()
+            if self._previous is None and window.before is not None:
+                self._add(Window(None, window.before), None)  # seed: since boot
+                self._previous = window.before
+            try:
+                return self._collect(window, started)
+            except (LbtuneError, OSError) as e:
+                return self._down(started, str(e))
+
+    def wait_probes(self, timeout: float) -> None:
+        """Wait until the probes are attached (or failed), at most `timeout` seconds: a
+        single collection (`--once`) should count with them from its first second."""
+        if self._probes is not None:
+            self._probes.attached.wait(timeout)
+
+    def close(self) -> None:
+        loader, self._probes = self._probes, None
+        if loader is not None:
+            loader.close()
+
+    # ------------------------------------------------------------------ one collection
+
+    def _probe_read(self) -> Optional[ProbeSample]:
+        loader = self._probes
+        if loader is None:
+            return None
+        if loader.failure is not None:
+            self._probe_problem = f"probes failed: {loader.failure}"
+            return None
+        if loader.loading:
+            self._probe_problem = "probes loading (bcc compile)"
+            return None
+        sample = loader.read()
+        self._probe_problem = "" if sample is not None else "probes not attached"
+        return sample
+
+    def _ipvs(self) -> tuple[Optional[list[ServiceRow]], str]:
+        """The IPVS table with counters, read afresh (live hosts with ip_vs loaded)."""
+        if not self.host.is_live or not ipvs_loaded(self.host.fs):
+            return None, ""
+        try:
+            session = ipvs_of(self.host)
+            session.invalidate()  # the session caches the table for plans: not here
+            return [service_row(s) for s in session.table(counters=True).values()], ""
+        except (LbtuneError, OSError) as e:
+            return None, str(e) or type(e).__name__
+
+    def _verify(self) -> tuple[ProfileCheck, ...]:
+        if not self.profiles:
+            return ()
+        now = self.clock.monotonic()
+        if self._verified_at is not None and now - self._verified_at < self.verify_every:
+            return self._checks
+        from lbtune.tune.service import verify_profile
+
+        checks = []
+        for name in self.profiles:
+            try:
+                _, rows = verify_profile(self.runtime, name, self.iface)
+                checks.append(ProfileCheck(name, tuple(rows)))
+            except (LbtuneError, OSError) as e:
+                checks.append(ProfileCheck(name, None, str(e)))
+        self._checks, self._verified_at = tuple(checks), now
+        return self._checks
+
+    def _findings(self, window: Window, probes: Optional[ProbeSample]) -> list[Finding]:
+        ctx = Context(window=window, topology=self.topology, nics=self.nics,
+                      netns=self.host.netns)  # fmt: skip
+        found = run_rules(ctx, exporter_rules())
+        if probes is not None:
+            found = list(pe.explain(found, probes))
+        return found
+
+    def _add(self, window: Window, probes: Optional[ProbeSample]) -> Collection:
+        c = Collection(window, (), probes, self.want_probes, self._probe_problem)
+        self.totals.add(counter_deltas(c, self.options, self.totals), COUNTER_FAMILIES)
+        return c
+
+    def _collect(self, window: Window, started: float) -> Result:
+        probes = self._probe_read()
+        self._add(window, probes)
+        services, ipvs_problem = self._ipvs()
+        c = Collection(window, self._findings(window, probes), probes, self.want_probes,
+                       self._probe_problem, self._verify(), services, ipvs_problem)  # fmt: skip
+        fams = families(c, self.options, self.totals)
+        return self._result(fams, started, up=True)
+
+    def _down(self, started: float, why: str) -> Result:
+        self.last_error = why
+        return self._result([], started, up=False)
+
+    def _result(self, fams: list[Family], started: float, up: bool) -> Result:
+        seconds = time.perf_counter() - started
+        fams = [
+            Family("lbtune_up", "gauge", "1 when the collection worked, 0 when it failed", (),
+                   (((), 1.0 if up else 0.0),)),
+            *fams,
+            Family("lbtune_scrape_duration_seconds", "gauge", "Seconds this collection took "
+                   "(sample, rules, series)", (), (((), seconds),)),
+        ]  # fmt: skip
+        text = render(fams)
+        return Result(text, sum(len(f.samples) for f in fams), seconds, up)
+
+
+def index_page() -> str:
+    return ("lbtune exporter: the metrics are at /metrics (docs/fleet.md)\n")
+

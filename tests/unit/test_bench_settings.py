@@ -1,0 +1,68 @@
+"""`make bench` reproduces the committed results with the committed settings: every bench
+script's argparse defaults are the settings its bench/results/*.json records, and the
+Makefile's bench target runs every script whose results the docs cite."""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+from typing import Any
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+
+# script -> (results file, {argparse option: meta key})
+SETTINGS = {
+    "run.py": ("startup.json", {"rounds": "rounds"}),
+    "tune.py": ("tune.json", {"rounds": "rounds"}),
+    "diagnose.py": ("diagnose.json", {"rounds": "rounds", "ticks": "ticks_per_round"}),
+    "lab.py": ("lab.json", {"rounds": "rounds", "duration": "duration", "servers": "servers"}),
+    "probes.py": ("probes.json", {"rounds": "rounds", "seconds": "seconds"}),
+    "ipvs.py": ("ipvs.json", {"rounds": "rounds"}),
+    "monitor.py": ("monitor.json", {"seconds": "seconds", "warmup": "warmup", "rate": "udp_rate"}),
+    "adapt.py": (
+        "adapt.json",
+        {"rounds": "rounds", "duration": "duration", "connections": "connections",
+         "rates": "rates_mbit"},
+    ),
+    "failover.py": ("failover.json", {"kills": "kills"}),
+}
+
+
+def argparse_defaults(script: pathlib.Path) -> dict[str, Any]:
+    """`--name` -> the literal default of each `add_argument` call in the script."""
+    out: dict[str, Any] = {}
+    for node in ast.walk(ast.parse(script.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument" and node.args
+                and isinstance(node.args[0], ast.Constant)):  # fmt: skip
+            for kw in node.keywords:
+                if kw.arg == "default":
+                    try:
+                        value = ast.literal_eval(kw.value)
+                    except ValueError:  # computed (an output path): not a setting
+                        continue
+                    out[str(node.args[0].value).lstrip("-")] = value
+    return out
+
+
+@pytest.mark.parametrize("script", sorted(SETTINGS))
+def test_bench_defaults_are_the_committed_results_settings(script: str) -> None:
+    results, keys = SETTINGS[script]
+    meta = json.loads((BENCH / "results" / results).read_text())["meta"]
+    defaults = argparse_defaults(BENCH / script)
+    for option, key in keys.items():
+        default = defaults[option]
+        if option == "rates":  # "60,60,15" on the command line, a list in the results
+            default = [int(x) for x in default.split(",")]
+        assert default == meta[key], (script, option, default, results, meta[key])
+
+
+def test_make_bench_runs_every_script_with_committed_results() -> None:
+    text = (ROOT / "Makefile").read_text()
+    target = text.split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    for script in SETTINGS:
+        assert f"bench/{script}" in target, script

@@ -1,0 +1,121 @@
+"""`lbtune compare`: fixture trees and a real /proc/net/ip_vs, through the CLI helper."""
+
+from __future__ import annotations
+
+import pathlib
+
+from lbtune.host.ipvs_proc import parse_proc_ip_vs
+from tests.conftest import DELL, HOSTS, KVM, copy_host, run_cli
+
+IP_VS = pathlib.Path(__file__).resolve().parents[1] / "data" / "ipvs" / "proc_net_ip_vs.txt"
+
+
+def test_proc_ip_vs_parses_the_lab_kernels_table() -> None:
+    table = parse_proc_ip_vs(IP_VS.read_text())
+    assert table is not None
+    by_key = {s.key: s for s in table}
+    assert set(by_key) == {"TCP 10.0.0.100:80", "TCP [2001:db8::1]:443", "UDP 10.0.0.100:53",
+                           "FWM 7"}
+    tcp = by_key["TCP 10.0.0.100:80"]
+    assert tcp.scheduler == "rr"
+    assert [(r.address, r.forward, r.weight) for r in tcp.real_servers] == [
+        ("10.0.0.12:80", "Route", 3), ("10.0.0.11:80", "Route", 1)]
+    assert by_key["UDP 10.0.0.100:53"].flags.startswith("persistent")
+    assert by_key["TCP [2001:db8::1]:443"].real_servers[0].address == "[2001:db8::11]:443"
+    assert by_key["FWM 7"].real_servers[0].weight == 5
+    assert parse_proc_ip_vs(None) is None
+
+
+def test_proc_ip_vs_rejects_what_is_not_the_kernels_format() -> None:
+    import pytest
+
+    with pytest.raises(ValueError):
+        parse_proc_ip_vs("TCP  zz:0050 rr\n")
+    with pytest.raises(ValueError):
+        parse_proc_ip_vs("  -> 0A00000C:0050      Route   3      0          0\n")
+
+
+def test_same_tree_is_in_sync_and_exit_0(tmp_path) -> None:
+    a = copy_host(tmp_path, DELL, dest="a")
+    b = copy_host(tmp_path, DELL, dest="b")
+    r = run_cli("compare", str(a), str(b), "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json
+    assert doc["in_sync"] is True
+    assert doc["hosts"][0]["compared"] > 50  # sysctls, NICs, IRQ shapes really compared
+
+
+def test_a_changed_knob_of_each_area_is_named(tmp_path) -> None:
+    a = copy_host(tmp_path, DELL, dest="a")
+    ip_vs = IP_VS.read_text()
+    b = copy_host(tmp_path, DELL, dest="b", files={
+        "/proc/sys/net/core/somaxconn": "1024\n",
+        "/proc/net/ip_vs": ip_vs.replace("Route   3", "Route   9"),
+        "/sys/class/net/eno1/tx_queue_len": "10000\n",
+    })
+    (a / "proc/net/ip_vs").write_text(ip_vs)
+    r = run_cli("compare", str(a), str(b), "--json")
+    assert r.exit_code == 1, r.stderr
+    diffs = {(d["area"], d["object"]): (d["template"], d["value"])
+             for d in r.json["hosts"][0]["differences"]}
+    assert diffs == {
+        ("sysctl", "net.core.somaxconn"): ("4096", "1024"),
+        ("ipvs", "TCP 10.0.0.100:80 -> 10.0.0.12:80"): ("Route weight 3", "Route weight 9"),
+        ("txqueuelen", "eno1"): ("1000", "10000"),
+    }
+
+
+def test_irq_placement_is_compared_by_shape_not_cpu_numbers(tmp_path) -> None:
+    """Two hosts whose queue IRQs each sit on their own CPU compare equal even when the
+    CPU numbers differ; one queue moved onto another's CPU is a different shape."""
+    a = copy_host(tmp_path, KVM, dest="a")
+    irqs = sorted(p.parent.name for p in (a / "proc/irq").glob("*/effective_affinity_list"))
+    r = run_cli("--json", "show", "--root", str(a))
+    nic = next(n for n in r.json["nics"] if n["irqs"])
+    mine = [q["irq"] for q in nic["irqs"]]
+    assert mine and all(str(i) in irqs for i in mine)
+    base = run_cli("compare", str(a), str(a), "--json")
+    assert base.exit_code == 0
+    # rotate the single-CPU effective affinities: same shape, other numbers
+    cpus = [(a / f"proc/irq/{i}/effective_affinity_list").read_text().strip() for i in mine]
+    assert all("," not in c and "-" not in c for c in cpus), cpus
+    rotated = cpus[1:] + cpus[:1]
+    b = copy_host(tmp_path, KVM, dest="b", files={
+        f"/proc/irq/{i}/effective_affinity_list": f"{c}\n" for i, c in zip(mine, rotated)})
+    same = run_cli("compare", str(a), str(b), "--json")
+    assert same.exit_code == 0, same.json
+    c = copy_host(tmp_path, KVM, dest="c", files={
+        f"/proc/irq/{mine[1]}/effective_affinity_list": f"{cpus[0]}\n"})
+    moved = run_cli("compare", str(a), str(c), "--json")
+    assert moved.exit_code == 1
+    [d] = moved.json["hosts"][0]["differences"]
+    assert d["area"] == "irq" and d["object"].endswith(" placement")
+    assert d["template"] != d["value"] and "per CPU" in d["value"]
+
+
+def test_against_a_profile_verifies_each_host(tmp_path) -> None:
+    r = run_cli("compare", str(HOSTS / DELL), str(HOSTS / KVM), "--against", "web", "--json")
+    assert r.exit_code == 1
+    assert r.json["against"] == "profile" and r.json["template"] == "web"
+    for h in r.json["hosts"]:
+        objs = {d["object"] for d in h["differences"]}
+        assert "net.ipv4.tcp_slow_start_after_idle" in objs
+
+
+def test_text_and_markdown_name_the_knob(tmp_path) -> None:
+    a = copy_host(tmp_path, DELL, dest="a")
+    b = copy_host(tmp_path, DELL, dest="b", files={"/proc/sys/net/core/somaxconn": "1024\n"})
+    t = run_cli("compare", str(a), str(b))
+    assert t.exit_code == 1
+    assert "1 of" in t.stdout and "net.core.somaxconn" in t.stdout and "1024" in t.stdout
+    m = run_cli("compare", str(a), str(b), "--format", "md")
+    assert "| sysctl | net.core.somaxconn | 4096 | 1024 |" in m.stdout
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path) -> None:
+    for args in (["compare", str(tmp_path / "nope"), str(tmp_path / "nope2")],
+                 ["compare", str(HOSTS / DELL)],
+                 ["compare", str(HOSTS / DELL), "--against", str(tmp_path / "x.toml")]):
+        r = run_cli(*args)
+        assert r.exit_code == 2, (args, r.stdout, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
