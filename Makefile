@@ -37,6 +37,7 @@ bench: setup
 	$(VENV)/bin/python bench/lab.py
 	$(VENV)/bin/python bench/probes.py
 	$(VENV)/bin/python bench/ipvs.py
+	$(VENV)/bin/python bench/ipvs_profile.py
 	$(VENV)/bin/python bench/monitor.py
 	$(VENV)/bin/python bench/adapt.py
 	$(VENV)/bin/python bench/exporter.py

@@ -1,16 +1,22 @@
-"""IPVS benchmark: reconcile 1,000 services x 10 real servers vs `ipvsadm -R` of the same table.
+"""IPVS benchmark: reconcile at kube-proxy size vs `ipvsadm -R` of the same table.
 
-Usage: python bench/ipvs.py [--rounds N] [--out FILE]   (runs inside the UML lab kernel)
+Usage: python bench/ipvs.py [--rounds N] [--big-rounds N] [--out FILE]   (in the UML lab)
 
-One lab boot. The table: 10 VIPs (on a dummy interface, placed before timing) x 100 ports,
-each service wrr with 10 real servers of different weights: 1,000 services and 10,000
-destinations, 11,000 objects. Each round, interleaved, every step a fresh process:
+One lab boot. Tables: VIPs (on a dummy interface, placed before timing) x 100 ports, each
+service wrr with real servers of different weights. Every step is a fresh process, and
+each case is measured against `ipvsadm -R` of the same table in the same run:
 
-- `ipvsadm -R` of the table's restore lines into an empty table (what an operator runs);
-- `lbtune ipvs apply` of the same table as a config into an empty table: start-up, TOML
-  parse and validation, kernel read, plan, journal, pipelined changes, read-back;
-- `lbtune ipvs apply` again on the full table: the level-triggered no-op (0 operations);
-- `python3 -c pass`, the start-up floor.
+- 1,000 services x 10 real servers (11,000 objects), `--rounds` interleaved rounds of:
+  `ipvsadm -R` into an empty table; `lbtune ipvs apply` of the same table as a config into
+  an empty table (start-up, TOML parse and validation, kernel read, plan, journal,
+  pipelined changes, read-back); the apply again (the level-triggered no-op, 0
+  operations); one weight edit (a config differing in one real server's weight: 1
+  operation); `python3 -c pass`, the start-up floor;
+- 10,000 services x 5 real servers (60,000 objects, kube-proxy's scale), `--big-rounds`
+  rounds of the same steps; the apply process's peak memory (ru_maxrss) is reported;
+- one `adapt` poll round at 1,000 x 10 (in process, agent reports injected: one server
+  says down), counted by tests/lab/guest/adapt_rounds.py: the round that changes a weight
+  and the round after it that changes nothing, against adapt's default 2 s interval.
 
 Medians are reported as ratios to `ipvsadm -R` measured in the same run; the results go to
 bench/results/ipvs.json and ipvs.md. The table is flushed with `ipvsadm -C` between rounds
@@ -26,6 +32,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -35,75 +42,127 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-VIPS = [f"10.200.0.{i}" for i in range(1, 11)]
-PORTS = range(1000, 1100)
+PORTS = range(1000, 1100)  # each VIP carries 100 services
 REALS = 10
 
 
-def table_config() -> str:
+def vips(services: int) -> list[str]:
+    return [f"10.200.{i // 250}.{i % 250 + 1}" for i in range(max(1, services // len(PORTS)))]
+
+
+def table_config(services: int = 1000, reals: int = REALS) -> str:
     out = ["[director]\ndrain_timeout = 0\n"]
-    for vip in VIPS:
+    for vip in vips(services):
         for port in PORTS:
             out.append(f'[[service]]\naddress = "{vip}"\nport = {port}\nscheduler = "wrr"\n')
-            for r in range(REALS):
+            for r in range(reals):
                 out.append(f'[[service.real_server]]\naddress = "10.201.{r}.{port % 250}"\n'
                            f"weight = {r + 1}\n")
     return "".join(out)
 
 
-def restore_lines() -> str:
+def restore_lines(services: int = 1000, reals: int = REALS) -> str:
     out = []
-    for vip in VIPS:
+    for vip in vips(services):
         for port in PORTS:
             out.append(f"-A -t {vip}:{port} -s wrr")
-            for r in range(REALS):
+            for r in range(reals):
                 out.append(f"-a -t {vip}:{port} -r 10.201.{r}.{port % 250}:{port} -g -w {r + 1}")
     return "\n".join(out) + "\n"
 
 
-def _run(argv: list[str], stdin: Optional[str] = None) -> tuple[float, str]:
-    t0 = time.perf_counter()
-    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
-    ms = (time.perf_counter() - t0) * 1000
-    if p.returncode != 0:
-        raise RuntimeError(f"{argv[:3]}: exit {p.returncode}: {p.stderr[:300]}")
-    return ms, p.stdout
-
-
-def guest(rounds: int) -> dict[str, Any]:
-    """Inside the lab: the timings, and what each lbtune run reported."""
-    subprocess.run(["modprobe", "ip_vs"], check=True)
-    for m in ("ip_vs_wrr", "dummy"):
+def lab_setup(services: int = 1000) -> None:
+    """Inside the lab: IPVS and its wrr scheduler loaded, the VIPs on a dummy interface."""
+    for m in ("ip_vs", "ip_vs_wrr", "dummy"):
         subprocess.run(["modprobe", m], check=True)
-    subprocess.run(["ip", "link", "add", "vip0", "type", "dummy"], check=True)
-    subprocess.run(["ip", "link", "set", "vip0", "up"], check=True)
-    for vip in VIPS:
-        subprocess.run(["ip", "addr", "add", f"{vip}/32", "dev", "vip0"], check=True)
+    if subprocess.run(["ip", "link", "show", "vip0"], capture_output=True).returncode != 0:
+        subprocess.run(["ip", "link", "add", "vip0", "type", "dummy"], check=True)
+        subprocess.run(["ip", "link", "set", "vip0", "up"], check=True)
+    batch = "".join(f"address replace {vip}/32 dev vip0\n" for vip in vips(services))
+    subprocess.run(["ip", "-batch", "-"], input=batch, text=True, check=True)
     os.environ["LBTUNE_STATE_DIR"] = "/tmp/lbtune-state"
-    cfg, rules = "/tmp/table.toml", restore_lines()
-    pathlib.Path(cfg).write_text(table_config())
+
+
+def _run(argv: list[str], stdin: Optional[str] = None) -> tuple[float, str, int]:
+    """Run `argv`: (wall ms, stdout, peak resident KiB of the process)."""
+    with tempfile.TemporaryFile("w+") as fin, tempfile.TemporaryFile("w+") as fout, \
+            tempfile.TemporaryFile("w+") as ferr:
+        fin.write(stdin or "")
+        fin.seek(0)
+        t0 = time.perf_counter()
+        p = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr)
+        _pid, status, usage = os.wait4(p.pid, 0)
+        ms = (time.perf_counter() - t0) * 1000
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fout.seek(0)
+        ferr.seek(0)
+        out, err = fout.read(), ferr.read()
+    if p.returncode != 0:
+        raise RuntimeError(f"{argv[:3]}: exit {p.returncode}: {err[:300]}")
+    return ms, out, int(usage.ru_maxrss)
+
+
+def _edited(config: str) -> str:
+    """The config with the weight of its first real server changed (one edit in place)."""
+    return config.replace("weight = 1\n", "weight = 7\n", 1)
+
+
+def table_case(services: int, reals: int, rounds: int) -> dict[str, Any]:
+    """The interleaved rounds of one table size: timings, operations, peak memory."""
+    cfg, edit = f"/tmp/table-{services}.toml", f"/tmp/table-{services}-edit.toml"
+    text = table_config(services, reals)
+    pathlib.Path(cfg).write_text(text)
+    pathlib.Path(edit).write_text(_edited(text))
+    rules = restore_lines(services, reals)
     lbtune = [sys.executable, "-m", "lbtune"]
-    times: dict[str, list[float]] = {"ipvsadm": [], "apply": [], "noop": [], "floor": []}
-    ops: dict[str, list[int]] = {"apply": [], "noop": []}
+    steps = ("ipvsadm", "apply", "noop", "edit", "floor")
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    ops: dict[str, list[int]] = {k: [] for k in ("apply", "noop", "edit")}
+    rss: dict[str, list[int]] = {k: [] for k in ("ipvsadm", "apply", "noop", "edit")}
+
+    def lb(step: str, path: str) -> None:
+        ms, out, kib = _run([*lbtune, "ipvs", "apply", path, "--json"])
+        times[step].append(ms)
+        rss[step].append(kib)
+        ops[step].append(json.loads(out)["operations"])
+
     for _ in range(rounds):
         _run(["ipvsadm", "-C"])
-        ms, _ = _run(["ipvsadm", "-R"], rules)
+        ms, _, kib = _run(["ipvsadm", "-R"], rules)
         times["ipvsadm"].append(ms)
+        rss["ipvsadm"].append(kib)
         saved_ipvsadm = _run(["ipvsadm", "-S", "-n"])[1]
         _run(["ipvsadm", "-C"])
-        ms, out = _run([*lbtune, "ipvs", "apply", cfg, "--json"])
-        times["apply"].append(ms)
-        ops["apply"].append(json.loads(out)["operations"])
+        lb("apply", cfg)
         same = _run(["ipvsadm", "-S", "-n"])[1] == saved_ipvsadm
-        ms, out = _run([*lbtune, "ipvs", "apply", cfg, "--json"])
-        times["noop"].append(ms)
-        ops["noop"].append(json.loads(out)["operations"])
+        lb("noop", cfg)
+        lb("edit", edit)
+        _run([*lbtune, "ipvs", "apply", cfg])  # back to the table (not timed)
         times["floor"].append(_run([sys.executable, "-c", "pass"])[0])
         if not same:
             raise RuntimeError("lbtune and ipvsadm -R built different tables")
-    services = len(VIPS) * len(PORTS)
-    return {"times": times, "ops": ops, "services": services, "dests": services * REALS,
-            "kernel": os.uname().release}
+    _run(["ipvsadm", "-C"])
+    return {"times": times, "ops": ops, "rss_kib": rss, "services": services,
+            "dests": services * reals, "reals": reals, "rounds": rounds}
+
+
+def adapt_case(services: int, reals: int) -> dict[str, Any]:
+    """One adapt poll round that changes a weight, and the one after it (changes nothing),
+    with their netlink requests counted."""
+    sys.path.insert(0, str(ROOT))
+    from tests.lab.guest.adapt_rounds import run
+
+    return run(services, reals, 2)
+
+
+def guest(rounds: int, big_rounds: int) -> dict[str, Any]:
+    """Inside the lab: the timings, and what each lbtune run reported."""
+    lab_setup(10_000 if big_rounds else 1000)
+    out = {"cases": [table_case(1000, REALS, rounds)], "kernel": os.uname().release}
+    if big_rounds:
+        out["cases"].append(table_case(10_000, 5, big_rounds))
+    out["adapt"] = adapt_case(1000, REALS)
+    return out
 
 
 @dataclass
@@ -113,39 +172,72 @@ class Row:
     ratio: float
     baseline: str
     operations: Optional[int] = None
+    peak_mib: Optional[float] = None
+
+
+def _rows(case: dict[str, Any]) -> list[Row]:
+    med = {k: statistics.median(x) for k, x in case["times"].items()}
+    rss = {k: max(x) for k, x in case["rss_kib"].items()}
+    base = "ipvsadm -R"
+    size = f"{case['services']}x{case['reals']}"
+
+    def row(name: str, key: str, ops: bool = True) -> Row:
+        return Row(f"{size} {name}", round(med[key], 1), round(med[key] / med["ipvsadm"], 3),
+                   base, max(case["ops"][key]) if ops else None,
+                   round(rss[key] / 1024, 1) if key in rss else None)
+
+    return [
+        Row(f"{size} {base}", round(med["ipvsadm"], 1), 1.0, "", None,
+            round(rss["ipvsadm"] / 1024, 1)),
+        row("lbtune ipvs apply (empty table)", "apply"),
+        row("lbtune ipvs apply again (no-op)", "noop"),
+        row("lbtune ipvs apply, one weight edit", "edit"),
+        row("python3 -c pass (start-up floor)", "floor", ops=False),
+    ]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=5)  # as bench/results/ipvs.*
+    # as bench/results/ipvs.* (tests/unit/test_bench_settings.py)
+    ap.add_argument("--rounds", type=int, default=4, help="rounds at 1,000 x 10")
+    ap.add_argument("--big-rounds", type=int, default=1, help="rounds at 10,000 x 5 (0: none)")
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "ipvs.json")
     args = ap.parse_args()
     from bench.results_io import run_meta, write_json
     from lbtune.lab.uml import run_in_lab
 
-    res = run_in_lab("bench.ipvs:guest", args.rounds, timeout=3600, cwd=str(ROOT))
+    load_before = os.getloadavg()[0]
+    res = run_in_lab("bench.ipvs:guest", args.rounds, args.big_rounds, timeout=7200,
+                     cwd=str(ROOT))
+    load = (round(load_before, 1), round(os.getloadavg()[0], 1))  # the machine is shared
     v = res.value
-    med = {k: statistics.median(x) for k, x in v["times"].items()}
-    base = "ipvsadm -R"
-    rows = [
-        Row(base, round(med["ipvsadm"], 1), 1.0, ""),
-        Row("lbtune ipvs apply (empty table)", round(med["apply"], 1),
-            round(med["apply"] / med["ipvsadm"], 2), base, max(v["ops"]["apply"])),
-        Row("lbtune ipvs apply again (no-op)", round(med["noop"], 1),
-            round(med["noop"] / med["ipvsadm"], 2), base, max(v["ops"]["noop"])),
-        Row("python3 -c pass", round(med["floor"], 1), round(med["floor"] / med["ipvsadm"], 3),
-            base),
-    ]
-    meta = run_meta(args.rounds, lab_kernel=v["kernel"], services=v["services"],
-                    destinations=v["dests"], raw_ms=v["times"], operations=v["ops"])
+    rows = [r for case in v["cases"] for r in _rows(case)]
+    adapt = v["adapt"]
+    changed, quiet = adapt["rounds"][0], adapt["rounds"][1]
+    meta = run_meta(args.rounds, big_rounds=args.big_rounds, lab_kernel=v["kernel"],
+                    cases=[{k: c[k] for k in ("services", "dests", "rounds", "times", "ops",
+                                              "rss_kib")} for c in v["cases"]],
+                    adapt=adapt, host_load_1min=load)  # fmt: skip
     write_json(args.out, meta, rows)
-    md = [f"IPVS reconcile: {v['services']} services x {REALS} real servers "
-          f"({v['services'] + v['dests']} objects), lab kernel {v['kernel']}, "
-          f"{args.rounds} rounds, medians, fresh process per step.", "",
-          "| case | median ms | ratio | baseline | operations |", "|---|---:|---:|---|---:|"]
+    md = [f"IPVS reconcile vs `ipvsadm -R` of the same table, lab kernel {v['kernel']}; "
+          f"{args.rounds} rounds at 1000x10 (11,000 objects), {args.big_rounds} at 10000x5 "
+          "(60,000 objects); medians, fresh process per step, both sides in the same run. "
+          "Peak memory is the process's ru_maxrss. Host load average (1 min) before/after the "
+          f"run: {load[0]}/{load[1]} on {os.cpu_count()} CPUs.", "",
+          "| case | median ms | ratio | baseline | operations | peak MiB |",
+          "|---|---:|---:|---|---:|---:|"]
     for r in rows:
         n = "" if r.operations is None else str(r.operations)
-        md.append(f"| {r.case} | {r.median_ms} | {r.ratio} | {r.baseline} | {n} |")
+        mib = "" if r.peak_mib is None else str(r.peak_mib)
+        md.append(f"| {r.case} | {r.median_ms} | {r.ratio} | {r.baseline} | {n} | {mib} |")
+    md += ["", f"`adapt` poll round at {adapt['objects']} objects (in process, agents "
+           "injected; interval 2000 ms):", "",
+           "| round | ms | table reads | per-service reads | weights written | locks |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for name, r in (("an agent says down: its weights go to 0", changed),
+                    ("the next round: nothing changes", quiet)):
+        md.append(f"| {name} | {r['ms']:.1f} | {r['table_reads']} | {r['service_reads']} | "
+                  f"{r['changes']} | {r['locks']} |")
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 

@@ -6,7 +6,7 @@ from typing import Any, Optional, Sequence
 
 import click
 
-from lbtune.cli.ipvscommon import director_config, emit_json, ipvs_host, ipvs_state
+from lbtune.cli.ipvscommon import bulk, director_config, emit_json, ipvs_host, ipvs_state
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console
 from lbtune.errors import BadInput, ExitCode
@@ -65,7 +65,7 @@ _LONG = 100
 _HEAD = 20
 
 
-def _print_plan(plan: Any, verbose: int, title: str) -> None:
+def _print_plan(plan: Any, verbose: int, title: str, in_place: int = 0) -> None:
     from rich.table import Table
 
     t = Table(box=None, pad_edge=False, title=title, title_justify="left")
@@ -92,7 +92,7 @@ def _print_plan(plan: Any, verbose: int, title: str) -> None:
         out.print(t)
     if len(rows) < len(plan.to_apply) and not verbose:
         out.print(f"... {len(plan.to_apply) - len(rows)} more (-v lists every one)")
-    n_ok = sum(1 for c in plan.changes if c.action.value == "ok")
+    n_ok = sum(1 for c in plan.changes if c.action.value == "ok") + in_place
     missing = sum(1 for c in plan.changes if c.action.value == "missing")
     out.print(f"{len(plan.to_apply)} operation(s), {n_ok} already in place"
               + (f", {missing} not available (IPVS not loaded yet)" if missing else ""))
@@ -108,15 +108,18 @@ def plan_command(ctx: click.Context, config: str, teardown: bool) -> int:
     """Show the operations `apply` (or `teardown`) would make: add, edit, drain, delete."""
     from lbtune.ipvs.reconcile import desired_targets, plan_director, teardown_targets
 
-    cfg = director_config(config)
-    host = ipvs_host(ctx)
-    planned = plan_director(host, cfg, targets_of=teardown_targets if teardown else desired_targets)
+    with bulk():
+        cfg = director_config(config)
+        host = ipvs_host(ctx)
+        verbose = runtime_of(ctx).verbose
+        planned = plan_director(host, cfg, every_row=bool(verbose),
+                                targets_of=teardown_targets if teardown else desired_targets)
     if runtime_of(ctx).json:
         emit_json({"config": cfg.source, "operations": len(planned.plan.to_apply),
-                   "unchanged": _unchanged(planned.plan), "changes": _rows(planned.plan),
-                   "warnings": planned.warnings})
+                   "unchanged": _unchanged(planned.plan) + planned.in_place,
+                   "changes": _rows(planned.plan), "warnings": planned.warnings})
     else:
-        _print_plan(planned.plan, runtime_of(ctx).verbose, f"plan: {cfg.source}")
+        _print_plan(planned.plan, verbose, f"plan: {cfg.source}", planned.in_place)
         _print_warnings(planned.warnings)
     return 0
 
@@ -133,14 +136,15 @@ def _applied(ctx: click.Context, done: Any, source: str, verb: str) -> int:
     cut = [{"object": k, "active": v} for k, v in done.cut.items()]
     if s.json:
         emit_json({"config": source, "journal": done.journal.id if done.journal else None,
-                   "operations": len(done.plan.to_apply), "unchanged": _unchanged(done.plan),
+                   "operations": len(done.plan.to_apply),
+                   "unchanged": _unchanged(done.plan) + done.in_place,
                    "changes": _rows(done.plan), "cut": cut, "warnings": done.warnings})
         return 0
     out = console()
     if done.journal is None:
         out.print(f"{source}: nothing to change")
         return 0
-    _print_plan(done.plan, s.verbose, f"{verb}: {source}")
+    _print_plan(done.plan, s.verbose, f"{verb}: {source}", done.in_place)
     _print_warnings(done.warnings)
     for c in cut:
         out.print(f"warning: {c['object']} deleted at the drain timeout with {c['active']} "
@@ -152,10 +156,12 @@ def _applied(ctx: click.Context, done: Any, source: str, verb: str) -> int:
 def _reconcile(ctx: click.Context, config: str, teardown: bool) -> int:
     from lbtune.ipvs.reconcile import apply_director, desired_targets, teardown_targets
 
-    cfg = director_config(config)
-    host = ipvs_host(ctx, changes=True)
-    targets_of = teardown_targets if teardown else desired_targets
-    done = apply_director(host, cfg, ipvs_state(ctx, host), targets_of=targets_of)
+    with bulk():
+        cfg = director_config(config)
+        host = ipvs_host(ctx, changes=True)
+        targets_of = teardown_targets if teardown else desired_targets
+        done = apply_director(host, cfg, ipvs_state(ctx, host), targets_of=targets_of,
+                              every_row=bool(runtime_of(ctx).verbose))
     return _applied(ctx, done, cfg.source, "torn down" if teardown else "applied")
 
 

@@ -10,6 +10,7 @@ re-exports the public names); this module is pure and unit-tested without a kern
 from __future__ import annotations
 
 import functools
+import operator
 import socket
 import struct
 import sys
@@ -105,7 +106,7 @@ class ServiceKey:
     def mark(cls, fwmark: int, family: int = 4) -> ServiceKey:
         return cls(family, "fwmark", "", 0, fwmark)
 
-    @property
+    @functools.cached_property  # plans name 10,000 real servers by their service
     def ident(self) -> str:
         """`tcp:10.0.0.1:80`, `udp:[2001:db8::1]:53`, `fwmark:7`, `fwmark:7:inet6`."""
         if self.protocol == "fwmark":
@@ -142,7 +143,7 @@ class DestKey:
         family, text = canonical_addr(addr, "real server")
         return cls(family, text, port)
 
-    @property
+    @functools.cached_property
     def ident(self) -> str:
         return _hostport(self.addr, self.port)
 
@@ -211,10 +212,17 @@ class Service:
     destinations: tuple[Destination, ...] = ()
 
     def dest(self, key: DestKey) -> Optional[Destination]:
-        for d in self.destinations:
-            if d.key == key:
-                return d
-        return None
+        return self._by_key.get(key)
+
+    @functools.cached_property
+    def _by_key(self) -> dict[DestKey, Destination]:
+        # a plan looks up 10,000 real servers: by key, not by a scan of each service's
+        return {d.key: d for d in reversed(self.destinations)}  # the first wins
+
+    @functools.cached_property
+    def dest_settings(self) -> dict[DestKey, DestSettings]:
+        """{real server: its settings} (built once; compare a whole service with it)."""
+        return {d.key: d.settings for d in reversed(self.destinations)}
 
 
 @dataclass(frozen=True)
@@ -409,15 +417,20 @@ def decode_service(body: bytes, counters: bool = True) -> Optional[Service]:
         netmask=_decode_netmask(family, a.get(SVC_NETMASK)),
         pe=get_str(a, SVC_PE_NAME),
     )
-    return Service(key, settings, _decode_counters(a) if counters else Counters())
+    if counters:
+        return Service(key, settings, _decode_counters(a))
+    return Service(key, settings)
 
 
 def decode_dest(body: bytes, service_family: int, counters: bool = True) -> Optional[Destination]:
     """A destination from a GET_DEST reply body; None if not one."""
     top = parse_attrs(body, GENLMSGHDR.size)
-    if CMD_ATTR_DEST not in top:
+    raw = top.get(CMD_ATTR_DEST)
+    if raw is None:
         return None
-    a = parse_attrs(top[CMD_ATTR_DEST])
+    if not counters:
+        return _dest_settings_only(raw, service_family)
+    a = parse_attrs(raw)
     family = FAMILY_OF_AF.get(get_u(a, DEST_ADDR_FAMILY), service_family)
     key = DestKey(family, _decode_addr(family, a.get(DEST_ADDR, b"")), _get_be16(a, DEST_PORT))
     fwd = FWD_NAMES.get(get_u(a, DEST_FWD_METHOD) & 0x7, "masq")
@@ -433,8 +446,82 @@ def decode_dest(body: bytes, service_family: int, counters: bool = True) -> Opti
         active=get_u(a, DEST_ACTIVE_CONNS),
         inactive=get_u(a, DEST_INACT_CONNS),
         persistent=get_u(a, DEST_PERSIST_CONNS),
-        counters=_decode_counters(a) if counters else Counters(),
+        counters=_decode_counters(a),
     )
+
+
+# The number attributes of a destination, read in one walk over its attributes (a table
+# read decodes 10,000): attribute type -> slot in `_dest_settings_only`'s list.
+_DEST_NUMS = {DEST_FWD_METHOD: 0, DEST_WEIGHT: 1, DEST_U_THRESH: 2, DEST_L_THRESH: 3,
+              DEST_ACTIVE_CONNS: 4, DEST_INACT_CONNS: 5, DEST_PERSIST_CONNS: 6,
+              DEST_ADDR_FAMILY: 7}  # fmt: skip
+_NLA_TYPE_MASK = 0x3FFF
+
+
+# How ip_vs_genl_fill_dest lays a destination out (5.3 and later): ADDR, PORT, FWD_METHOD,
+# WEIGHT, TUN_TYPE, TUN_PORT, TUN_FLAGS, U_THRESH, L_THRESH, ACTIVE, INACT, PERSIST,
+# ADDR_FAMILY, then the statistics. Unpacked in one call when the lengths and types match.
+_KERNEL_DEST = struct.Struct("=HH16sHH2s2xHHIHHIHHB3xHHH2xHHH2xHHIHHIHHIHHIHHIHHH2x")
+_KERNEL_DEST_HEADS = (20, DEST_ADDR, 6, DEST_PORT, 8, DEST_FWD_METHOD, 8, DEST_WEIGHT,
+                      5, 13, 6, 14, 6, 15, 8, DEST_U_THRESH, 8, DEST_L_THRESH,
+                      8, DEST_ACTIVE_CONNS, 8, DEST_INACT_CONNS, 8, DEST_PERSIST_CONNS,
+                      6, DEST_ADDR_FAMILY)  # fmt: skip
+_HEADS_OF = operator.itemgetter(0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19, 21, 22, 24,
+                                25, 27, 28, 30, 31, 33, 34, 36, 37)  # fmt: skip
+# addr port fwd weight u_thresh l_thresh active inactive persistent family
+_VALUES_OF = operator.itemgetter(2, 5, 8, 11, 23, 26, 29, 32, 35, 38)
+_DEST_ATTRS = frozenset((*_DEST_NUMS, DEST_ADDR, DEST_PORT))
+
+
+def _dest_settings_only(raw: bytes, service_family: int) -> Destination:
+    """`decode_dest` without statistics: the same values (a later duplicate attribute
+    wins, a truncated one ends the walk), without a dict of every attribute."""
+    if len(raw) >= _KERNEL_DEST.size:
+        f = _KERNEL_DEST.unpack_from(raw)
+        if _HEADS_OF(f) == _KERNEL_DEST_HEADS and not _more_of(raw):
+            addr, port, fwd, weight, u, lo, active, inactive, persistent, af = _VALUES_OF(f)
+            family = FAMILY_OF_AF.get(af, service_family)
+            key = DestKey(family, _decode_addr(family, addr), int.from_bytes(port, "big"))
+            settings = DestSettings(weight, FWD_NAMES.get(fwd & 0x7, "masq"), u, lo)
+            return Destination(key, settings, active, inactive, persistent)
+    return _walk_dest(raw, service_family)
+
+
+def _more_of(raw: bytes) -> bool:
+    """An attribute after the kernel's layout that the walk would read (it would win)."""
+    offset, end = _KERNEL_DEST.size, len(raw)
+    while offset + 4 <= end:
+        length, atype = NLATTR.unpack_from(raw, offset)
+        if length < 4 or offset + length > end:
+            return False
+        if atype & _NLA_TYPE_MASK in _DEST_ATTRS:
+            return True
+        offset += (length + 3) & ~3
+    return False
+
+
+def _walk_dest(raw: bytes, service_family: int) -> Destination:
+    nums = [0] * 8
+    addr, port = b"", b"\0\0"
+    offset, end = 0, len(raw)
+    unpack, order, slots = NLATTR.unpack_from, sys.byteorder, _DEST_NUMS
+    while offset + 4 <= end:
+        length, atype = unpack(raw, offset)
+        if length < 4 or offset + length > end:
+            break
+        atype &= _NLA_TYPE_MASK
+        slot = slots.get(atype)
+        if slot is not None:
+            nums[slot] = int.from_bytes(raw[offset + 4 : offset + length], order)
+        elif atype == DEST_ADDR:
+            addr = raw[offset + 4 : offset + length]
+        elif atype == DEST_PORT:
+            port = raw[offset + 4 : offset + length]
+        offset += (length + 3) & ~3
+    family = FAMILY_OF_AF.get(nums[7], service_family)
+    key = DestKey(family, _decode_addr(family, addr), int(struct.unpack("!H", port[:2])[0]))
+    settings = DestSettings(nums[1], FWD_NAMES.get(nums[0] & 0x7, "masq"), nums[2], nums[3])
+    return Destination(key, settings, nums[4], nums[5], nums[6])
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """`lbtune ipvs adapt`: poll the real servers' agents and set IPVS weights from their reports.
 
 Each poll fetches every agent once (concurrently, `timeout` each), runs the weight formula
-(`lbtune.ipvs.weights`) per service, and applies the changed weights through the reconcile
-(`plan_director` with a planner of weight targets only: `ipvs_drain` knobs, in-place edits
-that keep thresholds and forwarding; nothing is ever added or removed) under the tune lock.
+(`lbtune.ipvs.weights`) per service, and applies the changed weights as a plan of weight
+targets only (`ipvs_drain` knobs, in-place edits that keep thresholds and forwarding;
+nothing is ever added or removed) under the tune lock. A round reads the table once; under
+the lock it reads again only the services it edits, and reads back only those; a round
+that changes no weight takes no lock and writes nothing.
 
 Not journaled per change: a weight that moves every few seconds would write a journal each
 time and bury `lbtune history`. The record to roll back to is the config itself: on exit
@@ -25,13 +27,13 @@ from lbtune.host.http import FetchError, fetch_json
 from lbtune.host.ipvs import Service, ServiceKey, ipvs_of
 from lbtune.ipvs.agentreport import AgentReport, parse_report
 from lbtune.ipvs.config import DirectorConfig, RealServer, VirtualService
-from lbtune.ipvs.reconcile import plan_director
+from lbtune.ipvs.reconcile import plan_name
 from lbtune.ipvs.weights import Decision, Policy, ServerState, step
 from lbtune.tune.engine import Interrupted
 from lbtune.tune.journal import StateDir, lbtune_command
 from lbtune.tune.knob import KnobError
 from lbtune.tune.knobs.ipvs import Drain, IpvsDrainKnob
-from lbtune.tune.plan import Target
+from lbtune.tune.plan import Target, make_plan
 
 Fetch = Callable[[str, float], Any]
 
@@ -75,6 +77,17 @@ def server_name(svc: VirtualService, rs: RealServer) -> str:
     return rs.address
 
 
+def server_names(svc: VirtualService) -> dict[str, RealServer]:
+    """{`server_name`: real server} of every real server of `svc`, in config order (one
+    pass: a poll names 10,000 real servers)."""
+    shared: dict[str, int] = {}
+    for rs in svc.servers:
+        shared[rs.address] = shared.get(rs.address, 0) + 1
+    return {(rs.address if shared[rs.address] == 1
+             else f"[{rs.address}]:{rs.port}" if ":" in rs.address
+             else f"{rs.address}:{rs.port}"): rs for rs in svc.servers}  # fmt: skip
+
+
 def weight_targets(
     weights: Mapping[tuple[ServiceKey, str], tuple[int, str]],
 ) -> Callable[[DirectorConfig, Mapping[ServiceKey, Service], Drain], list[Target]]:
@@ -110,6 +123,13 @@ class Adapter:
     unreachable: set[str] = field(default_factory=set)
     said: set[str] = field(default_factory=set)
     planned: dict[tuple[ServiceKey, str], int] = field(default_factory=dict)  # dry run
+    _named: dict[ServiceKey, dict[str, RealServer]] = field(default_factory=dict, repr=False)
+
+    def _names(self, svc: VirtualService) -> dict[str, RealServer]:
+        names = self._named.get(svc.key)
+        if names is None:
+            names = self._named[svc.key] = server_names(svc)
+        return names
 
     @property
     def dry_run(self) -> bool:
@@ -155,8 +175,7 @@ class Adapter:
                          "kernel: `lbtune ipvs apply` the config first; skipped")  # fmt: skip
             return None
         out = {}
-        for rs in svc.servers:
-            name = server_name(svc, rs)
+        for name, rs in self._names(svc).items():
             d = now.dest(rs.key)
             if d is None:
                 self._notice(events, f"rs {svc.key} {name}",
@@ -180,7 +199,7 @@ class Adapter:
             current = self._kernel_weights(svc, table, events)
             if current is None:
                 continue
-            names = {server_name(svc, rs): rs for rs in svc.servers}
+            names = self._names(svc)
             servers = {n: rs for n, rs in names.items() if n in current}
             configured = {n: rs.weight for n, rs in servers.items()}
             rep: dict[str, Optional[AgentReport]] = {}
@@ -214,7 +233,7 @@ class Adapter:
                 if stale is not None:
                     raise Interrupted(f"apply {stale.id} ({stale.profile}) was interrupted; "
                                       f"run `{lbtune_command(self.host, 'rollback')}` first")
-                apply_weights(self.host, self.cfg, wanted)
+                apply_weights(self.host, self.cfg, wanted, whole=False)
         except Busy:
             events.append(Event(time.time(), "notice",
                                 reason="another lbtune run holds the lock: this round's "
@@ -239,17 +258,32 @@ class Adapter:
 
 
 def apply_weights(host: Host, cfg: DirectorConfig,
-                  wanted: Mapping[tuple[ServiceKey, str], tuple[int, str]]) -> int:  # fmt: skip
-    """Plan weight edits through the reconcile and write them (pipelined), then read each
-    back; the number changed. The caller holds the lock."""
+                  wanted: Mapping[tuple[ServiceKey, str], tuple[int, str]],
+                  whole: bool = True) -> int:  # fmt: skip
+    """Plan weight edits and write them (pipelined), then read each back; the number
+    changed. The caller holds the lock.
+
+    `whole`: read the whole table first (and again after). Otherwise (a poll round, which
+    has just read the table) only the services of `wanted` are read again, now that the
+    lock is held, and only those edited are read back: one table read per round. Weight
+    edits need no host facts: adapt never adds a service, a real server or an address."""
     session = ipvs_of(host)
-    session.invalidate()
-    planned = plan_director(host, cfg, targets_of=weight_targets(wanted))
-    todo = planned.plan.to_apply
+    services = sorted({svc for svc, _name in wanted})
+    if whole:
+        session.invalidate()
+    else:
+        session.refresh(services)
+    targets = weight_targets(wanted)(cfg, session.table(), Drain(0))
+    todo = make_plan(host, plan_name(cfg), targets).to_apply
+    if not todo:
+        return 0
     with session.batching():
         for c in todo:
             c.knob.write(host, c.desired)
-    session.invalidate()
+    if whole:
+        session.invalidate()
+    else:
+        session.refresh(sorted({c.knob.svc for c in todo if isinstance(c.knob, IpvsDrainKnob)}))
     for c in todo:
         now = c.knob.read(host)
         if not c.knob.same(now, c.desired):

@@ -11,7 +11,7 @@ from lbtune.host.ipvs import (
     ServiceKey,
     ServiceSettings,
 )
-from lbtune.ipvs.adapt import server_name, weight_targets
+from lbtune.ipvs.adapt import server_name, server_names, weight_targets
 from lbtune.ipvs.config import parse_config_text
 from lbtune.tune.knobs.ipvs import Drain
 
@@ -56,3 +56,10 @@ def test_real_servers_sharing_an_address_keep_their_own_weights():
         ("tcp:10.0.0.1:80/10.0.0.11:8081", "5"),
         ("tcp:10.0.0.1:80/10.0.0.12:8080", "3"),
     ]
+
+
+def test_server_names_in_one_pass_name_each_server_as_server_name_does():
+    cfg = parse_config_text(SHARED, "shared")
+    (svc,) = cfg.services
+    assert server_names(svc) == {server_name(svc, rs): rs for rs in svc.servers}
+    assert list(server_names(svc)) == ["10.0.0.11:8080", "10.0.0.11:8081", "10.0.0.12"]
