@@ -31,19 +31,8 @@ options:
       - Only these interfaces in the topology facts.
     type: list
     elements: str
-  netns:
-    description:
-      - Run inside this network namespace (C(lbtune --netns)).
-    type: str
-  root:
-    description:
-      - A host tree or capture to read instead of C(/) (C(lbtune --root)).
-    type: path
-  executable:
-    description:
-      - Path of the C(lbtune) command. By default it is looked up in C(PATH),
-        C(/usr/local/bin) and C(/opt/lbtune/.venv/bin).
-    type: path
+extends_documentation_fragment:
+  - lbtune.fleet.lbtune
 notes:
   - Supports C(check_mode).
 """

@@ -37,22 +37,11 @@ options:
     type: str
     choices: [present, absent]
     default: present
-  netns:
-    description:
-      - Run inside this network namespace (C(lbtune --netns)).
-    type: str
-  root:
-    description:
-      - Not used by IPVS (it acts on the running kernel); accepted for symmetry and refused
-        by lbtune when set.
-    type: path
-  executable:
-    description:
-      - Path of the C(lbtune) command. By default it is looked up in C(PATH),
-        C(/usr/local/bin) and C(/opt/lbtune/.venv/bin).
-    type: path
+extends_documentation_fragment:
+  - lbtune.fleet.lbtune
 notes:
-  - Needs lbtune and a kernel with IPVS on the managed host, and root.
+  - Needs lbtune and a kernel with IPVS on the managed host, and root. I(root) is refused
+    by lbtune, since IPVS is the running kernel's.
   - Supports C(check_mode) and C(diff_mode).
 seealso:
   - module: lbtune.fleet.lbtune_profile

@@ -54,19 +54,8 @@ options:
         refuses them unless this is true (C(lbtune apply --yes)).
     type: bool
     default: false
-  netns:
-    description:
-      - Run inside this network namespace (C(lbtune --netns)); per-namespace settings only.
-    type: str
-  root:
-    description:
-      - A host tree to act on instead of C(/) (C(lbtune --root)), e.g. a test fixture.
-    type: path
-  executable:
-    description:
-      - Path of the C(lbtune) command. By default it is looked up in C(PATH),
-        C(/usr/local/bin) and C(/opt/lbtune/.venv/bin).
-    type: path
+extends_documentation_fragment:
+  - lbtune.fleet.lbtune
 notes:
   - Needs lbtune on the managed host and root for live changes.
   - Supports C(check_mode) and C(diff_mode).
