@@ -846,6 +846,9 @@ class TimeWaitOverflow(Fault):
     def setup(self) -> None:
         super().setup()
         write_sysctl("net.ipv4.tcp_max_tw_buckets", self.max_tw)
+        # tcp_tw_reuse=2 (the default) lets a new loopback connect take over a TIME_WAIT
+        # socket's port, which ends that TIME_WAIT early: one bucket short now and then.
+        write_sysctl("net.ipv4.tcp_tw_reuse", 0)
         s = tcp_listener(self.addr, self.port, 128)
         s.settimeout(0.1)
         self.listener = s
