@@ -336,7 +336,23 @@ def _serve_line(line: Callable[[], str]) -> Serve:
     return serve
 
 
-class HttpEndpoint:
+class _Endpoint:
+    """A started-on-demand listener: its port, start and close (the two endpoints below)."""
+
+    _listener: _Listener
+
+    @property
+    def port(self) -> int:
+        return self._listener.port
+
+    def start(self) -> None:
+        self._listener.start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+class HttpEndpoint(_Endpoint):
     """An HTTP server on (host, port) answering GETs with `route(path)`; peers outside
     `allow` (None: all) are refused, refusals go to `log`."""
 
@@ -346,18 +362,8 @@ class HttpEndpoint:
         self._listener = _Listener(host, port, _serve_http(route), allow,
                                    log or RefusalLog(None))  # fmt: skip
 
-    @property
-    def port(self) -> int:
-        return self._listener.port
 
-    def start(self) -> None:
-        self._listener.start()
-
-    def close(self) -> None:
-        self._listener.close()
-
-
-class LineEndpoint:
+class LineEndpoint(_Endpoint):
     """A TCP server that writes `line()` to every client and closes (HAProxy agent-check);
     an empty line() closes without a word."""
 
@@ -366,16 +372,6 @@ class LineEndpoint:
                  log: Optional[RefusalLog] = None) -> None:  # fmt: skip
         self._listener = _Listener(host, port, _serve_line(line), allow,
                                    log or RefusalLog(None))  # fmt: skip
-
-    @property
-    def port(self) -> int:
-        return self._listener.port
-
-    def start(self) -> None:
-        self._listener.start()
-
-    def close(self) -> None:
-        self._listener.close()
 
 
 # ------------------------------------------------------------------------------- client
