@@ -403,8 +403,8 @@ def _terminate(pid: int, workdir: Optional[str], grace: float = 10.0) -> None:
 
 
 def processes_with_env(entry: str) -> list[int]:
-    """PIDs (other than this process) with `entry` ("NAME=value") in their environment; only
-    this user's processes are readable, which is all a lab session can have started."""
+    """PIDs (other than this process) with `entry` ("NAME=value") in their environment (the
+    session token is random per `lab up`: only that session's processes carry it)."""
     needle = entry.encode()
     out = []
     for name in os.listdir("/proc"):
