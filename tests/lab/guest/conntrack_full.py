@@ -70,12 +70,16 @@ def tracking_in_netns(conns: int = 24, tracker: str = "tc") -> dict[str, Any]:
     fault's truth (a namespace's conntrack count rises by one per connection)."""
     import subprocess
 
-    from tests.netns.faults import ConntrackFull, run_in_netns
+    from tests.netns.faults import Background, ConntrackFull
 
     ns = "lbtune-ct-track"
     subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
     try:
-        truth = run_in_netns(ns, ConntrackFull(max_entries=None, conns=conns, tracker=tracker))
+        fault = ConntrackFull(max_entries=None, conns=conns, tracker=tracker)
+        # set-up loads nf_conntrack, act_ct and the tc classifiers: slow on the one-CPU guest
+        with Background(ns, fault, timeout=60) as bg:
+            bg.trigger(0.0)
+            truth = bg.truth()
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
     return dataclasses.asdict(truth)
