@@ -91,7 +91,8 @@ class Reaped:
 
     def describe(self) -> str:
         """One line for the user."""
-        who = f"the lab supervisor (pid {self.supervisor})" if self.supervisor else "lab up"
+        who = f"the lab supervisor (pid {self.supervisor})" if self.supervisor else (
+            "a lab supervisor that was starting")  # fmt: skip
         killed = f"killed its {len(self.pids)} orphaned guest process(es)" if self.pids else (
             "its guest had already stopped")  # fmt: skip
         removed = ", removed its work directory" if self.workdir else ""
