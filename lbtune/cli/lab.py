@@ -104,9 +104,10 @@ def up_command(ctx: click.Context) -> int:
     from lbtune.lab import session
 
     s = runtime_of(ctx)
+    reaped = _reap(s.json)
     lab = session.up()
     if s.json:
-        emit_json({"up": True, "supervisor": lab.supervisor, "workdir": lab.workdir})
+        emit_json({"up": True, "supervisor": lab.supervisor, "workdir": lab.workdir, **reaped})
     else:
         console().print(
             f"lab is up (supervisor pid {lab.supervisor}); `lbtune lab run` uses it, "
@@ -115,17 +116,33 @@ def up_command(ctx: click.Context) -> int:
     return 0
 
 
+def _reap(as_json: bool) -> dict[str, object]:
+    """Clean up after a lab supervisor that died; say so in one line (or a JSON field)."""
+    from lbtune.lab import session
+
+    reaped = session.reap_dead()
+    if reaped is None:
+        return {}
+    if not as_json:
+        console().print(reaped.describe())
+    return {"reaped": reaped.to_json()}
+
+
 @lab_group.command("down")
 @common_options
 @click.pass_context
 def down_command(ctx: click.Context) -> int:
-    """Stop the lab guest that `lab up` started (nothing to do when none is up)."""
+    """Stop the lab guest that `lab up` started (nothing to do when none is up).
+
+    `lab up`, `lab status` and `lab down` first kill the guest of a lab supervisor that died
+    (kill -9 of the supervisor) and say so in one line."""
     from lbtune.lab import session
 
     s = runtime_of(ctx)
+    reaped = _reap(s.json)
     was_up = session.down()
     if s.json:
-        emit_json({"stopped": was_up})
+        emit_json({"stopped": was_up, **reaped})
     else:
         console().print("lab stopped" if was_up else "no lab is up")
     return 0
@@ -139,10 +156,11 @@ def status_command(ctx: click.Context) -> int:
     from lbtune.lab import session
 
     s = runtime_of(ctx)
+    reaped = _reap(s.json)
     lab = session.current()
     if s.json:
         emit_json({"up": lab is not None, "ready": bool(lab and lab.ready),
-                   "supervisor": lab.supervisor if lab else None})  # fmt: skip
+                   "supervisor": lab.supervisor if lab else None, **reaped})  # fmt: skip
     elif lab is None:
         console().print("no lab is up")
     else:

@@ -26,28 +26,25 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from lbtune.errors import BadInput
-from lbtune.lab.balancer import STATE_DIR, configure_realserver, load_ipvs_modules
+from lbtune.lab.balancer import configure_realserver, load_ipvs_modules
 from lbtune.lab.guest import in_lab
 from lbtune.lab.load import LoadResult, parse_wrk
 from lbtune.lab.progress import (
-    DONE,
-    FAIL,
     INFO,
-    START,
     TICK,
     ProgressCallback,
     ProgressReader,
     ProgressWriter,
+    Steps,
 )
 from lbtune.lab.servers import HTTP_PORT, WebServer, nginx_conf
-from lbtune.lab.shell import LabStepFailed, Shell
+from lbtune.lab.shell import STATE_DIR, LabStepFailed, Shell, lbtune_argv
 from lbtune.lab.topology import Topology, build_topology, plan_topology, teardown_topology
 from lbtune.lab.uml import LabKernel, LabUnavailable, run_in_lab
 
@@ -177,8 +174,7 @@ class _Web(WebServer):
             return None
 
 
-def _lbtune(netns: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "lbtune", "--netns", netns, *args]
+_lbtune = lbtune_argv  # the name tests/lab/guest/adapt_e2e.py imports
 
 
 class _Sampler(threading.Thread):
@@ -215,16 +211,14 @@ class _Sampler(threading.Thread):
 class _Experiment:
     def __init__(self, cfg: AdaptiveConfig, progress: ProgressWriter) -> None:
         self.cfg, self.progress = cfg, progress
+        self.step = Steps(progress).step
         self.shell = Shell()
         self.topo = plan_topology(len(cfg.rates), rates=list(cfg.rates))
         self.director = self.topo.directors[0]
         self.web: list[_Web] = []
         self.agents: list[subprocess.Popen[str]] = []
-        self.agent_argv: list[list[str]] = []
+        self.agent_argv: list[list[str]] = []  # each agent's [NETNS, lbtune ARGS...]
         self.config_path = f"{RUN_DIR}/director.toml"
-
-    def step(self, name: str, detail: str = "") -> Any:
-        return _step(self.progress, name, detail)
 
     def build(self) -> None:
         with self.step("topology", f"rates {','.join(map(str, self.cfg.rates))} Mbit/s"):
@@ -240,16 +234,17 @@ class _Experiment:
                 web = _Web(s.name, s.netns, f"{RUN_DIR}/{s.name}", docroot, self.shell)
                 web.start()
                 self.web.append(web)
-                argv = _lbtune(s.netns, "ipvs", "agent", "--agent-port", str(AGENT_PORT),
-                               "--port", str(HTTP_PORT), "--egress", s.iface, "--signals",
-                               AGENT_SIGNALS, "--json", "--interval", "1")  # fmt: skip
-                self.agent_argv.append(argv)  # to start one again (tests kill agents)
-                self.agents.append(self.start_agent(argv, s.name))
+                args = [s.netns, "ipvs", "agent", "--agent-port", str(AGENT_PORT),
+                        "--port", str(HTTP_PORT), "--egress", s.iface, "--signals",
+                        AGENT_SIGNALS, "--json", "--interval", "1"]  # fmt: skip
+                self.agent_argv.append(args)  # to start one again (tests kill agents)
+                self.agents.append(self.start_agent(args, s.name))
         load_ipvs_modules("wlc", self.shell)
         load_ipvs_modules("rr", self.shell)
 
     def start_agent(self, argv: list[str], name: str) -> subprocess.Popen[str]:
-        proc = self.shell.spawn(argv)
+        """`lbtune --netns NETNS ARGS` for argv = [NETNS, ARGS...]; once it listens."""
+        proc = self.shell.spawn_lbtune(argv[0], *argv[1:])
         line = proc.stdout.readline() if proc.stdout else ""
         if "listening" not in line:
             raise LabStepFailed(f"agent on {name} did not start: "
@@ -269,10 +264,7 @@ class _Experiment:
     def apply(self, scheduler: str) -> None:
         with open(self.config_path, "w", encoding="utf-8") as fh:
             fh.write(director_toml(self.topo, scheduler))
-        env = dict(os.environ, LBTUNE_STATE_DIR=STATE_DIR)
-        res = subprocess.run(_lbtune(self.director.netns, "ipvs", "apply", self.config_path),
-                             capture_output=True, text=True, env=env, check=False,
-                             stdin=subprocess.DEVNULL)  # fmt: skip
+        res = self.shell.lbtune(self.director.netns, "ipvs", "apply", self.config_path)
         if res.returncode != 0:
             raise LabStepFailed(f"lbtune ipvs apply ({scheduler}): {res.stderr.strip()}")
 
@@ -285,12 +277,9 @@ class _Experiment:
         events: list[dict[str, Any]] = []
         reader: Optional[threading.Thread] = None
         if scheme == "adapt":
-            env = dict(os.environ, LBTUNE_STATE_DIR=STATE_DIR)
-            adapt = subprocess.Popen(
-                _lbtune(self.director.netns, "ipvs", "adapt", self.config_path, "--json",
-                        "--interval", f"{self.cfg.interval:g}", "--timeout", "2"),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, env=env)  # fmt: skip
+            adapt = self.shell.spawn_lbtune(
+                self.director.netns, "ipvs", "adapt", self.config_path, "--json",
+                "--interval", f"{self.cfg.interval:g}", "--timeout", "2")  # fmt: skip
 
             def read() -> None:
                 assert adapt is not None and adapt.stdout is not None
@@ -351,17 +340,6 @@ class _Experiment:
             w.stop()
         with contextlib.suppress(Exception):
             teardown_topology(self.topo, self.shell)
-
-
-@contextlib.contextmanager
-def _step(progress: ProgressWriter, name: str, detail: str = "") -> Any:
-    progress(name, START, detail)
-    try:
-        yield
-    except BaseException as e:
-        progress(name, FAIL, str(e))
-        raise
-    progress(name, DONE, detail)
 
 
 def run_adaptive(cfg: AdaptiveConfig, progress: Optional[ProgressWriter] = None

@@ -20,20 +20,16 @@ operator's hand and an independent reading of the kernel.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Optional
 
 from lbtune.errors import BadInput
-from lbtune.lab.shell import LabStepFailed, Shell
+from lbtune.lab.shell import RUN_DIR, Shell
 
 # IPVS schedulers of the lab kernel (ip_vs_<name>.ko, all built as modules in Debian's UML).
 SCHEDULERS = ("rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf",
               "mh", "twos")  # fmt: skip
 MAX_WEIGHT = 65535
-RUN_DIR = "/run/lbtune-lab"  # a tmpfs inside the guest
-STATE_DIR = f"{RUN_DIR}/state"  # journals of the lab's lbtune runs (LBTUNE_STATE_DIR)
 CONFIG_DIR = f"{RUN_DIR}/ipvs"  # the directors' generated `lbtune ipvs` configs
 
 
@@ -88,45 +84,28 @@ def load_ipvs_modules(scheduler: str, shell: Optional[Shell] = None) -> None:
     sh.check(["modprobe", f"ip_vs_{scheduler}"])
 
 
-def lbtune_argv(netns: str, *args: str) -> list[str]:
-    """`lbtune --netns NETNS ARGS` run by this interpreter (the lab's own lbtune)."""
-    return [sys.executable, "-m", "lbtune", "--netns", netns, *args]
-
-
-def run_lbtune(netns: str, *args: str, timeout: float = 120.0) -> str:
-    """Run lbtune in `netns` with the lab's state directory; its stdout, or LabStepFailed
-    with its one-line error."""
-    os.makedirs(STATE_DIR, exist_ok=True)
-    env = dict(os.environ, LBTUNE_STATE_DIR=STATE_DIR)
-    try:
-        proc = subprocess.run(lbtune_argv(netns, *args), capture_output=True, text=True,
-                              timeout=timeout, env=env, stdin=subprocess.DEVNULL,
-                              check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise LabStepFailed(f"lbtune {' '.join(args)} in {netns}: timed out") from None
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}")
-        raise LabStepFailed(f"lbtune {' '.join(args)} in {netns}: {detail.splitlines()[-1]}")
-    return proc.stdout
-
-
 def configure_director(
     netns: str, service: LabService, iface: str = "eth0", shell: Optional[Shell] = None
 ) -> None:
     """Make netns the DR director of service with `lbtune ipvs apply` (module loading is the
     guest's, kernel-global, so it happens here first)."""
-    load_ipvs_modules(service.scheduler, shell or Shell())
+    sh = shell or Shell()
+    load_ipvs_modules(service.scheduler, sh)
     os.makedirs(CONFIG_DIR, exist_ok=True)
     path = os.path.join(CONFIG_DIR, f"{netns}.toml")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(service.director_toml(iface))
-    run_lbtune(netns, "ipvs", "apply", path)
+    sh.check_lbtune(netns, "ipvs", "apply", path)
 
 
-def configure_realserver(netns: str, vip: str, iface: str = "eth0") -> None:
+def configure_realserver(
+    netns: str, vip: str, iface: str = "eth0", shell: Optional[Shell] = None
+) -> None:
     """Make netns accept DR traffic for vip without answering ARP for it, with
     `lbtune ipvs realserver apply`."""
-    run_lbtune(netns, "ipvs", "realserver", "apply", "--vip", vip, "--iface", iface)
+    (shell or Shell()).check_lbtune(
+        netns, "ipvs", "realserver", "apply", "--vip", vip, "--iface", iface
+    )
 
 
 def break_realserver_arp(netns: str, iface: str = "eth0", shell: Optional[Shell] = None) -> None:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from lbtune.errors import BadInput, LbtuneError
 from lbtune.host.signals import interruptible
@@ -38,16 +38,14 @@ from lbtune.lab.balancer import configure_realserver, load_ipvs_modules
 from lbtune.lab.failover_stats import Event, FailoverResult, ProbeRecord, switch_windows
 from lbtune.lab.guest import in_lab
 from lbtune.lab.progress import (
-    DONE,
-    FAIL,
     INFO,
-    START,
     ProgressCallback,
     ProgressReader,
     ProgressWriter,
+    Steps,
 )
 from lbtune.lab.servers import HTTP_PORT, WebServer
-from lbtune.lab.shell import LabStepFailed, Shell
+from lbtune.lab.shell import LabStepFailed, Shell, netns_argv
 from lbtune.lab.topology import Node, build_topology, plan_topology, teardown_topology
 from lbtune.lab.uml import LabKernel, LabUnavailable, run_in_lab
 
@@ -152,31 +150,21 @@ class _Director:
 class _Failover:
     def __init__(self, config: FailoverConfig, progress: ProgressWriter) -> None:
         self.config, self.progress = config, progress
+        self.step = Steps(progress).step
         self.shell = Shell()
         self.topo = plan_topology(config.servers, directors=2)
         self.dirs = [_Director(n, self.shell) for n in self.topo.directors]
         self.web: list[WebServer] = []
         self.prober: Optional[subprocess.Popen[bytes]] = None
 
-    @contextlib.contextmanager
-    def step(self, name: str, detail: str = "") -> Iterator[None]:
-        self.progress(name, START, detail)
-        try:
-            yield
-        except BaseException as e:
-            self.progress(name, FAIL, str(e))
-            raise
-        self.progress(name, DONE, detail)
-
     def export(self, me: Node, peer: Node, role: str, toml: str) -> str:
-        argv = [sys.executable, "-m", "lbtune", "ipvs", "export", toml, "--format",
-                "keepalived", "--peer", peer.address, "--src", me.address, "--role", role,
-                "--interface", me.iface, "--advert-int", f"{self.config.advert_int:g}",
+        args = ["ipvs", "export", toml, "--format", "keepalived", "--peer", peer.address,
+                "--src", me.address, "--role", role, "--interface", me.iface,
+                "--advert-int", f"{self.config.advert_int:g}",
                 "--preempt-delay", f"{self.config.preempt_delay:g}"]  # fmt: skip
         if not self.config.sync:
-            argv.append("--no-sync")
-        res = subprocess.run(argv, capture_output=True, text=True, check=False,
-                             stdin=subprocess.DEVNULL, timeout=60)  # fmt: skip
+            args.append("--no-sync")
+        res = self.shell.lbtune(None, *args, timeout=60)  # no --netns: it only prints
         if res.returncode != 0:
             raise LabStepFailed(f"lbtune ipvs export for {me.name}: {res.stderr.strip()}")
         return res.stdout
@@ -236,11 +224,11 @@ class _Failover:
     def start_prober(self, stop: str, out: str) -> None:
         # niced up: on the one-CPU guest the measuring client must not wait behind the
         # orchestrator's own `ip` processes, or probes would be skipped during the outage
-        argv = ["ip", "netns", "exec", self.topo.client.netns, "nice", "-n", "-10",
-                sys.executable, "-m",
-                "lbtune.lab.prober", "--vip", self.topo.vip, "--port", str(HTTP_PORT),
-                "--interval", f"{self.config.interval:g}", "--keepalive",
-                str(self.config.keepalive), "--stop", stop, "--out", out]  # fmt: skip
+        argv = netns_argv(self.topo.client.netns, [
+            "nice", "-n", "-10", sys.executable, "-m", "lbtune.lab.prober",
+            "--vip", self.topo.vip, "--port", str(HTTP_PORT),
+            "--interval", f"{self.config.interval:g}", "--keepalive", str(self.config.keepalive),
+            "--stop", stop, "--out", out])  # fmt: skip
         self.prober = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

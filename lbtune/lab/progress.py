@@ -4,15 +4,20 @@ The guest appends one `Step` per line to `progress.jsonl` in the run's work dire
 hostfs mount shared with the host); the host reads the new lines while the guest runs
 (`ProgressReader.poll`) and hands them to the front end's display. A file rather than a pipe
 because the guest's only channel to the host is that directory.
+
+`Steps` is the one step context of every in-guest run (scenario, failover, adaptive): a
+``with steps.step(name, detail)`` block writes START, then DONE or FAIL with the error, and
+keeps each step's time (`StepTime`) for the run's result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 from lbtune.lab.uml import ENV_WORKDIR
 
@@ -52,6 +57,38 @@ class ProgressWriter:
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(asdict(step)) + "\n")
             fh.flush()
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """How one step of a run went: its seconds, and its detail or error."""
+
+    name: str
+    seconds: float
+    ok: bool
+    detail: str = ""
+
+
+class Steps:
+    """The steps of one in-guest run: progress for the host and each step's time."""
+
+    def __init__(self, progress: ProgressWriter) -> None:
+        self.progress = progress
+        self.times: list[StepTime] = []
+
+    @contextlib.contextmanager
+    def step(self, name: str, detail: str = "") -> Iterator[None]:
+        """START now; DONE with detail when the block ends, FAIL with the error if it raises."""
+        self.progress(name, START, detail)
+        t0 = time.monotonic()
+        try:
+            yield
+        except BaseException as e:
+            self.times.append(StepTime(name, round(time.monotonic() - t0, 2), False, str(e)))
+            self.progress(name, FAIL, str(e))
+            raise
+        self.times.append(StepTime(name, round(time.monotonic() - t0, 2), True, detail))
+        self.progress(name, DONE, detail)
 
 
 def _step_of(raw: dict[str, Any]) -> Optional[Step]:

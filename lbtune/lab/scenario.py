@@ -34,13 +34,11 @@ import sys
 import time
 import typing
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from lbtune.errors import BadInput, LbtuneError
 from lbtune.lab import labprofile
 from lbtune.lab.balancer import (
-    RUN_DIR,
-    STATE_DIR,
     LabService,
     RealServer,
     break_realserver_arp,
@@ -50,9 +48,9 @@ from lbtune.lab.balancer import (
 )
 from lbtune.lab.guest import in_lab
 from lbtune.lab.load import LoadResult, load_argv, parse_load, pick_tool
-from lbtune.lab.progress import DONE, FAIL, INFO, START, TICK, ProgressWriter
+from lbtune.lab.progress import FAIL, INFO, TICK, ProgressWriter, Steps, StepTime
 from lbtune.lab.servers import HAPROXY_BALANCE, HTTP_PORT, Proxy, WebServer
-from lbtune.lab.shell import LabStepFailed, Shell
+from lbtune.lab.shell import RUN_DIR, LabStepFailed, Shell
 from lbtune.lab.topology import (
     Node,
     Topology,
@@ -134,14 +132,6 @@ class ScenarioConfig:
                 RealServer(s.address, w) for s, w in zip(topo.servers, self.server_weights)
             ),
         )
-
-
-@dataclass(frozen=True)
-class StepTime:
-    name: str
-    seconds: float
-    ok: bool
-    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -375,41 +365,16 @@ class _Run:
     def __init__(self, config: ScenarioConfig, progress: ProgressWriter) -> None:
         self.config = config
         self.progress = progress
+        self.steps = Steps(progress)
+        self.step = self.steps.step
         self.shell = Shell()
         self.topo = plan_topology(config.servers)
         self.service = config.service(self.topo)
         self.director = self.topo.directors[0]
         self.web: list[WebServer] = []
         self.proxy: Optional[Proxy] = None
-        self.steps: list[StepTime] = []
         self.background: list[subprocess.Popen[str]] = []
         self.conns_before: dict[str, int] = {}
-
-    @contextlib.contextmanager
-    def step(self, name: str, detail: str = "") -> Iterator[None]:
-        self.progress(name, START, detail)
-        t0 = time.monotonic()
-        try:
-            yield
-        except BaseException as e:
-            self.steps.append(StepTime(name, round(time.monotonic() - t0, 2), False, str(e)))
-            self.progress(name, FAIL, str(e))
-            raise
-        self.steps.append(StepTime(name, round(time.monotonic() - t0, 2), True, detail))
-        self.progress(name, DONE, detail)
-
-    def lbtune(self, netns: str, *args: str, timeout: float = 120.0) -> tuple[int, str, str]:
-        """`lbtune --netns NETNS ARGS` in a child process: (exit code, stdout, stderr)."""
-        argv = [sys.executable, "-m", "lbtune", "--netns", netns, *args]
-        env = dict(os.environ, LBTUNE_STATE_DIR=STATE_DIR)
-        try:
-            proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, env=env,
-                stdin=subprocess.DEVNULL, check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            return 124, "", f"lbtune {' '.join(args)} timed out after {timeout:g} s"
-        return proc.returncode, proc.stdout, proc.stderr
 
     # ---- roles
 
@@ -438,9 +403,10 @@ class _Run:
         for node, name, _ in self.roles():
             arg = self.profile_arg(name)
             profile = labprofile.NAME if arg != name else name
-            code, stdout, stderr = self.lbtune(
+            res = self.shell.lbtune(
                 node.netns, "apply", arg, "--iface", node.iface, "--yes", "--json"
             )
+            code, stdout, stderr = res.returncode, res.stdout, res.stderr
             counts = {"change": 0, "ok": 0, "skipped": 0}
             if code == 0:
                 for row in json.loads(stdout).get("changes", []):
@@ -489,7 +455,8 @@ class _Run:
                 args += ["--vip", self.topo.vip]
             if role == "client":
                 args += ["--load", load_cmd]
-            code, stdout, stderr = self.lbtune(node.netns, *args)
+            res = self.shell.lbtune(node.netns, *args)
+            code, stdout, stderr = res.returncode, res.stdout, res.stderr
             try:
                 data = json.loads(stdout)
                 checks = tuple(
@@ -546,14 +513,11 @@ class _Run:
         diag: Optional[subprocess.Popen[str]] = None
         diag_duration = cfg.duration + DIAGNOSE_LEAD
         if cfg.diagnose:
-            diag_argv = [sys.executable, "-m", "lbtune", "--netns", self.director.netns,
-                         "diagnose", "--duration", f"{diag_duration:g}", "--json",
-                         # counters only: a probe compile would take the guest's one CPU
-                         # from the load it measures
-                         "--no-probes"]  # fmt: skip
-            diag = subprocess.Popen(
-                diag_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, env=dict(os.environ, LBTUNE_STATE_DIR=STATE_DIR),
+            diag = self.shell.spawn_lbtune(
+                self.director.netns, "diagnose", "--duration", f"{diag_duration:g}", "--json",
+                # counters only: a probe compile would take the guest's one CPU from the load
+                # it measures
+                "--no-probes",
             )  # fmt: skip
             self.background.append(diag)
             time.sleep(DIAGNOSE_LEAD)
@@ -666,7 +630,6 @@ def run_scenario(
             "the lab scenario builds namespaces, loads IPVS and starts servers: it runs only "
             "inside the lab kernel (lbtune lab run)"
         )
-    os.makedirs(STATE_DIR, exist_ok=True)
     run = _Run(config, progress or ProgressWriter())
     tool = pick_tool(config.tool)
     url = f"http://{run.topo.vip}/"
@@ -716,7 +679,7 @@ def run_scenario(
                 run.stop_all()  # nginx flushes its buffered log on a graceful stop
                 partial["servers"] = tuple(run.shares())
     except LabStepFailed as e:
-        stopped = stopped or (run.steps[-1].name if run.steps else "start")
+        stopped = stopped or (run.steps.times[-1].name if run.steps.times else "start")
         reason = str(e)
     finally:
         with run.step("teardown"):
@@ -740,7 +703,7 @@ def run_scenario(
         ok=stopped is None and not reason,
         stopped=stopped,
         reason=reason,
-        steps=tuple(run.steps),
+        steps=tuple(run.steps.times),
         notes=tuple(notes),
         **partial,
     )

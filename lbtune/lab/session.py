@@ -10,16 +10,26 @@ then waits for requests in the run's work directory (the hostfs directory both s
 * ``request-ID.json`` with ``{"stop": true}``: the guest powers off.
 
 The state file (``/run/lbtune/lab-up.json`` for root, ``$LBTUNE_LAB_RUN_DIR`` overrides)
-names the supervisor and the work directory. `down()` asks the guest to stop, and if it does
-not, terminates the supervisor, whose UML runner kills the guest's whole process group and
-removes the work directory; as a last resort every process whose command line names the
-work directory is killed. An interrupted run in an up lab takes the lab down: the guest's
-half-run scenario cannot be stopped from outside any other way.
+names the supervisor, the work directory and the session's token. `down()` asks the guest to
+stop, and if it does not, terminates the supervisor, whose UML runner kills the guest's whole
+process group and removes the work directory; as a last resort every process whose command
+line names the work directory is killed. An interrupted run in an up lab takes the lab down:
+the guest's half-run scenario cannot be stopped from outside any other way.
+
+The lock (``lab-up.lock`` beside the state file, ``flock``): `up()` takes it before it looks
+for a lab that is up and hands it to the supervisor, which holds it for as long as it lives
+(the UML guest does not inherit it). So two racing `lab up`s cannot both boot, and a free lock
+with a state file left behind means the supervisor died (kill -9 gives it no chance to take
+its guest down). `reap_dead()` then kills every process of that session - the UML guest runs
+in its own process group with the supervisor's environment, which carries the session's
+token (``LBTUNE_LAB_SESSION``) - and removes the work directory; `lab up`, `lab status` and
+`lab down` call it first and say in one line what they reaped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -31,7 +41,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from lbtune.errors import ExitCode, LbtuneError
 from lbtune.lab.progress import ProgressCallback, ProgressReader, ProgressWriter
@@ -40,6 +50,9 @@ from lbtune.lab.uml import ENV_WORKDIR, LabError, LabUnavailable, find_lab_kerne
 ENV_RUN_DIR = "LBTUNE_LAB_RUN_DIR"
 DEFAULT_RUN_DIR = "/run/lbtune"
 STATE_FILE = "lab-up.json"
+LOCK_FILE = "lab-up.lock"
+ENV_SESSION = "LBTUNE_LAB_SESSION"  # the session token, in the supervisor's (and guest's) env
+LOCK_WAIT = 0.5  # `up` retries this long: a `status` may hold the lock for a moment
 UP_TIMEOUT = 12 * 3600.0  # a lab left up is taken down after this long
 READY_TIMEOUT = 120.0
 POLL = 0.2
@@ -66,6 +79,27 @@ class LabSession:
     workdir: str
     started: float
     ready: bool
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """What `reap_dead()` cleaned up after a supervisor that died."""
+
+    supervisor: int
+    pids: tuple[int, ...]  # processes of the guest that were killed
+    workdir: str  # the work directory removed ("" when it had none yet)
+
+    def describe(self) -> str:
+        """One line for the user."""
+        who = f"the lab supervisor (pid {self.supervisor})" if self.supervisor else (
+            "a lab supervisor that was starting")  # fmt: skip
+        killed = f"killed its {len(self.pids)} orphaned guest process(es)" if self.pids else (
+            "its guest had already stopped")  # fmt: skip
+        removed = ", removed its work directory" if self.workdir else ""
+        return f"{who} had died: {killed}{removed}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"supervisor": self.supervisor, "pids": list(self.pids), "workdir": self.workdir}
 
 
 def run_dir() -> Path:
@@ -146,39 +180,146 @@ def _is_supervisor(pid: int) -> bool:
     return b"lbtune.lab.session" in argv and b"supervise" in argv
 
 
+def _state_fields(data: Mapping[str, Any]) -> tuple[int, str, str]:
+    """(supervisor pid, work directory, token) of a state file; 0/"" where unusable."""
+    try:
+        pid = int(data.get("supervisor") or 0)
+    except (TypeError, ValueError):
+        pid = 0
+    workdir = data.get("workdir")
+    token = data.get("token")
+    if not (isinstance(token, str) and len(token) == 16 and set(token) <= set("0123456789abcdef")):
+        token = ""
+    return pid, workdir if isinstance(workdir, str) else "", token
+
+
 def current() -> Optional[LabSession]:
-    """The lab that is up, or None (a stale state file is removed)."""
+    """The lab that is up (``ready`` False while it boots), or None. A state file naming a
+    directory that is not a lab work directory of this user is removed; one of a supervisor
+    that died is left for `reap_dead()`."""
     data = _read_json(_state_path())
     if data is None:
         return None
-    try:
-        pid, workdir = int(data["supervisor"]), str(data["workdir"])
-    except (KeyError, TypeError, ValueError):
-        pid, workdir = 0, ""
-    if pid <= 0 or not _is_supervisor(pid) or not _own_workdir(workdir):
+    pid, workdir, _ = _state_fields(data)
+    if workdir and not _own_workdir(workdir):
         with contextlib.suppress(OSError):
             _state_path().unlink()
         return None
-    ready = os.path.exists(os.path.join(workdir, "ready"))
+    if pid <= 0 or not _is_supervisor(pid):
+        return None
+    ready = bool(workdir) and os.path.exists(os.path.join(workdir, "ready"))
     return LabSession(pid, workdir, float(data.get("started", 0.0)), ready)
+
+
+@contextlib.contextmanager
+def _lock(wait: float = 0.0) -> Iterator[Optional[int]]:
+    """The `lab up` lock: yields its file descriptor, or None when another process holds
+    it (after retrying for `wait` seconds). Released when the last holder closes it."""
+    path = private_run_dir() / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise LabRunDirUnusable(f"{path}: cannot open the lab lock ({e.strerror or e})") from None
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield None
+                    return
+                time.sleep(0.05)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def reap_dead() -> Optional[Reaped]:
+    """Clean up after a lab supervisor that died (kill -9, OOM): kill its orphaned guest,
+    remove its work directory and state file. None when there was nothing to clean up, or
+    when a supervisor (or a `lab up`) is alive and holds the lock."""
+    with _lock() as fd:
+        if fd is None:
+            return None
+        return _reap_locked()
+
+
+def _reap_locked() -> Optional[Reaped]:
+    """reap_dead() with the lock held: no live supervisor of this run directory exists."""
+    state = _state_path()
+    data = _read_json(state)
+    if data is None:
+        return None
+    pid, workdir, token = _state_fields(data)
+    own = bool(workdir) and _own_workdir(workdir)
+    found = set(processes_with_env(f"{ENV_SESSION}={token}")) if token else set()
+    if own:
+        found.update(processes_naming(workdir))
+    found = {p for p in found if not _is_supervisor(p) or p == pid}
+    killed = _kill_groups(sorted(found))
+    if own:
+        shutil.rmtree(workdir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        state.unlink()
+    if not killed and not own:
+        return None  # only a stale state file: nothing worth a word
+    return Reaped(pid, tuple(killed), workdir if own else "")
+
+
+def _kill_groups(pids: list[int], timeout: float = 10.0) -> list[int]:
+    """SIGKILL the process group of each pid (never this process's own) and wait until
+    none of the pids is alive; the pids that were alive."""
+    own_group = os.getpgrp()
+    alive = [p for p in pids if _alive(p)]
+    for p in alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            group = os.getpgid(p)
+            if group != own_group:
+                os.killpg(group, signal.SIGKILL)
+            else:
+                os.kill(p, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in alive) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive
+
+
+def _alive(pid: int) -> bool:
+    """True while pid runs (a zombie, killed but not yet reaped by its parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            stat_line = fh.read()
+    except OSError:
+        return False
+    fields = stat_line[stat_line.rfind(")") + 2 :].split()
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 # --------------------------------------------------------------------------- host side
 
 
 def up() -> LabSession:
-    """Boot a lab guest that stays up; returns once it is ready. LabBusy if one is up."""
-    if current() is not None:
-        raise LabBusy("a lab is already up (lbtune lab down stops it)")
-    find_lab_kernel()  # LabUnavailable here, not in the detached supervisor
-    log = private_run_dir() / "lab-up.log"
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with open(fd, "wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lbtune.lab.session", "supervise"],
-            stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
+    """Boot a lab guest that stays up; returns once it is ready. LabBusy if one is up or
+    another `lab up` is booting one; the guest of a supervisor that died is reaped first."""
+    with _lock(wait=LOCK_WAIT) as lock:
+        if lock is None or current() is not None:
+            raise LabBusy("a lab is already up or coming up (lbtune lab down stops it)")
+        _reap_locked()
+        find_lab_kernel()  # LabUnavailable here, not in the detached supervisor
+        token = secrets.token_hex(8)
+        _write_json(_state_path(), {"token": token, "started": time.time()})
+        log = private_run_dir() / "lab-up.log"
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with open(fd, "wb") as fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lbtune.lab.session", "supervise"],
+                stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True, pass_fds=(lock,),
+                env={**os.environ, ENV_SESSION: token},
+            )  # fmt: skip
+    # the supervisor holds the lock from here on
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         session = current()
@@ -189,6 +330,7 @@ def up() -> LabSession:
             raise LabError(f"the lab guest did not come up: {(detail or ['no output'])[-1]}")
         time.sleep(POLL)
     _terminate(proc.pid, None)
+    reap_dead()
     raise LabError(f"the lab guest was not ready after {READY_TIMEOUT:g} s; stopped it")
 
 
@@ -236,7 +378,8 @@ def down(timeout: float = 30.0) -> bool:
     if session.ready:
         with contextlib.suppress(OSError):
             _write_json(Path(session.workdir) / "request-stop.json", {"stop": True})
-    _terminate(session.supervisor, session.workdir, grace=timeout)
+    _terminate(session.supervisor, session.workdir or None, grace=timeout)
+    reap_dead()  # a supervisor stopped while booting leaves its state and maybe a guest
     with contextlib.suppress(OSError):
         _state_path().unlink()
     return True
@@ -258,6 +401,23 @@ def _terminate(pid: int, workdir: Optional[str], grace: float = 10.0) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(os.getpgid(other), signal.SIGKILL)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def processes_with_env(entry: str) -> list[int]:
+    """PIDs (other than this process) with `entry` ("NAME=value") in their environment (the
+    session token is random per `lab up`: only that session's processes carry it)."""
+    needle = entry.encode()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    out.append(int(name))
+        except OSError:
+            continue
+    return out
 
 
 def processes_naming(text: str) -> list[int]:
@@ -282,11 +442,13 @@ def supervise() -> int:
 
     state = _state_path()
     started = time.time()
+    token = os.environ.get(ENV_SESSION, "")
+    _write_json(state, {"supervisor": os.getpid(), "token": token, "started": started})
 
     def record(workdir: Path) -> None:
-        if _read_json(state) is None:
-            _write_json(state, {"supervisor": os.getpid(), "workdir": str(workdir),
-                                "started": started})  # fmt: skip
+        data = _read_json(state)
+        if data is not None and data.get("supervisor") == os.getpid() and not data.get("workdir"):
+            _write_json(state, {**data, "workdir": str(workdir)})
 
     try:
         with interruptible():

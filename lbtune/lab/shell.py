@@ -4,17 +4,29 @@ Every lab piece (topology, DR configuration, web servers, load) runs `ip`, `ipvs
 `nginx`, `haproxy` or `wrk`; this module is the one door they go through. A failed command
 raises `LabStepFailed` with the program's first error line, so a scenario step can say what
 broke in one line. Never a shell and never a string command line.
+
+lbtune itself goes through the same door: `lbtune_argv(NS, ARGS)` is `lbtune --netns NS ARGS`
+run by this interpreter (the guest's lbtune is the host's, over the read-only root), and
+`Shell.lbtune` / `Shell.check_lbtune` / `Shell.spawn_lbtune` run it with the lab's state
+directory (`LBTUNE_STATE_DIR`: journals on the guest's tmpfs, never the host's). Every
+in-guest run - the scenario, failover, the adaptive experiment, tests running inside a
+guest - uses these, whichever backend booted the guest.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 from typing import Optional, Sequence
 
 from lbtune.errors import ExitCode, LbtuneError
 from lbtune.host.runner import CommandResult, CommandRunner
+
+RUN_DIR = "/run/lbtune-lab"  # a tmpfs inside the guest
+STATE_DIR = f"{RUN_DIR}/state"  # journals of the lab's lbtune runs (LBTUNE_STATE_DIR)
+LBTUNE_TIMEOUT = 120.0
 
 
 class LabStepFailed(LbtuneError):
@@ -28,6 +40,23 @@ def netns_argv(netns: Optional[str], argv: Sequence[str]) -> list[str]:
     if isinstance(argv, str):  # a string would be one program name with spaces
         raise TypeError("argv must be a sequence of arguments, not a string")
     return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+
+
+def lbtune_argv(netns: Optional[str], *args: str) -> list[str]:
+    """`lbtune [--netns NETNS] ARGS` run by this interpreter (the lab's own lbtune)."""
+    return [sys.executable, "-m", "lbtune", *(["--netns", netns] if netns else []), *args]
+
+
+def lbtune_env() -> dict[str, str]:
+    """The environment of an lbtune run in the lab: its journals in the lab's state dir."""
+    os.makedirs(STATE_DIR, exist_ok=True)
+    return dict(os.environ, LBTUNE_STATE_DIR=STATE_DIR)
+
+
+def _one_line(netns: Optional[str], args: Sequence[str], detail: str) -> str:
+    where = f" in {netns}" if netns else ""
+    lines = [line.strip() for line in detail.splitlines() if line.strip()]
+    return f"lbtune {' '.join(args)}{where}: {lines[-1] if lines else 'no output'}"
 
 
 class Shell:
@@ -96,6 +125,42 @@ class Shell:
             stderr=subprocess.PIPE,
             text=True,
         )
+
+    def lbtune(
+        self, netns: Optional[str], *args: str, timeout: float = LBTUNE_TIMEOUT
+    ) -> CommandResult:
+        """`lbtune [--netns NETNS] ARGS` to its end: the result, whatever the exit status
+        (124 and a one-line stderr when it timed out)."""
+        argv = lbtune_argv(netns, *args)
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, env=lbtune_env(),
+                stdin=subprocess.DEVNULL, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            said = f"lbtune {' '.join(args)} timed out after {timeout:g} s"
+            return CommandResult(tuple(argv), 124, "", said)
+        return CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+    def check_lbtune(
+        self, netns: Optional[str], *args: str, timeout: float = LBTUNE_TIMEOUT
+    ) -> str:
+        """`lbtune [--netns NETNS] ARGS`: its stdout, or LabStepFailed with its one-line error."""
+        res = self.lbtune(netns, *args, timeout=timeout)
+        if not res.ok:
+            raise LabStepFailed(
+                _one_line(netns, args, res.stderr or res.stdout or f"exit {res.returncode}")
+            )
+        return res.stdout
+
+    def spawn_lbtune(
+        self, netns: Optional[str], *args: str, stdout: Optional[int] = subprocess.PIPE
+    ) -> subprocess.Popen[str]:
+        """Start `lbtune [--netns NETNS] ARGS` in the background; the caller waits for it."""
+        return subprocess.Popen(
+            lbtune_argv(netns, *args), stdin=subprocess.DEVNULL, stdout=stdout,
+            stderr=subprocess.PIPE, text=True, env=lbtune_env(),
+        )  # fmt: skip
 
     def sysctl(self, netns: Optional[str], key: str, value: object) -> None:
         """Write one sysctl inside netns (per-namespace keys only in a lab namespace)."""

@@ -5,6 +5,10 @@ UML guest's init namespace (tests/lab/guest/conntrack_full.py): nf_conntrack_max
 connections over lo, one boot for the whole module. Each round triggers the fault inside a
 `diagnose --duration 2` window: first with --json (table empty before: 8 drops), then with
 text output (the table is still full from the first round: all 24 drop).
+
+The tracking half of the fault (a namespace tracks once a ruleset needs it: one entry per
+connection) runs in a namespace of the guest too: making conntrack track loads nf_conntrack
+and act_ct, and tests load no module on the host (it was a netns-tier test before).
 """
 
 from __future__ import annotations
@@ -89,3 +93,17 @@ def test_diagnose_finds_the_full_table_text(lab_run):
         assert what in out, f"text output lacks {what!r}:\n{out}"
     drops = delta(t, "conntrack stat drop")
     assert t["lo"] <= drops <= t["hi"] and f" {drops} " in out, (drops, out)
+
+
+def test_a_namespace_tracks_one_entry_per_connection() -> None:
+    from lbtune.lab.uml import LabUnavailable, run_in_lab
+
+    try:
+        res = run_in_lab("tests.lab.guest.conntrack_full:tracking_in_netns", CONNS, timeout=180)
+    except LabUnavailable as e:
+        pytest.skip(f"lab kernel unavailable: {e}")
+    t = res.value
+    assert t["details"]["tracker"] == "tc"  # UML 6.1 has no nf_tables ip family
+    assert t["counter"] == "conntrack count" and t["lo"] == t["hi"] == CONNS
+    assert delta(t, "conntrack count") == CONNS
+    assert delta(t, "conntrack stat drop") == 0

@@ -932,7 +932,10 @@ class ConntrackFull(Fault):
 
     nf_conntrack_max is host-global (read-only in a child namespace), so the full table runs
     in the UML lab guest's init namespace; with `max_entries=None` the fault only shows that
-    tracking works (count rises by one per connection), which a host netns can do.
+    tracking works (count rises by one per connection), in a namespace of the guest. Both
+    trackers load modules (nf_conntrack, nf_tables, nft_ct, act_ct...; the kernel autoloads
+    them for an nft table or a tc ct action even without modprobe), so the fault refuses to
+    set up anywhere but inside a lab guest: tests never load a module on the host.
     Each established connection over lo is one ASSURED entry, which early_drop cannot evict;
     once count == max each further SYN is dropped and the `drop` column of
     /proc/net/stat/nf_conntrack moves by one. Clients are closed after 0.1 s, before the 1 s
@@ -985,6 +988,13 @@ class ConntrackFull(Fault):
            "protocol", "ip", "flower", "ct_state", "+trk+inv", "action", "drop")  # fmt: skip
 
     def setup(self) -> None:
+        from lbtune.lab.guest import in_lab
+
+        if not in_lab():
+            raise RuntimeError(
+                "the conntrack fault loads kernel modules (nf_conntrack, nf_tables, nft_ct, "
+                "act_ct): it runs only inside the lab guest (tests/lab/), never on the host"
+            )
         super().setup()
         errors = []
         for how in ("nft", "tc") if self.tracker == "auto" else (self.tracker,):

@@ -63,3 +63,23 @@ def counters_only(max_entries: int = 16, conns: int = 24, tracker: str = "tc") -
 
     truth = run_fault(ConntrackFull(max_entries=max_entries, conns=conns, tracker=tracker))
     return dataclasses.asdict(truth)
+
+
+def tracking_in_netns(conns: int = 24, tracker: str = "tc") -> dict[str, Any]:
+    """The tracking half of the fault (`max_entries=None`) in a namespace of the guest: the
+    fault's truth (a namespace's conntrack count rises by one per connection)."""
+    import subprocess
+
+    from tests.netns.faults import Background, ConntrackFull
+
+    ns = "lbtune-ct-track"
+    subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+    try:
+        fault = ConntrackFull(max_entries=None, conns=conns, tracker=tracker)
+        # set-up loads nf_conntrack, act_ct and the tc classifiers: slow on the one-CPU guest
+        with Background(ns, fault, timeout=60) as bg:
+            bg.trigger(0.0)
+            truth = bg.truth()
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+    return dataclasses.asdict(truth)

@@ -326,3 +326,42 @@ def test_proxy_report_says_what_the_extra_bytes_are():
     assert "replies through the director: 100% of reply bytes" in text
     assert "also received 11% more: the headers, handshakes and ACKs" in text
     assert "111%" not in text
+
+
+def test_lbtune_in_the_lab_is_one_argv_with_the_labs_state_dir(tmp_path, monkeypatch):
+    from lbtune.lab import shell
+
+    monkeypatch.setattr(shell, "STATE_DIR", str(tmp_path / "state"))
+    assert shell.lbtune_argv("lab-rs1", "show", "--json")[1:] == [
+        "-m", "lbtune", "--netns", "lab-rs1", "show", "--json"]  # fmt: skip
+    assert shell.lbtune_argv(None, "show")[1:] == ["-m", "lbtune", "show"]
+    sh = Shell()
+    assert sh.check_lbtune(None, "--version").startswith("lbtune, version ")
+    res = sh.lbtune(None, "no-such-command", "--no-such-option")
+    assert res.returncode == 2 and res.argv[-2:] == ("no-such-command", "--no-such-option")
+    with pytest.raises(LabStepFailed) as e:
+        sh.check_lbtune("lab-x", "no-such-command")
+    said = "lbtune no-such-command in lab-x: Error: No such command 'no-such-command'."
+    assert str(e.value) == said
+    assert (tmp_path / "state").is_dir()  # created for the run's journals
+    proc = sh.spawn_lbtune(None, "--version")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.startswith("lbtune, version ")
+
+
+def test_steps_say_start_done_or_fail_and_keep_each_steps_time(tmp_path):
+    from lbtune.lab.progress import Steps
+
+    steps = Steps(ProgressWriter(str(tmp_path)))
+    with steps.step("topology", "3 namespaces"):
+        pass
+    with pytest.raises(LabStepFailed), steps.step("load"):
+        raise LabStepFailed("wrk exited 1")
+    seen: list[Step] = []
+    ProgressReader(seen.append).poll(tmp_path)
+    assert [(s.name, s.state, s.detail) for s in seen] == [
+        ("topology", "start", "3 namespaces"), ("topology", "done", "3 namespaces"),
+        ("load", "start", ""), ("load", "fail", "wrk exited 1")]  # fmt: skip
+    assert [(t.name, t.ok, t.detail) for t in steps.times] == [
+        ("topology", True, "3 namespaces"), ("load", False, "wrk exited 1")]  # fmt: skip
+    assert all(t.seconds >= 0 for t in steps.times)

@@ -59,3 +59,45 @@ def test_a_run_directory_that_is_a_symlink_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(session.ENV_RUN_DIR, str(tmp_path / "run"))
     with pytest.raises(LabError, match="not a directory of this user"):
         session.current()
+
+
+@pytest.fixture
+def orphan(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A state file of a supervisor that died, and a 'guest' (own session) carrying its token."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv(session.ENV_RUN_DIR, str(run))
+    token = "0123456789abcdef"  # noqa: S105 - a session token, not a secret
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run / session.STATE_FILE).write_text(json.dumps(
+        {"supervisor": dead.pid, "token": token, "started": 0}))  # fmt: skip
+    guest = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env=dict(os.environ, **{session.ENV_SESSION: token}),
+                             start_new_session=True)  # fmt: skip
+    yield run, dead.pid, guest
+    guest.kill()
+    guest.wait()
+
+
+def test_the_guest_of_a_dead_supervisor_is_reaped_once(orphan) -> None:  # type: ignore[no-untyped-def]
+    run, dead, guest = orphan
+    reaped = session.reap_dead()
+    assert reaped is not None and reaped.pids == (guest.pid,) and reaped.supervisor == dead
+    assert guest.wait(timeout=10) == -9
+    assert reaped.describe() == (f"the lab supervisor (pid {dead}) had died: "
+                                 "killed its 1 orphaned guest process(es)")  # fmt: skip
+    assert not (run / session.STATE_FILE).exists()
+    assert session.reap_dead() is None
+
+
+def test_nothing_is_reaped_while_the_lock_is_held(orphan) -> None:  # type: ignore[no-untyped-def]
+    import fcntl
+
+    run, _, guest = orphan
+    with open(run / session.LOCK_FILE, "w") as fh:  # a live supervisor holds it
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        assert session.reap_dead() is None
+        with pytest.raises(session.LabBusy, match="already up or coming up"):
+            session.up()
+    assert guest.poll() is None and (run / session.STATE_FILE).exists()
