@@ -139,7 +139,10 @@ class Sampler:
         self.dev = opts.egress if opts.egress is not None else default_route_dev(host)
         self.node = opts.node or os.uname().nodename
         self._prev: Optional[_Raw] = None
-        self._dump_listeners = listeners or sockdiag.dump_listen_sockets
+        # Only the served port's listeners, without their SYN queue (not reported): the
+        # kernel then walks its listening sockets only, not every connection.
+        self._dump_listeners = listeners or (lambda: sockdiag.dump_listen_sockets(opts.port,
+                                                                                  False))
         self._dump_link_stats = link_stats or linkstats.dump_link_stats
         self._count_established = connections or sockdiag.count_established
 
