@@ -162,9 +162,8 @@ def main() -> int:
     try:
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
         t0 = time.monotonic()
-        helper = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, str(HELPER),
-                                   str(PORT), str(args.count)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        argv = ["ip", "netns", "exec", ns, sys.executable, str(HELPER), str(PORT), str(args.count)]
+        helper = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert helper.stdout is not None
         ready = json.loads(helper.stdout.readline() or "{}")
         if not ready.get("ready"):

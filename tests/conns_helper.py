@@ -31,7 +31,7 @@ BATCH = 512  # below the namespace's somaxconn (4096): the accept queue never ov
 def listener(family: int, port: int) -> socket.socket:
     lst = socket.socket(family, socket.SOCK_STREAM)
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lst.bind(("::1" if family == socket.AF_INET6 else "0.0.0.0", port))  # noqa: S104
+    lst.bind(("::1" if family == socket.AF_INET6 else "0.0.0.0", port))
     lst.listen(4096)
     lst.settimeout(20)
     return lst
@@ -89,7 +89,7 @@ def main() -> int:
             try:
                 held = connect(lst, first, count)
                 os.write(ready_w, b"ok")
-            except BaseException as e:  # noqa: BLE001 (told to the parent, then exit)
+            except BaseException as e:
                 os.write(ready_w, f"worker: {e}".encode())
                 os._exit(1)
             os.read(hold_r, 1)
