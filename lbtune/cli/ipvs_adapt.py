@@ -42,7 +42,9 @@ def _print_report(r: Any) -> None:
         ("connections", "unknown" if failed(r, CONNECTIONS) else
                         f"{r.connections} established"
                         + (f" (full at {r.max_conns})" if r.max_conns else "")
-                        + (f", {r.connections_source}" if r.connections_source else "")),
+                        + (f", {r.connections_source}" if r.connections_source else "")
+                        + (f", counted {r.connections_age:.1f} s ago"
+                           if r.connections_age >= 0.05 else "")),
         ("listen", listen),
         ("egress", f"{r.egress_dev or '?'}: " + (f"{r.egress_bps / 1e6:.2f} Mbit/s{cap}"
                                                  if r.egress_bps is not None else "unknown")),

@@ -229,8 +229,9 @@ def count_established_proc(paths: Sequence[str], port: int) -> int:
     """Established TCP connections whose local port is `port`, from /proc/net/tcp-format
     files at `paths` (live paths; each read whole, streamed in chunks). OSError when one
     cannot be read."""
-    line = re.compile(rb"^ *\d+: [0-9A-Fa-f]+:%04X [0-9A-Fa-f]+:[0-9A-Fa-f]{4} 01 "
-                      % port, re.MULTILINE)  # fmt: skip
+    # ":PORT REMOTE:RPORT 01 " occurs only where PORT is the local port: the remote port is
+    # followed by the state (2 hex digits), never by an address:port.
+    line = re.compile(rb":%04X [0-9A-F]{8,32}:[0-9A-F]{4} 01 " % port)
     n = 0
     for path in paths:
         with open(path, "rb") as f:

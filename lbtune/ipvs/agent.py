@@ -38,6 +38,12 @@ from lbtune.ipvs.agentreport import (
 
 DEFAULT_PORT = 9177  # the agent's HTTP port (unassigned by IANA; beside node_exporter 9100)
 DEFAULT_INTERVAL = 1.0
+# The share of one core the connection count may take on average: after a count that took
+# c seconds of CPU (the kernel's dump included) the next is due c / COUNT_BUDGET seconds
+# later; samples in between carry the last count and its age. On a few thousand
+# connections a count takes well under a ms (every sample counts); at 100,000 it is
+# kernel-bound at ~0.25 s (bench/agent_scale.py), so the count is refreshed every ~5 s.
+COUNT_BUDGET = 0.05
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,9 @@ class Sampler:
 
     Connections are counted by sock_diag (`connections`, the kernel's by default), else
     from /proc/net/tcp{,6}; the report's `connections_source` says which. When neither can
-    be read the count is unknown (an error, no `conns` utilisation), never 0."""
+    be read the count is unknown (an error, no `conns` utilisation), never 0. A count costly
+    enough to pass COUNT_BUDGET is not repeated every sample: `connections_age` says how
+    old the count is."""
 
     def __init__(self, host: Host, opts: AgentOptions,
                  listeners: Optional[ListenerSource] = None,
@@ -145,6 +153,22 @@ class Sampler:
                                                                                   False))
         self._dump_link_stats = link_stats or linkstats.dump_link_stats
         self._count_established = connections or sockdiag.count_established
+        self._last_count: Optional[tuple[int, str, str, float]] = None
+        self._count_due = 0.0
+
+    def _connections_due(self) -> tuple[int, str, str, float]:
+        """(count, source, error, age in s): counted now when due (see COUNT_BUDGET), else
+        the last count."""
+        now = time.monotonic()
+        last = self._last_count
+        if last is not None and now < self._count_due:
+            count, source, err, at = last
+            return count, source, err, now - at
+        c0 = time.thread_time()
+        count, source, err = self._connections()
+        self._count_due = now + (time.thread_time() - c0) / COUNT_BUDGET
+        self._last_count = (count, source, err, now)
+        return count, source, err, 0.0
 
     def _connections(self) -> tuple[int, str, str]:
         """(count, source, error): sock_diag, else /proc/net/tcp{,6}, else unknown."""
@@ -182,7 +206,7 @@ class Sampler:
         busy = total - ct.idle - getattr(ct, "iowait", 0.0)
         listeners, l_err = self._listeners()
         tx, t_err = self._tx_bytes()
-        conns, conns_source, c_err = self._connections()
+        conns, conns_source, c_err, conns_age = self._connections_due()
         drops = None if listeners is None else sum(s.drops or 0 for s in listeners)
         raw = _Raw(t, busy, total, tx, drops)
         prev = self._prev or raw
@@ -206,7 +230,8 @@ class Sampler:
             interval=round(raw.t - prev.t, 3), cpu_util=round(max(0.0, min(1.0, cpu)), 4),
             cpus=psutil.cpu_count() or 1, runq=procs_running(self.host),
             mem_available=int(mem.available), mem_total=int(mem.total),
-            connections=conns, connections_source=conns_source, listening=bool(found),
+            connections=conns, connections_source=conns_source,
+            connections_age=round(conns_age, 3), listening=bool(found),
             listen_queue=top.queue if top else 0, listen_backlog=top.backlog if top else 0,
             listen_drops=known_drops, listen_drops_delta=delta,
             egress_dev=self.dev, egress_bps=egress if self.dev else None,

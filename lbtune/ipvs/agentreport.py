@@ -69,6 +69,9 @@ class AgentReport:
     # "/proc/net/tcp" (the fallback when sock_diag refuses), "" when neither could be read
     # (then `errors` names "connections:" and the figure is not used).
     connections_source: str = ""
+    # Seconds since `connections` was counted: 0 when counted for this sample; more when
+    # the count is spaced out to stay within the agent's CPU budget (100,000 connections).
+    connections_age: float = 0.0
 
     def utilisations(self) -> dict[str, Optional[float]]:
         return utilisations(self)
@@ -155,7 +158,7 @@ def parse_report(data: Any, source: str = "agent") -> AgentReport:
         raise BadInput(f"{source}: report version {data.get('version')!r}, expected {VERSION}")
     kw: dict[str, Any] = {}
     for name, tp in _FIELDS.items():
-        if name in ("errors", "connections_source") and name not in data:
+        if name in ("errors", "connections_source", "connections_age") and name not in data:
             continue  # older agents do not send them
         if name not in data:
             raise BadInput(f"{source}: {name} missing")
@@ -184,6 +187,7 @@ _FIELDS = {
     "signals": "strs", "load": "float", "bottleneck": "str", "pressure": "float",
     "health": "str", "reason": "str",
     "version": "int", "errors": "strs", "connections_source": "str",
+    "connections_age": "float",
 }  # fmt: skip
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import json
+import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -55,3 +56,33 @@ def test_an_older_agent_without_the_source_field_still_parses():
     doc = got.to_json()
     del doc["connections_source"]
     assert parse_report(doc).connections_source == ""
+
+
+def test_a_costly_count_is_spaced_out_within_the_budget():
+    calls = []
+
+    def costly(_port: int) -> int:  # ~20 ms of this thread's CPU, as a big dump would take
+        t = time.thread_time()
+        while time.thread_time() - t < 0.02:
+            pass
+        calls.append(time.monotonic())
+        return len(calls)
+
+    s = ag.Sampler(Host.open("/"), OPTS, connections=costly)
+    first = s.sample()
+    again = [s.sample() for _ in range(3)]  # back to back: well inside 0.02 / 5 % = 0.4 s
+    assert len(calls) == 1 and first.connections_age == 0.0
+    assert [r.connections for r in again] == [1, 1, 1]
+    assert all(r.connections_age > 0 for r in again)
+    time.sleep(max(0.0, calls[0] + 0.02 / ag.COUNT_BUDGET - time.monotonic()) + 0.05)
+    fresh = s.sample()
+    assert len(calls) == 2 and fresh.connections == 2 and fresh.connections_age == 0.0
+
+
+def test_a_cheap_count_is_taken_every_sample():
+    calls = []
+    s = ag.Sampler(Host.open("/"), OPTS, connections=lambda _p: calls.append(1) or 5)
+    for _ in range(3):
+        s.sample()
+        time.sleep(0.01)
+    assert len(calls) == 3
