@@ -44,6 +44,7 @@ DEFAULT_INTERVAL = 1.0
 # connections a count takes well under a ms (every sample counts); at 100,000 it is
 # kernel-bound at ~0.25 s (bench/agent_scale.py), so the count is refreshed every ~5 s.
 COUNT_BUDGET = 0.05
+_monotonic = time.monotonic  # when a count is due (a test's clock)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ class Sampler:
     def _connections_due(self) -> tuple[int, str, str, float]:
         """(count, source, error, age in s): counted now when due (see COUNT_BUDGET), else
         the last count."""
-        now = time.monotonic()
+        now = _monotonic()
         last = self._last_count
         if last is not None and now < self._count_due:
             count, source, err, at = last

@@ -58,23 +58,28 @@ def test_an_older_agent_without_the_source_field_still_parses():
     assert parse_report(doc).connections_source == ""
 
 
-def test_a_costly_count_is_spaced_out_within_the_budget():
+def test_a_costly_count_is_spaced_out_within_the_budget(monkeypatch):
     calls = []
+    now = [1000.0]  # the sampler's clock for when a count is due (CPU time is real)
+    monkeypatch.setattr(ag, "_monotonic", lambda: now[0])
 
-    def costly(_port: int) -> int:  # ~20 ms of this thread's CPU, as a big dump would take
+    def costly(_port: int) -> int:  # 20 ms of this thread's CPU, as a big dump would take
         t = time.thread_time()
         while time.thread_time() - t < 0.02:
             pass
-        calls.append(time.monotonic())
+        calls.append(now[0])
         return len(calls)
 
     s = ag.Sampler(Host.open("/"), OPTS, connections=costly)
     first = s.sample()
-    again = [s.sample() for _ in range(3)]  # back to back: well inside 0.02 / 5 % = 0.4 s
     assert len(calls) == 1 and first.connections_age == 0.0
-    assert [r.connections for r in again] == [1, 1, 1]
-    assert all(r.connections_age > 0 for r in again)
-    time.sleep(max(0.0, calls[0] + 0.02 / ag.COUNT_BUDGET - time.monotonic()) + 0.05)
+    again = []
+    for later in (0.1, 0.2, 0.39):  # 20 ms / 5 % = 0.4 s: not due yet
+        now[0] = 1000.0 + later
+        again.append(s.sample())
+    assert len(calls) == 1
+    assert [(r.connections, r.connections_age) for r in again] == [(1, 0.1), (1, 0.2), (1, 0.39)]
+    now[0] = 1010.0  # due long since (unless the count had taken 0.5 s of CPU)
     fresh = s.sample()
     assert len(calls) == 2 and fresh.connections == 2 and fresh.connections_age == 0.0
 
