@@ -40,6 +40,7 @@ bench: setup
 	$(VENV)/bin/python bench/ipvs_profile.py
 	$(VENV)/bin/python bench/monitor.py
 	$(VENV)/bin/python bench/adapt.py
+	$(VENV)/bin/python bench/agent_scale.py
 	$(VENV)/bin/python bench/exporter.py
 	$(VENV)/bin/python bench/ansible.py
 	$(VENV)/bin/python bench/failover.py

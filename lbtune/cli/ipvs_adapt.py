@@ -20,7 +20,7 @@ from lbtune.errors import BadInput
 
 
 def _print_report(r: Any) -> None:
-    from lbtune.ipvs.agentreport import LISTENERS, failed
+    from lbtune.ipvs.agentreport import CONNECTIONS, LISTENERS, failed
 
     out = console()
     util = r.utilisations()
@@ -39,8 +39,12 @@ def _print_report(r: Any) -> None:
         ("cpu", f"{r.cpu_util:.0%} of {r.cpus} CPU(s), run queue {r.runq}"),
         ("memory", f"{r.mem_available / 2**20:.0f} MiB available of "
                    f"{r.mem_total / 2**20:.0f} MiB"),
-        ("connections", f"{r.connections} established"
-                        + (f" (full at {r.max_conns})" if r.max_conns else "")),
+        ("connections", "unknown" if failed(r, CONNECTIONS) else
+                        f"{r.connections} established"
+                        + (f" (full at {r.max_conns})" if r.max_conns else "")
+                        + (f", {r.connections_source}" if r.connections_source else "")
+                        + (f", counted {r.connections_age:.1f} s ago"
+                           if r.connections_age >= 0.05 else "")),
         ("listen", listen),
         ("egress", f"{r.egress_dev or '?'}: " + (f"{r.egress_bps / 1e6:.2f} Mbit/s{cap}"
                                                  if r.egress_bps is not None else "unknown")),

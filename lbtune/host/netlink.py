@@ -75,6 +75,69 @@ def _dump_all(protocol: int, msg_type: int, payload: bytes) -> list[tuple[int, b
 _SEQ = 1  # one request per socket: its sequence number
 
 
+def dump_count(protocol: int, msg_type: int, payload: bytes) -> int:
+    """Send one NLM_F_DUMP request and return how many answers of type `msg_type` came,
+    without copying or decoding them (errors as `dump`).
+
+    For a dump of 100,000 sockets every interval: each datagram is received into one
+    buffer; when its answers all have the length of the first (sock_diag sends the same
+    attributes for every socket of a request), their headers are checked with strided
+    slices in C and counted at once; any other datagram is walked message by message."""
+    n = 0
+    buf = bytearray(_RECV_BUF)
+    with _socket(protocol, msg_type, NLM_F_REQUEST | NLM_F_DUMP, payload) as sock:
+        while True:
+            size = sock.recv_into(buf)
+            if not size:
+                raise OSError(errno.EIO, "netlink: socket closed during a dump")
+            got, done = count_datagram(memoryview(buf)[:size], msg_type, _SEQ)
+            n += got
+            if done:
+                return n
+
+
+def count_datagram(data: memoryview, msg_type: int, seq: int) -> tuple[int, bool]:
+    """(answers of `msg_type` to `seq`, NLMSG_DONE seen) in one datagram; a kernel error
+    (NLMSG_ERROR, a negative NLMSG_DONE status) or a bad length raises OSError."""
+    size = len(data)
+    n = 0
+    offset = 0
+    if size >= NLMSGHDR.size and size % 4 == 0:
+        (first,) = struct.unpack_from("=I", data, 0)
+        if first >= NLMSGHDR.size and first % 4 == 0:
+            step, k = first // 4, size // first
+            words = data.cast("I")
+            end = k * step
+            # struct nlmsghdr as u32 words: len, type | flags << 16, seq, pid
+            lens = words[0:end:step].tolist()
+            types = [w & 0xFFFF for w in words[1:end:step].tolist()]
+            seqs = words[2:end:step].tolist()
+            if lens.count(first) == k and types.count(msg_type) == k and seqs.count(seq) == k:
+                n, offset = k, k * first
+    while offset + NLMSGHDR.size <= size:
+        length, mtype, _flags, mseq, _pid = NLMSGHDR.unpack_from(data, offset)
+        if length < NLMSGHDR.size or offset + length > size:
+            raise OSError(errno.EBADMSG, f"netlink: bad message length {length}")
+        body = offset + NLMSGHDR.size
+        offset += align4(length)
+        if mseq != seq:
+            continue
+        if mtype == NLMSG_DONE:
+            if length >= NLMSGHDR.size + 4:
+                (status,) = struct.unpack_from("=i", data, body)
+                if status < 0:
+                    raise OSError(-status, f"netlink dump: {os.strerror(-status)}")
+            return n, True
+        if mtype == NLMSG_ERROR:
+            (error,) = struct.unpack_from("=i", data, body)
+            if error < 0:
+                raise OSError(-error, f"netlink: {os.strerror(-error)}")
+            continue
+        if mtype == msg_type:
+            n += 1
+    return n, False
+
+
 @contextlib.contextmanager
 def _socket(protocol: int, msg_type: int, flags: int, payload: bytes) -> Iterator[socket.socket]:
     """A netlink socket that has sent one request (`flags`, sequence _SEQ); closed after."""

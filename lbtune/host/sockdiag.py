@@ -140,13 +140,15 @@ class _DiagEntry:
     peer: str = ""
 
 
-def _diag_dump(protocol: int, states: int, with_mem: bool = True) -> list[_DiagEntry]:
+def _diag_dump(protocol: int, states: int, with_mem: bool = True,
+               bytecode: bytes = b"") -> list[_DiagEntry]:  # fmt: skip
     """Every socket of `protocol` in `states` (bit mask), IPv4 then IPv6, with skmeminfo
-    unless `with_mem` is False (request and TIME_WAIT sockets have none anyway)."""
+    unless `with_mem` is False (request and TIME_WAIT sockets have none anyway); only those
+    the filter program `bytecode` (see `port_bytecode`) accepts, when given."""
     entries: list[_DiagEntry] = []
     ext = 1 << (INET_DIAG_SKMEMINFO - 1) if with_mem else 0
     for af, version in _FAMILIES:
-        request = _REQ_V2.pack(af, protocol, ext, states)
+        request = diag_request(af, protocol, states, ext, bytecode)
         for _mtype, body in netlink.dump(netlink.NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, request):
             if len(body) < _MSG_SIZE:
                 continue
@@ -163,6 +165,87 @@ def _diag_dump(protocol: int, states: int, with_mem: bool = True) -> list[_DiagE
                 _DiagEntry(version, addr, sport, rqueue, wqueue, inode, meminfo, state, peer)
             )
     return entries
+
+
+# include/uapi/linux/inet_diag.h: a filter program run by the kernel on every socket of a
+# dump, sent as the request's INET_DIAG_REQ_BYTECODE attribute. struct inet_diag_bc_op
+# { __u8 code; __u8 yes; __u16 no; }: on a true test go on `yes` bytes, else `no` bytes;
+# a socket matches when the program runs off its end exactly (a jump past it rejects).
+# A port comparison is two ops: the test, then an op whose `no` holds the port.
+INET_DIAG_REQ_BYTECODE = 1
+INET_DIAG_BC_S_GE = 2
+INET_DIAG_BC_S_LE = 3
+_BC_OP = struct.Struct("=BBH")
+
+
+def port_bytecode(low: int, high: int) -> bytes:
+    """The filter program "local port in [low, high]" (`ss '( sport >= :LOW and sport <=
+    :HIGH )'`); S_GE and S_LE, which every kernel with sock_diag knows (S_EQ came in 4.17)."""
+    if not 0 <= low <= high <= 0xFFFF:
+        raise ValueError(f"port range {low}-{high}: 0 to 65535, low first")
+    # Each test: yes = 8 (past the test and its operand), no = past the end by 4.
+    return (_BC_OP.pack(INET_DIAG_BC_S_GE, 8, 20) + _BC_OP.pack(0, 0, low)
+            + _BC_OP.pack(INET_DIAG_BC_S_LE, 8, 12) + _BC_OP.pack(0, 0, high))  # fmt: skip
+
+
+def diag_request(af: int, protocol: int, states: int, ext: int = 0,
+                 bytecode: bytes = b"") -> bytes:  # fmt: skip
+    """struct inet_diag_req_v2 for a dump of `states` (bit mask), with the filter program
+    `bytecode` as its INET_DIAG_REQ_BYTECODE attribute when given."""
+    req = _REQ_V2.pack(af, protocol, ext, states)
+    if not bytecode:
+        return req
+    attr = netlink.NLATTR.pack(netlink.NLATTR.size + len(bytecode), INET_DIAG_REQ_BYTECODE)
+    return req + attr + bytecode
+
+
+def count_tcp(states: int, low: int, high: int) -> int:
+    """TCP sockets of this network namespace in `states` (bit mask) whose local port is in
+    [low, high], IPv4 and IPv6 (a v4-mapped connection to a dual-stack listener is IPv6).
+
+    The kernel filters by state and port (the bytecode) and sends only the matching sockets
+    without any extension; they are counted, not decoded. Raises OSError when the kernel
+    refuses."""
+    code = port_bytecode(low, high)
+    return sum(
+        netlink.dump_count(netlink.NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY,
+                           diag_request(af, socket.IPPROTO_TCP, states, 0, code))
+        for af, _version in _FAMILIES
+    )  # fmt: skip
+
+
+def count_established(port: int) -> int:
+    """Established TCP connections whose local port is `port` (`ss -Htn state established
+    '( sport = :PORT )' | wc -l`), from sock_diag; OSError when the kernel refuses."""
+    return count_tcp(1 << TCP_ESTABLISHED, port, port)
+
+
+# /proc/net/tcp{,6} line: "  sl: LOCAL_ADDR:PORT REM_ADDR:PORT ST ...", hex, state 01 =
+# ESTABLISHED. Read only when sock_diag refuses.
+PROC_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
+def count_established_proc(paths: Sequence[str], port: int) -> int:
+    """Established TCP connections whose local port is `port`, from /proc/net/tcp-format
+    files at `paths` (live paths; each read whole, streamed in chunks). OSError when one
+    cannot be read."""
+    # ":PORT REMOTE:RPORT 01 " occurs only where PORT is the local port: the remote port is
+    # followed by the state (2 hex digits), never by an address:port.
+    line = re.compile(rb":%04X [0-9A-F]{8,32}:[0-9A-F]{4} 01 " % port)
+    n = 0
+    for path in paths:
+        with open(path, "rb") as f:
+            rest = b""
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                text = rest + chunk
+                cut = text.rfind(b"\n") + 1
+                n += len(line.findall(text, 0, cut))
+                rest = text[cut:]
+            n += len(line.findall(rest))
+    return n
 
 
 def _meminfo(values: tuple[int, ...], index: int) -> Optional[int]:
@@ -197,8 +280,11 @@ def _count_requests(listeners: Sequence[_Endpoint], requests: Iterable[_Endpoint
     return counts
 
 
-def dump_listen_sockets() -> list[ListenSocket]:
-    """Listening TCP sockets of this network namespace (sock_diag).
+def dump_listen_sockets(port: Optional[int] = None, syn_recv: bool = True) -> list[ListenSocket]:
+    """Listening TCP sockets of this network namespace (sock_diag); only those on `port`
+    when given (the kernel filters), without their SYN queue (`syn_recv` None) when
+    `syn_recv` is False: then the kernel walks only its listening sockets, not every
+    connection of the host (the agent's case: a walk of 200,000 sockets costs tens of ms).
 
     `queue` is the accept-queue length and `backlog` its limit (the kernel accepts up to
     backlog + 1 connections before dropping SYNs); `drops` counts SYNs and handshakes the
@@ -210,13 +296,15 @@ def dump_listen_sockets() -> list[ListenSocket]:
     # One dump per family for both states (the monitor runs this every second): the kernel
     # walks the listening sockets first, then the request sockets (which it reports as
     # SYN_RECV, with no meminfo).
-    both = _diag_dump(socket.IPPROTO_TCP, (1 << TCP_LISTEN) | (1 << TCP_NEW_SYN_RECV))
+    states = (1 << TCP_LISTEN) | ((1 << TCP_NEW_SYN_RECV) if syn_recv else 0)
+    code = b"" if port is None else port_bytecode(port, port)
+    both = _diag_dump(socket.IPPROTO_TCP, states, bytecode=code)
     listeners = [e for e in both if e.state == TCP_LISTEN]
     requests = [e for e in both if e.state != TCP_LISTEN]
-    counts = _count_requests(
+    counts: Sequence[Optional[int]] = _count_requests(
         [(e.family, e.addr, e.port) for e in listeners],
         [(r.family, r.addr, r.port) for r in requests],
-    )
+    ) if syn_recv else [None] * len(listeners)  # fmt: skip
     return [
         ListenSocket(
             family=e.family,
@@ -240,14 +328,14 @@ def count_tcp_local_ports(low: int, high: int) -> int:
     The kernel picks a local port per such pair (one port may serve many destinations), so
     the range runs out per pair, never "host-wide": a count over all destinations could
     exceed the range. Used only when /proc/net/sockstat says the range may be nearly full;
-    the dump walks every TCP socket.
+    the kernel sends only the sockets in those states with a local port in the range (a
+    state mask and a port filter program): a server's accepted connections on its service
+    port are not sent.
     """
     states = ALL_STATES & ~(1 << TCP_LISTEN) & ~(1 << TCP_NEW_SYN_RECV)
-    return busiest_pair(
-        (e.addr, e.peer)
-        for e in _diag_dump(socket.IPPROTO_TCP, states, with_mem=False)
-        if low <= e.port <= high
-    )
+    found = _diag_dump(socket.IPPROTO_TCP, states, with_mem=False,
+                       bytecode=port_bytecode(low, high))  # fmt: skip
+    return busiest_pair((e.addr, e.peer) for e in found if low <= e.port <= high)
 
 
 def busiest_pair(pairs: Iterable[tuple[str, str]]) -> int:

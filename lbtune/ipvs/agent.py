@@ -1,8 +1,9 @@
 """The node agent: samples a real server's resources and serves the report read-only.
 
 `Sampler.sample()` reads the host once (CPU times and memory through psutil, the run queue
-from /proc/stat, established connections of the served port from /proc/net/tcp{,6}, its
-listeners from sock_diag, the egress interface's counters from an rtnetlink dump and its
+from /proc/stat, established connections of the served port and its listeners from
+sock_diag (the kernel filters the connections by state and port; /proc/net/tcp{,6} when
+sock_diag refuses), the egress interface's counters from an rtnetlink dump and its
 capacity from a shaping qdisc or the link speed) and turns the difference to the previous
 sample into an `AgentReport` judged by `agentreport.judge`. `Agent` runs the sampler every
 interval in a thread and answers `GET /` (JSON), `/metrics` (Prometheus text), `/haproxy`
@@ -25,6 +26,7 @@ from lbtune.host import linkstats, qdisc, sockdiag
 from lbtune.host.host import Host
 from lbtune.host.http import HttpEndpoint, LineEndpoint, Network, RefusalLog, Reply
 from lbtune.ipvs.agentreport import (
+    CONNECTIONS,
     LINK_STATS,
     LISTENERS,
     SIGNALS,
@@ -36,6 +38,13 @@ from lbtune.ipvs.agentreport import (
 
 DEFAULT_PORT = 9177  # the agent's HTTP port (unassigned by IANA; beside node_exporter 9100)
 DEFAULT_INTERVAL = 1.0
+# The share of one core the connection count may take on average: after a count that took
+# c seconds of CPU (the kernel's dump included) the next is due c / COUNT_BUDGET seconds
+# later; samples in between carry the last count and its age. On a few thousand
+# connections a count takes well under a ms (every sample counts); at 100,000 it is
+# kernel-bound at ~0.25 s (bench/agent_scale.py), so the count is refreshed every ~5 s.
+COUNT_BUDGET = 0.05
+_monotonic = time.monotonic  # when a count is due (a test's clock)
 
 
 @dataclass(frozen=True)
@@ -69,16 +78,13 @@ def default_route_dev(host: Host) -> str:
     return ""
 
 
+SOCK_DIAG, PROC_TCP = "sock_diag", "/proc/net/tcp"  # AgentReport.connections_source
+
+
 def established(host: Host, port: int) -> int:
-    """Established TCP connections whose local port is `port` (/proc/net/tcp and tcp6)."""
-    want = f":{port:04X}"
-    n = 0
-    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in host.fs.read_lines(path)[1:]:
-            f = line.split(None, 4)
-            if len(f) >= 4 and f[3] == "01" and f[1].endswith(want):
-                n += 1
-    return n
+    """Established TCP connections whose local port is `port`, from /proc/net/tcp and tcp6
+    (the fallback when sock_diag refuses; OSError when they cannot be read)."""
+    return sockdiag.count_established_proc([host.fs.path(p) for p in sockdiag.PROC_TCP], port)
 
 
 def procs_running(host: Host) -> int:
@@ -112,6 +118,7 @@ class _Raw:
 
 
 ListenerSource = Callable[[], Sequence[sockdiag.ListenSocket]]
+ConnectionSource = Callable[[int], int]  # port -> established connections
 LinkStatsSource = Callable[[], Mapping[str, Mapping[str, int]]]
 
 
@@ -125,17 +132,55 @@ class Sampler:
     A source that cannot be read (sock_diag for the listeners, the rtnetlink link stats) is
     named in the report's `errors`, never turned into "nothing listens" or "0 bytes sent":
     its figures are unknown for that sample (health `unknown` for the listeners, no egress
-    rate). `listeners` and `link_stats` are the sources (the kernel's by default)."""
+    rate). `listeners` and `link_stats` are the sources (the kernel's by default).
+
+    Connections are counted by sock_diag (`connections`, the kernel's by default), else
+    from /proc/net/tcp{,6}; the report's `connections_source` says which. When neither can
+    be read the count is unknown (an error, no `conns` utilisation), never 0. A count costly
+    enough to pass COUNT_BUDGET is not repeated every sample: `connections_age` says how
+    old the count is."""
 
     def __init__(self, host: Host, opts: AgentOptions,
                  listeners: Optional[ListenerSource] = None,
-                 link_stats: Optional[LinkStatsSource] = None) -> None:  # fmt: skip
+                 link_stats: Optional[LinkStatsSource] = None,
+                 connections: Optional[ConnectionSource] = None) -> None:  # fmt: skip
         self.host, self.opts = host, opts
         self.dev = opts.egress if opts.egress is not None else default_route_dev(host)
         self.node = opts.node or os.uname().nodename
         self._prev: Optional[_Raw] = None
-        self._dump_listeners = listeners or sockdiag.dump_listen_sockets
+        # Only the served port's listeners, without their SYN queue (not reported): the
+        # kernel then walks its listening sockets only, not every connection.
+        self._dump_listeners = listeners or (lambda: sockdiag.dump_listen_sockets(opts.port,
+                                                                                  False))
         self._dump_link_stats = link_stats or linkstats.dump_link_stats
+        self._count_established = connections or sockdiag.count_established
+        self._last_count: Optional[tuple[int, str, str, float]] = None
+        self._count_due = 0.0
+
+    def _connections_due(self) -> tuple[int, str, str, float]:
+        """(count, source, error, age in s): counted now when due (see COUNT_BUDGET), else
+        the last count."""
+        now = _monotonic()
+        last = self._last_count
+        if last is not None and now < self._count_due:
+            count, source, err, at = last
+            return count, source, err, now - at
+        c0 = time.thread_time()
+        count, source, err = self._connections()
+        self._count_due = now + (time.thread_time() - c0) / COUNT_BUDGET
+        self._last_count = (count, source, err, now)
+        return count, source, err, 0.0
+
+    def _connections(self) -> tuple[int, str, str]:
+        """(count, source, error): sock_diag, else /proc/net/tcp{,6}, else unknown."""
+        try:
+            return self._count_established(self.opts.port), SOCK_DIAG, ""
+        except (OSError, ValueError) as e:
+            why = f"sock_diag: {_reason(e)}"
+        try:
+            return established(self.host, self.opts.port), PROC_TCP, ""
+        except OSError as e:
+            return 0, "", f"{CONNECTIONS}: {why}; {PROC_TCP}: {_reason(e)}"
 
     def _listeners(self) -> tuple[Optional[list[sockdiag.ListenSocket]], str]:
         try:
@@ -162,6 +207,7 @@ class Sampler:
         busy = total - ct.idle - getattr(ct, "iowait", 0.0)
         listeners, l_err = self._listeners()
         tx, t_err = self._tx_bytes()
+        conns, conns_source, c_err, conns_age = self._connections_due()
         drops = None if listeners is None else sum(s.drops or 0 for s in listeners)
         raw = _Raw(t, busy, total, tx, drops)
         prev = self._prev or raw
@@ -185,14 +231,15 @@ class Sampler:
             interval=round(raw.t - prev.t, 3), cpu_util=round(max(0.0, min(1.0, cpu)), 4),
             cpus=psutil.cpu_count() or 1, runq=procs_running(self.host),
             mem_available=int(mem.available), mem_total=int(mem.total),
-            connections=established(self.host, self.opts.port), listening=bool(found),
+            connections=conns, connections_source=conns_source,
+            connections_age=round(conns_age, 3), listening=bool(found),
             listen_queue=top.queue if top else 0, listen_backlog=top.backlog if top else 0,
             listen_drops=known_drops, listen_drops_delta=delta,
             egress_dev=self.dev, egress_bps=egress if self.dev else None,
             egress_capacity_bps=_capacity_bps(self.host, self.dev),
             max_conns=self.opts.max_conns, signals=tuple(self.opts.signals),
             load=0.0, bottleneck="", pressure=0.0, health="ok", reason="",
-            errors=tuple(e for e in (l_err, t_err) if e),
+            errors=tuple(e for e in (l_err, t_err, c_err) if e),
         )  # fmt: skip
         return judge(report)
 

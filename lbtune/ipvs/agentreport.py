@@ -65,6 +65,13 @@ class AgentReport:
     reason: str  # why that health
     version: int = VERSION
     errors: tuple[str, ...] = ()  # "SOURCE: what failed" per source that could not be read
+    # Where `connections` was counted: "sock_diag" (the kernel filters state and port),
+    # "/proc/net/tcp" (the fallback when sock_diag refuses), "" when neither could be read
+    # (then `errors` names "connections:" and the figure is not used).
+    connections_source: str = ""
+    # Seconds since `connections` was counted: 0 when counted for this sample; more when
+    # the count is spaced out to stay within the agent's CPU budget (100,000 connections).
+    connections_age: float = 0.0
 
     def utilisations(self) -> dict[str, Optional[float]]:
         return utilisations(self)
@@ -87,7 +94,8 @@ def utilisations(r: AgentReport) -> dict[str, Optional[float]]:
     listen = r.listen_queue / (r.listen_backlog + 1) if r.listening else None
     egress = (r.egress_bps / r.egress_capacity_bps
               if r.egress_capacity_bps and r.egress_bps is not None else None)  # fmt: skip
-    conns = r.connections / r.max_conns if r.max_conns else None
+    conns = (r.connections / r.max_conns
+             if r.max_conns and failed(r, CONNECTIONS) is None else None)  # fmt: skip
     raw: dict[str, Optional[float]] = {
         "cpu": r.cpu_util,
         "runq": r.runq / (RUNQ_FULL * max(1, r.cpus)),
@@ -124,6 +132,7 @@ def judge(r: AgentReport) -> AgentReport:
 
 
 LISTENERS, LINK_STATS = "listeners", "link_stats"  # sources that can fail to read
+CONNECTIONS = "connections"  # also, when sock_diag and /proc/net/tcp both fail
 SOURCES = (LISTENERS, LINK_STATS)
 
 
@@ -149,8 +158,8 @@ def parse_report(data: Any, source: str = "agent") -> AgentReport:
         raise BadInput(f"{source}: report version {data.get('version')!r}, expected {VERSION}")
     kw: dict[str, Any] = {}
     for name, tp in _FIELDS.items():
-        if name == "errors" and name not in data:
-            continue  # older agents do not send it
+        if name in ("errors", "connections_source", "connections_age") and name not in data:
+            continue  # older agents do not send them
         if name not in data:
             raise BadInput(f"{source}: {name} missing")
         v = data[name]
@@ -177,7 +186,8 @@ _FIELDS = {
     "egress_bps": "float?", "egress_capacity_bps": "float?", "max_conns": "int?",
     "signals": "strs", "load": "float", "bottleneck": "str", "pressure": "float",
     "health": "str", "reason": "str",
-    "version": "int", "errors": "strs",
+    "version": "int", "errors": "strs", "connections_source": "str",
+    "connections_age": "float",
 }  # fmt: skip
 
 
@@ -221,7 +231,9 @@ def prometheus_text(r: AgentReport) -> str:
     metric("run_queue", "gauge", "Runnable tasks (procs_running)", r.runq)
     metric("memory_available_bytes", "gauge", "MemAvailable", r.mem_available)
     metric("memory_total_bytes", "gauge", "MemTotal", r.mem_total)
-    metric("connections", "gauge", "Established TCP connections on the port", r.connections)
+    if failed(r, CONNECTIONS) is None:  # unknown: no sample (the errors say why)
+        metric("connections", "gauge", "Established TCP connections on the port",
+               r.connections)  # fmt: skip
     metric("listening", "gauge", "1 when something listens on the port", int(r.listening))
     metric("listen_queue", "gauge", "Accept-queue length", r.listen_queue)
     metric("listen_backlog", "gauge", "Accept-queue limit", r.listen_backlog)
