@@ -123,10 +123,10 @@ def render_stage1(image: VmImage, workdir: str) -> str:
     mods = image.modules_dir
     return f"""\
 echo "lbtune-vm: stage1"
-mount -t 9p -o {_9P},ro host /mnt/lower || {{ echo "lbtune-vm: no host share"; poweroff -f; }}
+mount -t 9p -o {_9P},ro,cache=loose host /mnt/lower || {{ echo "lbtune-vm: no host share"; poweroff -f; }}
 mount -t 9p -o {_9P} state /mnt/upper || {{ echo "lbtune-vm: no state share"; poweroff -f; }}
 mkdir -p /mnt/upper/upper /mnt/upper/work
-mount -t overlay overlay -o lowerdir=/mnt/lower,upperdir=/mnt/upper/upper,workdir=/mnt/upper/work \\
+mount -t overlay overlay -o userxattr,lowerdir=/mnt/lower,upperdir=/mnt/upper/upper,workdir=/mnt/upper/work \\
   /newroot || {{ echo "lbtune-vm: overlay failed"; poweroff -f; }}
 mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
 mount -t tmpfs -o mode=755 tmpfs /newroot/run
@@ -199,7 +199,8 @@ def qemu_argv(
         f"{CPUS},sockets={len(NODES)},cores={CPUS // len(NODES)},threads=1",
     ]
     if accel == "kvm":
-        argv += ["-accel", "kvm", "-cpu", "host"]
+        # -arch-capabilities: qemu 7.2 aborts setting MSR 0x10a under some nested hypervisors
+        argv += ["-accel", "kvm", "-cpu", "host,-arch-capabilities"]
     else:
         argv += ["-accel", "tcg,thread=multi", "-cpu", "max"]
     for node, cpus in NODES:
@@ -281,7 +282,10 @@ def probe_kvm(image: VmImage) -> tuple[str, str]:
     try:
         g = VmGuest._start(image, "kvm", (), KVM_PROBE_TIMEOUT, nics=False)
     except (LabError, LabUnavailable) as exc:
-        return "tcg", f"a KVM probe boot failed ({str(exc).splitlines()[0]})"
+        lines = str(exc).splitlines()
+        errors = [ln.split(": ", 1)[-1] for ln in lines if "error" in ln.lower()]
+        why = "; ".join([lines[0], *errors[-1:]])
+        return "tcg", f"a KVM probe boot failed ({why})"
     g.close()
     return "kvm", f"a KVM probe boot reached the guest agent in {g.boot_seconds:.1f} s"
 
