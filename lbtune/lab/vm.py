@@ -69,6 +69,7 @@ QUEUES = 4
 STATE_DISK_SIZE = "4G"  # sparse: the guest's writes only
 BOOT_TIMEOUT = 300.0  # TCG on 2 shared cores: ~7 s alone, much more under load
 KVM_PROBE_TIMEOUT = 40.0
+OWNER = "owner.json"  # in a work directory: who runs it (reap_stale)
 LAST_BOOT = "last-boot.json"  # in the cache: what the most recent boot saw (lbtune doctor)
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _9P = "trans=virtio,version=9p2000.L,msize=262144"
@@ -309,6 +310,50 @@ def probe_kvm(image: VmImage) -> tuple[str, str]:
     return "kvm", f"a KVM probe boot reached the guest agent in {g.boot_seconds:.1f} s"
 
 
+# --------------------------------------------------------------------------- leftovers
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale(directory: Optional[str] = None) -> list[str]:
+    """Clean up after VM guests whose supervisor died (kill -9 of a test run): kill the qemu
+    process group, delete the netns, remove the work directory and state disk. Returns the
+    work directories removed. A guest whose supervisor lives is left alone."""
+    removed: list[str] = []
+    base = Path(directory or tempfile.gettempdir())
+    for wd in sorted(base.glob("lbtune-vm.*")):
+        if not wd.is_dir():
+            continue
+        try:
+            owner = json.loads((wd / OWNER).read_text(encoding="utf-8"))
+            supervisor, qemu, netns = int(owner["supervisor"]), int(owner["qemu"]), owner["netns"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # booting right now, or not ours to judge
+        if _pid_alive(supervisor):
+            continue
+        try:  # the qemu we started still runs with our work directory on its command line
+            cmdline = Path(f"/proc/{qemu}/cmdline").read_bytes()
+        except OSError:
+            cmdline = b""
+        if str(wd).encode() in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(qemu, signal.SIGKILL)
+        if isinstance(netns, str) and netns.startswith("lbtune-vm-"):
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+        shutil.rmtree(wd, ignore_errors=True)
+        wd.with_name(wd.name + ".state.img").unlink(missing_ok=True)
+        removed.append(str(wd))
+    return removed
+
+
 # --------------------------------------------------------------------------- doctor
 
 
@@ -378,6 +423,7 @@ class VmGuest(Guest):
         _check_host()
         image = find_vm_image()
         find_qemu()
+        reap_stale()
         accel, reason = choose_accel(image)
         return cls._start(image, accel, cmdline_extra, timeout, accel_reason=reason)
 
@@ -492,6 +538,8 @@ class VmGuest(Guest):
             )
         finally:
             log.close()
+        owner = {"supervisor": os.getpid(), "qemu": self.proc.pid, "netns": self.netns}
+        (self.workdir / OWNER).write_text(json.dumps(owner), encoding="utf-8")
         ready = self.workdir / "ready.json"
         deadline = start + timeout
         while not ready.exists():
