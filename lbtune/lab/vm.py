@@ -19,15 +19,16 @@ hang after the decompressor), else TCG (``-accel tcg,thread=multi -cpu max``);
 ``LBTUNE_VM_ACCEL=kvm|tcg`` overrides, and the probe's answer is cached in the image cache.
 
 Filesystems in the guest: the host's ``/`` read-only over virtio-9p is the lower layer of an
-overlay whose upper directory is a host directory shared writable over a second 9p export
-(so what the guest writes - /etc, /var/lib/lbtune - survives a guest reboot, and only that
-guest's state directory on the host changes); tmpfs on /tmp and /run; the kernel's full module
-tree over /lib/modules/<ver>; the run's work directory at its host path (third 9p export).
+overlay whose upper layer is an ext4 image file per guest (virtio-blk; a 9p upper cannot hold
+overlayfs whiteouts or xattrs), so what the guest writes - /etc, /var/lib/lbtune - survives a
+guest reboot and nothing on the host changes; tmpfs on /tmp and /run; the kernel's full module
+tree over /lib/modules/<ver>; the run's work directory at its host path (a second 9p export).
 A guest agent (lbtune.lab.agent) serves the host's requests through that work directory.
 
 Cleanup on every exit path (normal, exception, KeyboardInterrupt): the qemu process group is
-SIGKILLed and reaped, the network namespace deleted, work and state directories removed
-(``LBTUNE_LAB_KEEP=1`` keeps them when the boot failed).
+SIGKILLed and reaped, the network namespace deleted, work directory and state disk removed
+(``LBTUNE_LAB_KEEP=1`` keeps them when the boot failed). After a kill -9 of the supervisor,
+the next boot's ``reap_stale`` does it.
 """
 
 from __future__ import annotations
