@@ -1,5 +1,5 @@
 # Two commands on a fresh Debian 12 machine: `make demo` and `make test` (see README).
-.PHONY: setup test demo lint unit lab bench clean
+.PHONY: setup test demo lint unit lab vm bench clean
 
 VENV := .venv
 TOX := $(VENV)/bin/tox
@@ -15,6 +15,9 @@ unit: setup
 
 lab: setup
 	$(TOX) run -e lab
+
+vm: setup
+	$(TOX) run -e vm
 
 lint: setup
 	$(TOX) run -e lint

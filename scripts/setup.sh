@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 # chromium: the HTML report is checked in a real headless browser (tests/browser.py).
 PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm kmod
       user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium)
+# The VM lab (lbtune.lab.vm): qemu boots Debian's kernel; busybox-static builds its initramfs.
+VM_PKGS=(qemu-system-x86 busybox-static)
 # The lab's servers and load (run only inside the UML guest, never as host services).
 # Set-up never stops or disables a service that was there before it ran: a policy-rc.d keeps
 # the install from starting anything, and scripts/setup-services.sh gives units the install
@@ -23,7 +25,7 @@ VENV=.venv
 say() { printf '[setup] %s\n' "$*"; }
 
 missing=()
-for p in "${PKGS[@]}" "${LAB_PKGS[@]}" "${FLEET_PKGS[@]}"; do
+for p in "${PKGS[@]}" "${VM_PKGS[@]}" "${LAB_PKGS[@]}" "${FLEET_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -69,6 +71,14 @@ if [ ! -e "/lib/modules/$rel/build" ]; then
   fi
 else
   say "kernel headers present for $rel"
+fi
+
+# The VM lab's kernel, modules and initramfs, cached (scripts/vm-image.sh; never installed on
+# the host). Needs root for the cache under /var/cache unless LBTUNE_VM_CACHE points elsewhere.
+if [ "$(id -u)" -eq 0 ] || [ -n "${LBTUNE_VM_CACHE:-}" ]; then
+  bash scripts/vm-image.sh
+else
+  say "warning: not root: the VM lab image is not prepared (run scripts/vm-image.sh as root)"
 fi
 
 # The venv must be built from the distro's Python so that `import bcc` works in it.
