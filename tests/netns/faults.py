@@ -35,11 +35,13 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import json
 import os
 import socket
 import struct
 import subprocess
+import termios
 import threading
 import time
 import traceback
@@ -1351,6 +1353,78 @@ class PinnedRcvbufPrune(Fault):
     def close(self) -> None:
         self.receiver = None
         _close_all(self.socks)
+
+
+class TcpRmemPrune(Fault):
+    """An autotuned TCP receiver (no SO_RCVBUF) in a namespace whose net.ipv4.tcp_rmem is
+    tiny, sent one-byte segments it does not read: tcp_rmem is the cause.
+
+    `setup()` sets the namespace's tcp_rmem to `rmem` ("4096 4096 4096": the socket's buffer
+    starts at the default and may grow to the maximum) and opens a listener. Each trigger
+    opens a new connection over lo (so the window is open again) and sends `segments` bytes
+    one at a time (TCP_NODELAY, paced by `pause`): every byte is a segment of its own whose
+    memory (its skb, ~1 KiB) is far more than the byte the window counted, so the receive
+    memory passes the buffer. The kernel then calls tcp_prune_queue: tcp_clamp_window grows
+    the buffer to the memory in use, up to tcp_rmem's maximum; at the maximum it must
+    collapse the queue (TCPRcvCollapsed, the data copied into compact buffers) and, when that
+    is not enough, drop (RcvPruned). Measured on 6.18: ~2 prunes and ~18 collapsed segments
+    with the maximum at 4096; with 16777216 the buffer grows (PruneCalled counts every growth)
+    and nothing is collapsed. The arrival is the bytes that reached the receiver (SIOCINQ,
+    waited for up to `wait` seconds): all of them once nothing is lost.
+    """
+
+    name = "tcp-rmem-prune"
+    counters = ("TcpExt.TCPRcvCollapsed", "TcpExt.RcvPruned", "TcpExt.PruneCalled")
+    arrival = "bytes arrived"
+
+    def __init__(self, port: int = 18092, rmem: str = "4096 4096 4096", segments: int = 300,
+                 pause: float = 0.001, wait: float = 5.0) -> None:  # fmt: skip
+        self.port, self.rmem, self.segments, self.pause, self.wait = port, rmem, segments, pause, wait
+        self.addr = "127.0.0.1"
+        self.listener: Optional[socket.socket] = None
+        self.socks: list[socket.socket] = []
+        self.arrived = 0
+
+    def setup(self) -> None:
+        super().setup()
+        write_sysctl("net.ipv4.tcp_rmem", self.rmem)
+        self.listener = tcp_listener(self.addr, self.port, 8)
+
+    def snapshot(self) -> dict[str, int]:
+        return {**super().snapshot(), "bytes arrived": self.arrived}
+
+    def trigger(self) -> Truth:
+        assert self.listener is not None
+        _close_all(self.socks)  # the last round's full connection: its window is shut
+        tx = socket.create_connection((self.addr, self.port), timeout=2)
+        rx, _ = self.listener.accept()
+        self.socks += [tx, rx]
+        tx.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sent = 0
+        for _ in range(self.segments):
+            sent += tx.send(b"x")
+            time.sleep(self.pause)
+        # bounded wait on the receiver's queue (SIOCINQ), not a fixed delay
+        inq, deadline = 0, time.monotonic() + self.wait
+        while time.monotonic() < deadline:
+            inq = struct.unpack("i", fcntl.ioctl(rx, termios.FIONREAD, b"\0" * 4))[0]
+            if inq >= sent:
+                break
+            time.sleep(0.01)
+        self.arrived += inq
+        rcvbuf = rx.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        return Truth(
+            fault=self.name, counter="TcpExt.TCPRcvCollapsed", attempted=sent,
+            capacity=rcvbuf, lo=1, hi=sent, obj="tcp sockets",
+            knobs={"net.ipv4.tcp_rmem": read_sysctl("net.ipv4.tcp_rmem")},
+            details={"received": inq, "rcvbuf_after": rcvbuf},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        _close_all(self.socks)
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
 
 
 class UdpDefaultRcvbuf(UdpRcvbufErrors):

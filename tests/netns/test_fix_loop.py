@@ -88,6 +88,15 @@ LOOPS = [
         "TcpExt.TCPTimeWaitOverflow",
         ("sysctl.net.ipv4.tcp_max_tw_buckets",),
     ),
+    # an autotuned receiver under a tiny tcp_rmem: one-byte segments collapse its queue;
+    # the fix raises tcp_rmem's maximum, the buffer grows instead (the arrival: the bytes
+    # that reached the receiver, all of them)
+    Loop(
+        "rcvbuf-prune",
+        lambda: F.TcpRmemPrune(port=18185),
+        "TcpExt.TCPRcvCollapsed",
+        ("sysctl.net.ipv4.tcp_rmem",),
+    ),
     # a gauge: every port of the range held and one connect() failing; then room again
     Loop(
         "ephemeral-ports",

@@ -209,24 +209,39 @@ def socket_backlog_drop(ctx: Context) -> Iterator[Finding]:
     receivers=True,
 )
 def rcvbuf_prune(ctx: Context) -> Iterator[Finding]:
+    """Fires when the kernel had to collapse (TCPRcvCollapsed) or drop (RcvPruned, OfoPruned)
+    queued data. PruneCalled alone is not a finding: tcp_prune_queue first grows an autotuned
+    buffer to the memory in use, up to tcp_rmem's maximum (tcp_clamp_window), and counts
+    PruneCalled for every such growth (measured: more calls once the maximum is raised, and
+    no collapse); only a buffer that cannot grow collapses or drops."""
     w = ctx.window
     pruned = w.snmp("TcpExt.RcvPruned")
     ofo = w.snmp("TcpExt.OfoPruned")
     called = w.snmp("TcpExt.PruneCalled")
-    if pruned + ofo <= 0 and called <= 0:
-        return
+    collapsed = w.snmp("TcpExt.TCPRcvCollapsed")
     lost = pruned + ofo
+    if lost <= 0 and collapsed <= 0:
+        return
     yield from _tcp_receive(
         ctx,
         "rcvbuf-prune",
         "TCP receive buffer pressure: queues pruned",
         "TCP receive queues pruned on port {port}: SO_RCVBUF set small by the application",
         Level.FAIL if lost else Level.WARN,
-        lost or called,
-        "prunes",
+        lost or collapsed,
+        "prunes" if lost else "collapsed segments",
         f"The kernel ran out of receive buffer {_times(called)} {since(ctx)} and had to "
-        f"collapse queues; {_times(lost)} it dropped queued data (the sender retransmits).",
-        [snmp_ev(ctx, k) for k in ("TcpExt.PruneCalled", "TcpExt.RcvPruned", "TcpExt.OfoPruned")],
+        f"collapse queues ({collapsed} segments copied); {_times(lost)} it dropped queued "
+        "data (the sender retransmits).",
+        [
+            snmp_ev(ctx, k)
+            for k in (
+                "TcpExt.PruneCalled",
+                "TcpExt.TCPRcvCollapsed",
+                "TcpExt.RcvPruned",
+                "TcpExt.OfoPruned",
+            )
+        ],
     )
 
 
