@@ -1379,7 +1379,8 @@ class TcpRmemPrune(Fault):
 
     def __init__(self, port: int = 18092, rmem: str = "4096 4096 4096", segments: int = 300,
                  pause: float = 0.001, wait: float = 5.0) -> None:  # fmt: skip
-        self.port, self.rmem, self.segments, self.pause, self.wait = port, rmem, segments, pause, wait
+        self.port, self.rmem, self.segments = port, rmem, segments
+        self.pause, self.wait = pause, wait
         self.addr = "127.0.0.1"
         self.listener: Optional[socket.socket] = None
         self.socks: list[socket.socket] = []
