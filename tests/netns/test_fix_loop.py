@@ -97,6 +97,17 @@ LOOPS = [
         "TcpExt.TCPRcvCollapsed",
         ("sysctl.net.ipv4.tcp_rmem",),
     ),
+    # an autotuned receiver stalled in recv() (a userfaultfd page) while one-byte segments
+    # arrive: its backlog overflows; the fix raises tcp_rmem's default (the maximum alone
+    # does not: the limit is the buffer as it is, measured); accepted sockets take the
+    # buffer of their listener, so the application restarts
+    Loop(
+        "socket-backlog-drop",
+        lambda: F.SocketBacklogFull(port=18186),
+        "TcpExt.TCPBacklogDrop",
+        ("sysctl.net.ipv4.tcp_rmem",),
+        restart=True,
+    ),
     # a gauge: every port of the range held and one connect() failing; then room again
     Loop(
         "ephemeral-ports",
@@ -241,3 +252,43 @@ def test_skipped_host_global_values_are_named_by_plan_and_apply(
     assert line in applied.stdout and "(on the host: sysctl -w" in applied.stdout
     assert ns_sysctls(netns)["/proc/sys/net/core/somaxconn"].strip() == "4242"
     assert run_cli("--netns", netns, "rollback").exit_code == 0
+
+
+def test_a_socket_that_pins_so_rcvbuf_is_not_fixed_by_tcp_rmem(
+    netns: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backlog fault again, but the application pins SO_RCVBUF (2048, 4608 in effect,
+    below tcp_rmem's default 131072): the finding names the port and the application, and
+    proposes no tcp_rmem. And tcp_rmem would indeed not help: a profile raising its default
+    and maximum is applied, the application restarted, the same load drops again."""
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    written = tmp_path / "fix.toml"
+    port = 18187
+    fault = F.SocketBacklogFull(port=port, rmem="4096 131072 6291456", pin=2048)
+    with F.Background(netns, fault) as bg:
+        first, truth = diagnose_while(netns, bg, "--write-profile", str(written))
+        assert truth.delta() > 0, truth  # the kernel dropped from the backlog
+        found = hits(first, "socket-backlog-drop")
+        assert [f["object"] for f in found] == [f"tcp 127.0.0.1:{port}"], found
+        (f,) = found
+        assert {x["scope"] for x in f["fixes"]} == {"application"}, f["fixes"]
+        assert not any("tcp_rmem" in x["knob"] for x in f["fixes"]), f["fixes"]
+        if written.exists():  # other findings may write one: never with tcp_rmem
+            assert "sysctl.net.ipv4.tcp_rmem" not in dict(load_profile(str(written)).settings())
+
+        # the sysctl lbtune did not propose, applied anyway: the drops go on
+        prof = tmp_path / "rmem.toml"
+        prof.write_text('[profile]\nname = "rmem"\n[sysctl]\n"net.ipv4.tcp_rmem" = '
+                        '{ value = "4096 262144 16777216", reason = "test" }\n')  # fmt: skip
+        before = ns_sysctls(netns)
+        applied = run_cli("--netns", netns, "apply", str(prof), "--yes", "--json")
+        assert applied.exit_code == 0 and applied.json["changed"] == 1, applied.stderr
+        bg.restart()
+        second, truth2 = diagnose_while(netns, bg)
+        assert truth2.delta(truth2.arrival) >= truth2.attempted > 0, truth2
+        assert truth2.delta() > 0, truth2  # dropped again: tcp_rmem is not the cause
+        assert [x["object"] for x in hits(second, "socket-backlog-drop")] == [
+            f"tcp 127.0.0.1:{port}"
+        ]
+        assert run_cli("--netns", netns, "rollback").exit_code == 0
+        assert ns_sysctls(netns) == before

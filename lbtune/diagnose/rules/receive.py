@@ -95,9 +95,12 @@ def _tcp_receive(
     unit: str,
     what: str,
     evidence: list[Evidence],
+    default_too: bool = False,
 ) -> Iterator[Finding]:
     """Findings of a TCP receive-side loss: per application port whose sockets pin a small
-    SO_RCVBUF (the application's fix), and a tcp_rmem finding for the rest."""
+    SO_RCVBUF (the application's fix), and a tcp_rmem finding for the rest. `default_too`:
+    the loss is bounded by the socket's buffer as it is now, not as far as it may grow, so
+    the fix raises tcp_rmem's default as well as its maximum."""
     rmem = ctx.sysctl_ints("net.ipv4.tcp_rmem") or _TCP_RMEM_DEFAULT
     receivers = ctx.window.receivers()
     pinned, others = _split(receivers or [], rmem[1])
@@ -151,7 +154,15 @@ def _tcp_receive(
         )
     if pinned and not others:
         return
-    needed = f"{rmem[0]} {rmem[1]} {max(2 * rmem[2], 16777216)}"
+    default = max(2 * rmem[1], 131072) if default_too else rmem[1]
+    needed = f"{rmem[0]} {default} {max(2 * rmem[2], 16777216)}"
+    how = (
+        "the default too: an autotuned socket's buffer starts there and grows only as the "
+        "application reads; sockets take it when created (accepted ones from their "
+        "listener): restart the application; and read faster"
+        if default_too
+        else "and read faster"
+    )
     if receivers is None:
         sockets = " Per-socket buffers were not read here (`ss -tm` shows them)."
     elif others:
@@ -174,7 +185,7 @@ def _tcp_receive(
         count,
         unit,
         evidence,
-        [sysctl_fix(ctx, "net.ipv4.tcp_rmem", needed, "and read faster")],
+        [sysctl_fix(ctx, "net.ipv4.tcp_rmem", needed, how)],
     )
 
 
@@ -199,6 +210,10 @@ def socket_backlog_drop(ctx: Context) -> Iterator[Finding]:
         f"{n} segments dropped {since(ctx)}: they arrived while the application held the "
         "socket and its backlog (bounded by the receive + send buffer) was full.",
         [snmp_ev(ctx, "TcpExt.TCPBacklogDrop")],
+        # the backlog limit is sk_rcvbuf + sk_sndbuf + 64 KiB as they are (tcp_add_backlog):
+        # measured in a namespace, raising tcp_rmem's maximum alone left the drops as they
+        # were (53 -> 54), raising the default stopped them
+        default_too=True,
     )
 
 
