@@ -1367,7 +1367,7 @@ class TcpRmemPrune(Fault):
     memory passes the buffer. The kernel then calls tcp_prune_queue: tcp_clamp_window grows
     the buffer to the memory in use, up to tcp_rmem's maximum; at the maximum it must
     collapse the queue (TCPRcvCollapsed, the data copied into compact buffers) and, when that
-    is not enough, drop (RcvPruned). Measured on 6.18: ~2 prunes and ~18 collapsed segments
+    is not enough, drop (RcvPruned). Measured on 6.18 (bench/results/receive_faults.md): 1-2 prunes and 9-18 collapsed segments
     with the maximum at 4096; with 16777216 the buffer grows (PruneCalled counts every growth)
     and nothing is collapsed. The arrival is the bytes that reached the receiver (SIOCINQ,
     waited for up to `wait` seconds): all of them once nothing is lost.
@@ -1468,8 +1468,8 @@ class _Stall:
     def release(self) -> None:
         """Fill the page: the stalled copy completes."""
         src = ctypes.create_string_buffer(self.PAGE)
-        self._ioctl(self.UFFDIO_COPY,
-                    struct.pack("QQQQq", self.addr, ctypes.addressof(src), self.PAGE, 0, 0))  # fmt: skip
+        arg = struct.pack("QQQQq", self.addr, ctypes.addressof(src), self.PAGE, 0, 0)
+        self._ioctl(self.UFFDIO_COPY, arg)
 
     def close(self) -> None:
         self.buf.release()
@@ -1489,8 +1489,9 @@ class SocketBacklogFull(Fault):
     into the socket's backlog, whose limit is the receive + send buffer + 64 KiB as they are
     (tcp_add_backlog, 6.18): each one-byte segment costs ~1 KiB, so past ~70 of them the
     kernel drops (TCPBacklogDrop). Then the stall is released; the sender retransmits.
-    Measured on 6.18 with 150 segments: 53 drops at "4096 4096 4096", 54 at "4096 4096
-    16777216" (the maximum alone changes nothing), 0 at "4096 131072 16777216".
+    Measured on 6.18 with 150 segments (bench/results/receive_faults.md, 5 rounds): a median
+    of 53 drops at "4096 4096 4096" and at "4096 4096 16777216" (the maximum alone changes
+    nothing), 0 at "4096 131072 16777216".
 
     `pin`: the application sets SO_RCVBUF to this on the accepted socket (the case where
     tcp_rmem is not the cause). The arrival: the bytes that reached the receiver (SIOCINQ

@@ -212,7 +212,8 @@ def socket_backlog_drop(ctx: Context) -> Iterator[Finding]:
         [snmp_ev(ctx, "TcpExt.TCPBacklogDrop")],
         # the backlog limit is sk_rcvbuf + sk_sndbuf + 64 KiB as they are (tcp_add_backlog):
         # measured in a namespace, raising tcp_rmem's maximum alone left the drops as they
-        # were (53 -> 54), raising the default stopped them
+        # were (median 53 drops per trigger either way), raising the default stopped them
+        # (bench/results/receive_faults.md)
         default_too=True,
     )
 
@@ -227,8 +228,8 @@ def rcvbuf_prune(ctx: Context) -> Iterator[Finding]:
     """Fires when the kernel had to collapse (TCPRcvCollapsed) or drop (RcvPruned, OfoPruned)
     queued data. PruneCalled alone is not a finding: tcp_prune_queue first grows an autotuned
     buffer to the memory in use, up to tcp_rmem's maximum (tcp_clamp_window), and counts
-    PruneCalled for every such growth (measured: more calls once the maximum is raised, and
-    no collapse); only a buffer that cannot grow collapses or drops."""
+    PruneCalled for every such growth (bench/results/receive_faults.md: more calls once the
+    maximum is raised, and no collapse); only a buffer that cannot grow collapses or drops."""
     w = ctx.window
     pruned = w.snmp("TcpExt.RcvPruned")
     ofo = w.snmp("TcpExt.OfoPruned")
