@@ -84,18 +84,21 @@ def main() -> None:
     def cell(v: list[int]) -> str:
         return f"{statistics.median(v):g} ({min(v)}-{max(v)})"
 
-    write_markdown(
-        out,
-        [f"# receive faults x tcp_rmem ({meta['date']}, kernel {meta['kernel']}, "
-         f"{meta['cpus']} CPUs, {a.rounds} rounds)", "",
-         "Counter movement over one trigger: median (min-max) over the rounds. Arrived: "
-         "bytes that reached the receiver (of the segments sent)."],  # fmt: skip
-        [("fault", "l"), ("tcp_rmem", "l"), *[(k.split(".")[1], "r") for k in KEYS],
-         ("arrived", "r")],  # fmt: skip
-        [[r.fault, f"`{r.tcp_rmem}`", *[cell(r.moved[k]) for k in KEYS],
-          f"{cell(r.arrived)} of {r.attempted}"] for r in rows],  # fmt: skip
-    )
-
+    heading = [
+        f"# receive faults x tcp_rmem ({meta['date']}, kernel {meta['kernel']}, "
+        f"{meta['cpus']} CPUs, {a.rounds} rounds)",
+        "",
+        "Counter movement over one trigger: median (min-max) over the rounds. Arrived: "
+        "bytes that reached the receiver (of the segments sent).",
+    ]
+    columns = [("fault", "l"), ("tcp_rmem", "l"), *[(k.split(".")[1], "r") for k in KEYS]]
+    columns.append(("arrived", "r"))
+    table = [
+        [r.fault, f"`{r.tcp_rmem}`", *[cell(r.moved[k]) for k in KEYS],
+         f"{cell(r.arrived)} of {r.attempted}"]
+        for r in rows
+    ]  # fmt: skip
+    write_markdown(out, heading, columns, table)
 
 if __name__ == "__main__":
     main()

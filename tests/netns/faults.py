@@ -1367,9 +1367,9 @@ class TcpRmemPrune(Fault):
     memory passes the buffer. The kernel then calls tcp_prune_queue: tcp_clamp_window grows
     the buffer to the memory in use, up to tcp_rmem's maximum; at the maximum it must
     collapse the queue (TCPRcvCollapsed, the data copied into compact buffers) and, when that
-    is not enough, drop (RcvPruned). Measured on 6.18 (bench/results/receive_faults.md): 1-2 prunes and 9-18 collapsed segments
-    with the maximum at 4096; with 16777216 the buffer grows (PruneCalled counts every growth)
-    and nothing is collapsed. The arrival is the bytes that reached the receiver (SIOCINQ,
+    is not enough, drop (RcvPruned). Measured on 6.18 (bench/results/receive_faults.md):
+    1-2 prunes and 9-18 collapsed segments with the maximum at 4096; with 16777216 the
+    buffer grows (PruneCalled counts every growth) and nothing is collapsed. The arrival is the bytes that reached the receiver (SIOCINQ,
     waited for up to `wait` seconds): all of them once nothing is lost.
     """
 
