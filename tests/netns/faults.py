@@ -1369,8 +1369,9 @@ class TcpRmemPrune(Fault):
     collapse the queue (TCPRcvCollapsed, the data copied into compact buffers) and, when that
     is not enough, drop (RcvPruned). Measured on 6.18 (bench/results/receive_faults.md):
     1-2 prunes and 9-18 collapsed segments with the maximum at 4096; with 16777216 the
-    buffer grows (PruneCalled counts every growth) and nothing is collapsed. The arrival is the bytes that reached the receiver (SIOCINQ,
-    waited for up to `wait` seconds): all of them once nothing is lost.
+    buffer grows (PruneCalled counts every growth) and nothing is collapsed. The arrival is
+    the bytes that reached the receiver (SIOCINQ, waited for up to `wait` seconds): all of
+    them once nothing is lost.
     """
 
     name = "tcp-rmem-prune"
