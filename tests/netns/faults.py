@@ -1402,10 +1402,7 @@ class TcpRmemPrune(Fault):
         rx, _ = self.listener.accept()
         self.socks += [tx, rx]
         tx.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sent = 0
-        for _ in range(self.segments):
-            sent += tx.send(b"x")
-            time.sleep(self.pause)
+        sent = _one_byte_segments(tx, self.segments, self.pause, self.wait)
         # bounded wait on the receiver's queue (SIOCINQ), not a fixed delay
         inq, deadline = 0, time.monotonic() + self.wait
         while time.monotonic() < deadline:
@@ -1551,11 +1548,18 @@ class SocketBacklogFull(Fault):
         try:
             reader.start()
             stall.wait_fault()  # the receiver is inside recv(), holding its socket
-            tx.setblocking(False)
-            sent = 0
-            for _ in range(self.segments):
-                sent += tx.send(b"x")
-                time.sleep(0.0005)
+            t0, in_segs = time.monotonic(), snmp_counters()["Tcp.InSegs"]
+            sent = _one_byte_segments(tx, self.segments, 0.0005, self.wait)
+            # release only once TCP has taken every segment in (Tcp.InSegs: into the
+            # backlog or dropped from it): on a loaded machine the softirq that delivers
+            # them over lo may run late, after a release, and then no backlog fills
+            deadline = time.monotonic() + self.wait
+            while snmp_counters()["Tcp.InSegs"] - in_segs < sent:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.005)
+            in_segs_seen = snmp_counters()["Tcp.InSegs"] - in_segs
+            stalled = time.monotonic() - t0
         finally:
             stall.release()
             reader.join(self.wait)
@@ -1573,7 +1577,7 @@ class SocketBacklogFull(Fault):
             obj=f"{self.addr}:{self.port}",
             knobs={"net.ipv4.tcp_rmem": read_sysctl("net.ipv4.tcp_rmem"),
                    "SO_RCVBUF": str(self.pin or "not set")},
-            details={"received": inq},
+            details={"received": inq, "in_segs": in_segs_seen, "stalled_s": round(stalled, 3)},
         )  # fmt: skip
 
     def close(self) -> None:
@@ -1581,6 +1585,26 @@ class SocketBacklogFull(Fault):
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+
+
+SIOCOUTQNSD = 0x894B  # bytes in a TCP socket's send queue not yet sent
+
+
+def _one_byte_segments(tx: socket.socket, n: int, pause: float, wait: float) -> int:
+    """Send `n` bytes one segment each: after each send, wait (bounded: `wait` seconds for
+    all of them) until the byte has left, so a loaded machine - whose softirqs run late -
+    cannot merge bytes that are still unsent into one segment. Returns the bytes sent."""
+    deadline = time.monotonic() + wait
+    sent = 0
+    for _ in range(n):
+        sent += tx.send(b"x")
+        while time.monotonic() < deadline:
+            raw = fcntl.ioctl(tx, SIOCOUTQNSD, b"\0" * 4)
+            if struct.unpack("i", raw)[0] == 0:
+                break
+            time.sleep(0.0002)
+        time.sleep(pause)
+    return sent
 
 
 def _inq(sock: socket.socket) -> int:

@@ -50,6 +50,11 @@ class Loop:
     counter: Optional[str]  # the fault's kernel counter that must stop moving
     keys: tuple[str, ...]  # profile keys the written profile must set (and apply changes)
     restart: bool = False  # the limit is taken at listen(): restart the application
+    # Counters only (--no-probes): with the probes attaching while the window runs, the
+    # stalled receiver's backlog often did not fill on the loaded 2-CPU machine (its
+    # segments were collapsed instead); without them, and outside diagnose, it filled in
+    # every run. The cause is not known yet (the probes are tested on their own elsewhere)
+    no_probes: bool = False
 
 
 LOOPS = [
@@ -107,6 +112,7 @@ LOOPS = [
         "TcpExt.TCPBacklogDrop",
         ("sysctl.net.ipv4.tcp_rmem",),
         restart=True,
+        no_probes=True,
     ),
     # a gauge: every port of the range held and one connect() failing; then room again
     Loop(
@@ -140,7 +146,8 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
     profile = tmp_path / "fix.toml"
     with F.Background(netns, loop.fault()) as bg:
         # 1. the fault, diagnosed, written as a profile
-        first, truth = diagnose_while(netns, bg, "--write-profile", str(profile))
+        probes = ("--no-probes",) if loop.no_probes else ()
+        first, truth = diagnose_while(netns, bg, "--write-profile", str(profile), *probes)
         found = hits(first, loop.rule)
         assert found, (loop.rule, [f["rule"] for f in first.json["findings"]], first.stderr)
         if loop.counter is not None:
@@ -171,7 +178,7 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
 
         # 3. the same load again: it arrived (the positive control moved by at least what
         # was sent), yet the fault's counter does not move and the rule is quiet
-        second, truth2 = diagnose_while(netns, bg)
+        second, truth2 = diagnose_while(netns, bg, *probes)
         assert truth2.arrival and truth2.attempted > 0, truth2
         arrived = truth2.delta(truth2.arrival)
         assert arrived >= truth2.attempted, (truth2.arrival, arrived, truth2.attempted)
@@ -266,7 +273,8 @@ def test_a_socket_that_pins_so_rcvbuf_is_not_fixed_by_tcp_rmem(
     port = 18187
     fault = F.SocketBacklogFull(port=port, rmem="4096 131072 6291456", pin=2048)
     with F.Background(netns, fault) as bg:
-        first, truth = diagnose_while(netns, bg, "--write-profile", str(written))
+        # --no-probes: as the socket-backlog-drop loop (Loop.no_probes)
+        first, truth = diagnose_while(netns, bg, "--write-profile", str(written), "--no-probes")
         assert truth.delta() > 0, truth  # the kernel dropped from the backlog
         found = hits(first, "socket-backlog-drop")
         assert [f["object"] for f in found] == [f"tcp 127.0.0.1:{port}"], found
@@ -284,7 +292,7 @@ def test_a_socket_that_pins_so_rcvbuf_is_not_fixed_by_tcp_rmem(
         applied = run_cli("--netns", netns, "apply", str(prof), "--yes", "--json")
         assert applied.exit_code == 0 and applied.json["changed"] == 1, applied.stderr
         bg.restart()
-        second, truth2 = diagnose_while(netns, bg)
+        second, truth2 = diagnose_while(netns, bg, "--no-probes")
         assert truth2.delta(truth2.arrival) >= truth2.attempted > 0, truth2
         assert truth2.delta() > 0, truth2  # dropped again: tcp_rmem is not the cause
         assert [x["object"] for x in hits(second, "socket-backlog-drop")] == [
