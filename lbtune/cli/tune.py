@@ -32,7 +32,7 @@ def _plan_rows(plan: Any) -> list[dict[str, Any]]:
             "current": c.current,
             "desired": c.desired,
             "action": c.action.value,
-            "note": c.knob.note,
+            "note": c.why or c.knob.note,
             "reason": c.target.reason,
         }
         for c in plan.changes
@@ -45,7 +45,7 @@ def _print_plan(plan: Any, verbose: int) -> None:
         if c.action.value in ("ok", "skipped") and not verbose:
             continue
         arrow = {"change": "->", "ok": "==", "missing": "??", "skipped": "--"}[c.action.value]
-        note = c.knob.note or {
+        note = c.why or c.knob.note or {
             "missing": "not on this host",
             "skipped": "host-global: not changed from a namespace",
         }.get(c.action.value, "")

@@ -68,6 +68,8 @@ class Nic:
     channels: Optional[Channels]
     irqs: tuple[QueueIrq, ...]
     lower: tuple[str, ...]  # bond slaves / lower devices
+    # Why ring sizes cannot be changed on this NIC (ring_fixed_reason), None when they can.
+    rings_fixed: Optional[str] = None
 
 
 def _pci_parent(fs: HostFS, devpath: str) -> tuple[Optional[str], Optional[str], Optional[str]]:
@@ -192,6 +194,7 @@ def discover_nic(
         local = fs.read_cpumask(f"{numa_src}/local_cpus")
     speed = fs.read_int(f"{base}/speed")
     rx, tx = _queues(fs, base)
+    rings = ethtool.rings(name)
     candidates = _msi_irqs(fs, pcipath, devpath) if has_device else []
     irqs = _queue_irqs(fs, name, bus, virtio, candidates, interrupts) if has_device or bus else ()
     lower = tuple(
@@ -215,11 +218,35 @@ def discover_nic(
         txqueuelen=fs.read_int(f"{base}/tx_queue_len"),
         rx_queues=rx,
         tx_queues=tx,
-        rings=ethtool.rings(name),
+        rings=rings,
         channels=ethtool.channels(name),
         irqs=irqs,
         lower=lower,
+        rings_fixed=ring_fixed_reason(fs, name, rings, driver),
     )
+
+
+VIRTIO_F_RING_RESET = 40  # include/uapi/linux/virtio_config.h
+
+
+def ring_fixed_reason(
+    fs: HostFS, name: str, rings: Optional[RingSizes], driver: Optional[str]
+) -> Optional[str]:
+    """Why `ethtool -G` cannot change NIC `name`'s rings, or None when it may.
+
+    - the driver reports no ring sizes (`ethtool -g` unsupported: veth, lo, tun...);
+    - virtio_net without VIRTIO_F_RING_RESET among the device's negotiated features (the
+      virtio device's `features` file, one '0'/'1' per bit from bit 0): its rings are the
+      virtqueues the hypervisor sized, and the kernel resizes them only by a queue reset
+      (6.0+ and a device that offers it; Debian 12's 6.1 on QEMU 7.2 has none: `-G` fails).
+    """
+    if rings is None or (rings.rx is None and rings.rx_max is None):
+        return "the driver reports no ring sizes (ethtool -g is not supported)"
+    if driver == "virtio_net":
+        bits = (fs.read(f"{NET_SYS}/{name}/device/features") or "").strip()
+        if len(bits) > VIRTIO_F_RING_RESET and bits[VIRTIO_F_RING_RESET] == "0":
+            return "virtio_net without VIRTIO_F_RING_RESET: the hypervisor sized the rings"
+    return None
 
 
 def nic_names(fs: HostFS) -> list[str]:

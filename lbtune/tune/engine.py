@@ -275,7 +275,7 @@ def verify_targets(host: Host, targets: Sequence[Target]) -> list[KnobCheck]:
                                  KnobStatus.SKIPPED))  # fmt: skip
             continue
         cur = t.knob.read(host)
-        if cur is None:
+        if cur is None or t.knob.unsettable(host) is not None:
             status = KnobStatus.MISSING
         elif t.mode is not Mode.SET:
             ok = t.knob.same(bounded(cur, t.value, t.mode, t.knob.ident), cur)

@@ -72,6 +72,11 @@ class Knob(abc.ABC):
             return a is b
         return self.normalize(a) == self.normalize(b)
 
+    def unsettable(self, host: Host) -> Optional[str]:
+        """Why this host can never take a value for this knob (its driver cannot change it),
+        or None. Planned and verified as "missing" with this reason, whatever the value."""
+        return None
+
     def check(self, host: Host, value: str) -> None:
         """Refuse a value that is unsafe or out of range before anything is written.
 

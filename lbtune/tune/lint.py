@@ -277,6 +277,8 @@ class _Lint:
                 nic = self.inv.nic(name or "")
             except KeyError:
                 continue
+            if nic.rings_fixed is not None:
+                continue  # plan says "unsettable" for any value, "max" included
             limit = nic.rings.rx_max if nic.rings else None
             if limit is not None and value > limit:
                 self.add(

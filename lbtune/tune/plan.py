@@ -43,6 +43,7 @@ class Change:
     current: Optional[str]
     desired: str  # for raise/lower: the value that will actually be written
     action: Action
+    why: str = ""  # a missing row's reason when it is known ("unsettable: ...")
 
     @property
     def knob(self) -> Knob:
@@ -124,6 +125,11 @@ def make_plan(host: Host, profile: str, targets: Sequence[Target]) -> Plan:
     for t in targets:
         if host.netns is not None and not t.knob.netns_scoped(host):
             rows.append(Change(t, None, t.value, Action.SKIPPED))
+            continue
+        fixed = t.knob.unsettable(host)
+        if fixed is not None:
+            rows.append(Change(t, t.knob.read(host), t.value, Action.MISSING,
+                               why=f"unsettable: {fixed}"))  # fmt: skip
             continue
         current = t.knob.read(host)
         if current is None:

@@ -35,11 +35,13 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import json
 import os
 import socket
 import struct
 import subprocess
+import termios
 import threading
 import time
 import traceback
@@ -1361,6 +1363,263 @@ class PinnedRcvbufPrune(Fault):
     def close(self) -> None:
         self.receiver = None
         _close_all(self.socks)
+
+
+class TcpRmemPrune(Fault):
+    """An autotuned TCP receiver (no SO_RCVBUF) in a namespace whose net.ipv4.tcp_rmem is
+    tiny, sent one-byte segments it does not read: tcp_rmem is the cause.
+
+    `setup()` sets the namespace's tcp_rmem to `rmem` ("4096 4096 4096": the socket's buffer
+    starts at the default and may grow to the maximum) and opens a listener. Each trigger
+    opens a new connection over lo (so the window is open again) and sends `segments` bytes
+    one at a time (TCP_NODELAY, paced by `pause`): every byte is a segment of its own whose
+    memory (its skb, ~1 KiB) is far more than the byte the window counted, so the receive
+    memory passes the buffer. The kernel then calls tcp_prune_queue: tcp_clamp_window grows
+    the buffer to the memory in use, up to tcp_rmem's maximum; at the maximum it must
+    collapse the queue (TCPRcvCollapsed, the data copied into compact buffers) and, when that
+    is not enough, drop (RcvPruned). Measured on 6.18 (bench/results/receive_faults.md):
+    1-2 prunes and 9-18 collapsed segments with the maximum at 4096; with 16777216 the
+    buffer grows (PruneCalled counts every growth) and nothing is collapsed. The arrival is
+    the bytes that reached the receiver (SIOCINQ, waited for up to `wait` seconds): all of
+    them once nothing is lost.
+    """
+
+    name = "tcp-rmem-prune"
+    counters = ("TcpExt.TCPRcvCollapsed", "TcpExt.RcvPruned", "TcpExt.PruneCalled")
+    arrival = "bytes arrived"
+
+    def __init__(self, port: int = 18092, rmem: str = "4096 4096 4096", segments: int = 300,
+                 pause: float = 0.001, wait: float = 5.0) -> None:  # fmt: skip
+        self.port, self.rmem, self.segments = port, rmem, segments
+        self.pause, self.wait = pause, wait
+        self.addr = "127.0.0.1"
+        self.listener: Optional[socket.socket] = None
+        self.socks: list[socket.socket] = []
+        self.arrived = 0
+
+    def setup(self) -> None:
+        super().setup()
+        write_sysctl("net.ipv4.tcp_rmem", self.rmem)
+        self.listener = tcp_listener(self.addr, self.port, 8)
+
+    def snapshot(self) -> dict[str, int]:
+        return {**super().snapshot(), "bytes arrived": self.arrived}
+
+    def trigger(self) -> Truth:
+        assert self.listener is not None
+        _close_all(self.socks)  # the last round's full connection: its window is shut
+        tx = socket.create_connection((self.addr, self.port), timeout=2)
+        rx, _ = self.listener.accept()
+        self.socks += [tx, rx]
+        tx.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sent = _one_byte_segments(tx, self.segments, self.pause, self.wait)
+        # bounded wait on the receiver's queue (SIOCINQ), not a fixed delay
+        inq, deadline = 0, time.monotonic() + self.wait
+        while time.monotonic() < deadline:
+            inq = _inq(rx)
+            if inq >= sent:
+                break
+            time.sleep(0.01)
+        self.arrived += inq
+        rcvbuf = rx.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        return Truth(
+            fault=self.name, counter="TcpExt.TCPRcvCollapsed", attempted=sent,
+            capacity=rcvbuf, lo=1, hi=sent, obj="tcp sockets",
+            knobs={"net.ipv4.tcp_rmem": read_sysctl("net.ipv4.tcp_rmem")},
+            details={"received": inq, "rcvbuf_after": rcvbuf},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        _close_all(self.socks)
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+
+class _Stall:
+    """One anonymous page registered with userfaultfd (missing mode): a copy into it blocks
+    in the kernel until `release()`. A recv() into it stalls inside tcp_recvmsg with the
+    socket lock held, as an application does whose buffer page is swapped out."""
+
+    SYS_USERFAULTFD = 323  # x86_64
+    UFFDIO_API, UFFDIO_REGISTER, UFFDIO_COPY = 0xC018AA3F, 0xC020AA00, 0xC028AA03
+    UFFD_EVENT_PAGEFAULT = 0x12
+    PAGE = 4096
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]  # fmt: skip
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        self.libc = libc
+        self.fd = libc.syscall(self.SYS_USERFAULTFD, os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "userfaultfd")
+        self._ioctl(self.UFFDIO_API, struct.pack("QQQ", 0xAA, 0, 0))
+        # PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS
+        self.addr = libc.mmap(None, self.PAGE, 3, 0x22, -1, 0)
+        self._ioctl(self.UFFDIO_REGISTER, struct.pack("QQQQ", self.addr, self.PAGE, 1, 0))
+        self.buf = memoryview((ctypes.c_char * self.PAGE).from_address(self.addr)).cast("B")
+
+    def _ioctl(self, req: int, arg: bytes) -> None:
+        b = ctypes.create_string_buffer(arg)
+        if self.libc.ioctl(self.fd, req, b) != 0:
+            raise OSError(ctypes.get_errno(), f"userfaultfd ioctl {req:#x}")
+
+    def wait_fault(self) -> None:
+        """Block until a copy into the page faults (the copier is then stalled)."""
+        msg = os.read(self.fd, 32)
+        if msg[0] != self.UFFD_EVENT_PAGEFAULT:
+            raise RuntimeError(f"userfaultfd: unexpected event {msg[0]:#x}")
+
+    def release(self) -> None:
+        """Fill the page: the stalled copy completes."""
+        src = ctypes.create_string_buffer(self.PAGE)
+        arg = struct.pack("QQQQq", self.addr, ctypes.addressof(src), self.PAGE, 0, 0)
+        self._ioctl(self.UFFDIO_COPY, arg)
+
+    def close(self) -> None:
+        self.buf.release()
+        self.libc.munmap(self.addr, self.PAGE)
+        os.close(self.fd)
+
+
+class SocketBacklogFull(Fault):
+    """A TCP receiver stalled in recv() while segments arrive: its backlog overflows.
+
+    The namespace's tcp_rmem is `rmem` ("4096 4096 4096") and tcp_wmem "4096 16384 16384",
+    so the receiver's buffers are small; the route to 127.0.0.1 gets initcwnd 1000 and the
+    sender a large SO_SNDBUF (the sender is not the socket under diagnosis), so the sender
+    is limited by neither. Each trigger opens a new connection, queues one byte, and has a
+    thread recv() it into a page registered with userfaultfd: the copy faults and stalls
+    with the socket lock held (_Stall). While it stalls, `segments` one-byte segments arrive
+    into the socket's backlog, whose limit is the receive + send buffer + 64 KiB as they are
+    (tcp_add_backlog, 6.18): each one-byte segment costs ~1 KiB, so past ~70 of them the
+    kernel drops (TCPBacklogDrop). Then the stall is released; the sender retransmits.
+    Measured on 6.18 with 150 segments (bench/results/receive_faults.md, 5 rounds): a median
+    of 53 drops at "4096 4096 4096" and at "4096 4096 16777216" (the maximum alone changes
+    nothing), 0 at "4096 131072 16777216".
+
+    `pin`: the application sets SO_RCVBUF to this on the accepted socket (the case where
+    tcp_rmem is not the cause). The arrival: the bytes that reached the receiver (SIOCINQ
+    plus the byte read), waited for up to `wait` seconds.
+    """
+
+    name = "socket-backlog-full"
+    counters = ("TcpExt.TCPBacklogDrop",)
+    arrival = "bytes arrived"
+
+    def __init__(self, port: int = 18093, rmem: str = "4096 4096 4096", segments: int = 150,
+                 pin: int = 0, wait: float = 5.0) -> None:  # fmt: skip
+        self.port, self.rmem, self.segments, self.pin, self.wait = port, rmem, segments, pin, wait
+        self.addr = "127.0.0.1"
+        self.listener: Optional[socket.socket] = None
+        self.socks: list[socket.socket] = []
+        self.arrived = 0
+
+    def setup(self) -> None:
+        super().setup()
+        write_sysctl("net.ipv4.tcp_rmem", self.rmem)
+        write_sysctl("net.ipv4.tcp_wmem", "4096 16384 16384")
+        sh("ip", "route", "replace", "local", self.addr, "dev", "lo", "table", "local",
+           "proto", "kernel", "scope", "host", "src", self.addr, "initcwnd", "1000")  # fmt: skip
+        self.listener = tcp_listener(self.addr, self.port, 8)
+
+    def snapshot(self) -> dict[str, int]:
+        return {**super().snapshot(), "bytes arrived": self.arrived}
+
+    def restart(self) -> None:
+        """A restarted server: a new listener, whose accepted sockets start from the
+        tcp_rmem default in force now (a child socket takes its listener's buffer)."""
+        if self.listener is not None:
+            self.listener.close()
+        self.listener = tcp_listener(self.addr, self.port, 8)
+
+    def trigger(self) -> Truth:
+        assert self.listener is not None
+        _close_all(self.socks)
+        tx = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        tx.settimeout(2)
+        tx.connect((self.addr, self.port))
+        rx, _ = self.listener.accept()
+        self.socks += [tx, rx]
+        if self.pin:
+            rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.pin)
+        tx.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tx.sendall(b"a")
+        deadline = time.monotonic() + self.wait
+        while _inq(rx) < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        stall = _Stall()
+        got: list[int] = []
+        reader = threading.Thread(target=lambda: got.append(rx.recv_into(stall.buf, 1)))
+        try:
+            reader.start()
+            stall.wait_fault()  # the receiver is inside recv(), holding its socket
+            t0, in_segs = time.monotonic(), snmp_counters()["Tcp.InSegs"]
+            sent = _one_byte_segments(tx, self.segments, 0.0005, self.wait)
+            # release only once TCP has taken every segment in (Tcp.InSegs: into the
+            # backlog or dropped from it): on a loaded machine the softirq that delivers
+            # them over lo may run late, after a release, and then no backlog fills
+            deadline = time.monotonic() + self.wait
+            while snmp_counters()["Tcp.InSegs"] - in_segs < sent:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.005)
+            in_segs_seen = snmp_counters()["Tcp.InSegs"] - in_segs
+            stalled = time.monotonic() - t0
+        finally:
+            stall.release()
+            reader.join(self.wait)
+            stall.close()
+        inq, deadline = 0, time.monotonic() + self.wait
+        while time.monotonic() < deadline:  # the retransmits of what was dropped
+            inq = _inq(rx)
+            if inq >= sent:
+                break
+            time.sleep(0.01)
+        self.arrived += inq + sum(got)
+        return Truth(
+            fault=self.name, counter="TcpExt.TCPBacklogDrop", attempted=sent,
+            capacity=rx.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF), lo=1, hi=sent,
+            obj=f"{self.addr}:{self.port}",
+            knobs={"net.ipv4.tcp_rmem": read_sysctl("net.ipv4.tcp_rmem"),
+                   "SO_RCVBUF": str(self.pin or "not set")},
+            details={"received": inq, "in_segs": in_segs_seen, "stalled_s": round(stalled, 3)},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        _close_all(self.socks)
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+
+SIOCOUTQNSD = 0x894B  # bytes in a TCP socket's send queue not yet sent
+
+
+def _one_byte_segments(tx: socket.socket, n: int, pause: float, wait: float) -> int:
+    """Send `n` bytes one segment each: after each send, wait (bounded: `wait` seconds for
+    all of them) until the byte has left, so a loaded machine - whose softirqs run late -
+    cannot merge bytes that are still unsent into one segment. Returns the bytes sent."""
+    deadline = time.monotonic() + wait
+    sent = 0
+    for _ in range(n):
+        sent += tx.send(b"x")
+        while time.monotonic() < deadline:
+            raw = fcntl.ioctl(tx, SIOCOUTQNSD, b"\0" * 4)
+            if struct.unpack("i", raw)[0] == 0:
+                break
+            time.sleep(0.0002)
+        time.sleep(pause)
+    return sent
+
+
+def _inq(sock: socket.socket) -> int:
+    """Bytes waiting in a socket's receive queue (SIOCINQ)."""
+    return int(struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0" * 4))[0])
 
 
 class UdpDefaultRcvbuf(UdpRcvbufErrors):

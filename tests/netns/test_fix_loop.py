@@ -50,6 +50,11 @@ class Loop:
     counter: Optional[str]  # the fault's kernel counter that must stop moving
     keys: tuple[str, ...]  # profile keys the written profile must set (and apply changes)
     restart: bool = False  # the limit is taken at listen(): restart the application
+    # Counters only (--no-probes): with the probes attaching while the window runs, the
+    # stalled receiver's backlog often did not fill on the loaded 2-CPU machine (its
+    # segments were collapsed instead); without them, and outside diagnose, it filled in
+    # every run. The cause is not known yet (the probes are tested on their own elsewhere)
+    no_probes: bool = False
 
 
 LOOPS = [
@@ -88,6 +93,27 @@ LOOPS = [
         "TcpExt.TCPTimeWaitOverflow",
         ("sysctl.net.ipv4.tcp_max_tw_buckets",),
     ),
+    # an autotuned receiver under a tiny tcp_rmem: one-byte segments collapse its queue;
+    # the fix raises tcp_rmem's maximum, the buffer grows instead (the arrival: the bytes
+    # that reached the receiver, all of them)
+    Loop(
+        "rcvbuf-prune",
+        lambda: F.TcpRmemPrune(port=18185),
+        "TcpExt.TCPRcvCollapsed",
+        ("sysctl.net.ipv4.tcp_rmem",),
+    ),
+    # an autotuned receiver stalled in recv() (a userfaultfd page) while one-byte segments
+    # arrive: its backlog overflows; the fix raises tcp_rmem's default (the maximum alone
+    # does not: the limit is the buffer as it is, measured); accepted sockets take the
+    # buffer of their listener, so the application restarts
+    Loop(
+        "socket-backlog-drop",
+        lambda: F.SocketBacklogFull(port=18186),
+        "TcpExt.TCPBacklogDrop",
+        ("sysctl.net.ipv4.tcp_rmem",),
+        restart=True,
+        no_probes=True,
+    ),
     # a gauge: every port of the range held and one connect() failing; then room again
     Loop(
         "ephemeral-ports",
@@ -120,7 +146,8 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
     profile = tmp_path / "fix.toml"
     with F.Background(netns, loop.fault()) as bg:
         # 1. the fault, diagnosed, written as a profile
-        first, truth = diagnose_while(netns, bg, "--write-profile", str(profile))
+        probes = ("--no-probes",) if loop.no_probes else ()
+        first, truth = diagnose_while(netns, bg, "--write-profile", str(profile), *probes)
         found = hits(first, loop.rule)
         assert found, (loop.rule, [f["rule"] for f in first.json["findings"]], first.stderr)
         if loop.counter is not None:
@@ -151,7 +178,7 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
 
         # 3. the same load again: it arrived (the positive control moved by at least what
         # was sent), yet the fault's counter does not move and the rule is quiet
-        second, truth2 = diagnose_while(netns, bg)
+        second, truth2 = diagnose_while(netns, bg, *probes)
         assert truth2.arrival and truth2.attempted > 0, truth2
         arrived = truth2.delta(truth2.arrival)
         assert arrived >= truth2.attempted, (truth2.arrival, arrived, truth2.attempted)
@@ -232,3 +259,44 @@ def test_skipped_host_global_values_are_named_by_plan_and_apply(
     assert line in applied.stdout and "(on the host: sysctl -w" in applied.stdout
     assert ns_sysctls(netns)["/proc/sys/net/core/somaxconn"].strip() == "4242"
     assert run_cli("--netns", netns, "rollback").exit_code == 0
+
+
+def test_a_socket_that_pins_so_rcvbuf_is_not_fixed_by_tcp_rmem(
+    netns: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backlog fault again, but the application pins SO_RCVBUF (2048, 4608 in effect,
+    below tcp_rmem's default 131072): the finding names the port and the application, and
+    proposes no tcp_rmem. And tcp_rmem would indeed not help: a profile raising its default
+    and maximum is applied, the application restarted, the same load drops again."""
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
+    written = tmp_path / "fix.toml"
+    port = 18187
+    fault = F.SocketBacklogFull(port=port, rmem="4096 131072 6291456", pin=2048)
+    with F.Background(netns, fault) as bg:
+        # --no-probes: as the socket-backlog-drop loop (Loop.no_probes)
+        first, truth = diagnose_while(netns, bg, "--write-profile", str(written), "--no-probes")
+        assert truth.delta() > 0, truth  # the kernel dropped from the backlog
+        found = hits(first, "socket-backlog-drop")
+        assert [f["object"] for f in found] == [f"tcp 127.0.0.1:{port}"], found
+        (f,) = found
+        assert {x["scope"] for x in f["fixes"]} == {"application"}, f["fixes"]
+        assert not any("tcp_rmem" in x["knob"] for x in f["fixes"]), f["fixes"]
+        if written.exists():  # other findings may write one: never with tcp_rmem
+            assert "sysctl.net.ipv4.tcp_rmem" not in dict(load_profile(str(written)).settings())
+
+        # the sysctl lbtune did not propose, applied anyway: the drops go on
+        prof = tmp_path / "rmem.toml"
+        prof.write_text('[profile]\nname = "rmem"\n[sysctl]\n"net.ipv4.tcp_rmem" = '
+                        '{ value = "4096 262144 16777216", reason = "test" }\n')  # fmt: skip
+        before = ns_sysctls(netns)
+        applied = run_cli("--netns", netns, "apply", str(prof), "--yes", "--json")
+        assert applied.exit_code == 0 and applied.json["changed"] == 1, applied.stderr
+        bg.restart()
+        second, truth2 = diagnose_while(netns, bg, "--no-probes")
+        assert truth2.delta(truth2.arrival) >= truth2.attempted > 0, truth2
+        assert truth2.delta() > 0, truth2  # dropped again: tcp_rmem is not the cause
+        assert [x["object"] for x in hits(second, "socket-backlog-drop")] == [
+            f"tcp 127.0.0.1:{port}"
+        ]
+        assert run_cli("--netns", netns, "rollback").exit_code == 0
+        assert ns_sysctls(netns) == before

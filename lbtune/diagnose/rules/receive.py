@@ -95,9 +95,12 @@ def _tcp_receive(
     unit: str,
     what: str,
     evidence: list[Evidence],
+    default_too: bool = False,
 ) -> Iterator[Finding]:
     """Findings of a TCP receive-side loss: per application port whose sockets pin a small
-    SO_RCVBUF (the application's fix), and a tcp_rmem finding for the rest."""
+    SO_RCVBUF (the application's fix), and a tcp_rmem finding for the rest. `default_too`:
+    the loss is bounded by the socket's buffer as it is now, not as far as it may grow, so
+    the fix raises tcp_rmem's default as well as its maximum."""
     rmem = ctx.sysctl_ints("net.ipv4.tcp_rmem") or _TCP_RMEM_DEFAULT
     receivers = ctx.window.receivers()
     pinned, others = _split(receivers or [], rmem[1])
@@ -151,7 +154,15 @@ def _tcp_receive(
         )
     if pinned and not others:
         return
-    needed = f"{rmem[0]} {rmem[1]} {max(2 * rmem[2], 16777216)}"
+    default = max(2 * rmem[1], 131072) if default_too else rmem[1]
+    needed = f"{rmem[0]} {default} {max(2 * rmem[2], 16777216)}"
+    how = (
+        "the default too: an autotuned socket's buffer starts there and grows only as the "
+        "application reads; sockets take it when created (accepted ones from their "
+        "listener): restart the application; and read faster"
+        if default_too
+        else "and read faster"
+    )
     if receivers is None:
         sockets = " Per-socket buffers were not read here (`ss -tm` shows them)."
     elif others:
@@ -174,7 +185,7 @@ def _tcp_receive(
         count,
         unit,
         evidence,
-        [sysctl_fix(ctx, "net.ipv4.tcp_rmem", needed, "and read faster")],
+        [sysctl_fix(ctx, "net.ipv4.tcp_rmem", needed, how)],
     )
 
 
@@ -199,6 +210,11 @@ def socket_backlog_drop(ctx: Context) -> Iterator[Finding]:
         f"{n} segments dropped {since(ctx)}: they arrived while the application held the "
         "socket and its backlog (bounded by the receive + send buffer) was full.",
         [snmp_ev(ctx, "TcpExt.TCPBacklogDrop")],
+        # the backlog limit is sk_rcvbuf + sk_sndbuf + 64 KiB as they are (tcp_add_backlog):
+        # measured in a namespace, raising tcp_rmem's maximum alone left the drops as they
+        # were (median 53 drops per trigger either way), raising the default stopped them
+        # (bench/results/receive_faults.md)
+        default_too=True,
     )
 
 
@@ -209,24 +225,39 @@ def socket_backlog_drop(ctx: Context) -> Iterator[Finding]:
     receivers=True,
 )
 def rcvbuf_prune(ctx: Context) -> Iterator[Finding]:
+    """Fires when the kernel had to collapse (TCPRcvCollapsed) or drop (RcvPruned, OfoPruned)
+    queued data. PruneCalled alone is not a finding: tcp_prune_queue first grows an autotuned
+    buffer to the memory in use, up to tcp_rmem's maximum (tcp_clamp_window), and counts
+    PruneCalled for every such growth (bench/results/receive_faults.md: more calls once the
+    maximum is raised, and no collapse); only a buffer that cannot grow collapses or drops."""
     w = ctx.window
     pruned = w.snmp("TcpExt.RcvPruned")
     ofo = w.snmp("TcpExt.OfoPruned")
     called = w.snmp("TcpExt.PruneCalled")
-    if pruned + ofo <= 0 and called <= 0:
-        return
+    collapsed = w.snmp("TcpExt.TCPRcvCollapsed")
     lost = pruned + ofo
+    if lost <= 0 and collapsed <= 0:
+        return
     yield from _tcp_receive(
         ctx,
         "rcvbuf-prune",
         "TCP receive buffer pressure: queues pruned",
         "TCP receive queues pruned on port {port}: SO_RCVBUF set small by the application",
         Level.FAIL if lost else Level.WARN,
-        lost or called,
-        "prunes",
+        lost or collapsed,
+        "prunes" if lost else "collapsed segments",
         f"The kernel ran out of receive buffer {_times(called)} {since(ctx)} and had to "
-        f"collapse queues; {_times(lost)} it dropped queued data (the sender retransmits).",
-        [snmp_ev(ctx, k) for k in ("TcpExt.PruneCalled", "TcpExt.RcvPruned", "TcpExt.OfoPruned")],
+        f"collapse queues ({collapsed} segments copied); {_times(lost)} it dropped queued "
+        "data (the sender retransmits).",
+        [
+            snmp_ev(ctx, k)
+            for k in (
+                "TcpExt.PruneCalled",
+                "TcpExt.TCPRcvCollapsed",
+                "TcpExt.RcvPruned",
+                "TcpExt.OfoPruned",
+            )
+        ],
     )
 
 

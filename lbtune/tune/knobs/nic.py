@@ -45,7 +45,16 @@ class RingKnob(IntValued):
         cur, _ = self._values(host)
         return None if cur is None else str(cur)
 
+    def unsettable(self, host: Host) -> Optional[str]:
+        from lbtune.host.nic import NET_SYS as CLASS_NET
+        from lbtune.host.nic import ring_fixed_reason
+
+        driver = host.fs.readlink_name(f"{CLASS_NET}/{self.dev}/device/driver")
+        return ring_fixed_reason(host.fs, self.dev, host.ethtool.rings(self.dev), driver)
+
     def check(self, host: Host, value: str) -> None:
+        if self.unsettable(host) is not None:
+            return  # planned as "unsettable", never written: any value is the same
         n = parse_count(value, self.ident)
         _, top = self._values(host)
         if n < 1:
@@ -75,6 +84,9 @@ class ChannelsKnob(RingKnob):
 
     kind = "channels"
     FIELDS: ClassVar[tuple[str, ...]] = ("combined", "rx", "tx", "other")
+
+    def unsettable(self, host: Host) -> Optional[str]:
+        return None
 
     def _values(self, host: Host) -> tuple[Optional[int], Optional[int]]:
         c = host.ethtool.channels(self.dev)

@@ -240,6 +240,11 @@ class _Resolver:
             s = sec["rings"]
             rings = nic.rings
             for d in ("rx", "tx"):
+                if nic.rings_fixed is not None:
+                    # the driver cannot change them: "max" and a number are planned alike,
+                    # as "unsettable" rows (RingKnob.unsettable), never an error
+                    self.add(k.RingKnob(f"{name}:{d}"), str(s.value), s, f"{prefix}.rings")
+                    continue
                 cur = getattr(rings, d) if rings else None
                 limit = getattr(rings, f"{d}_max") if rings else None
                 if s.value == "max":

@@ -180,3 +180,33 @@ def test_every_rule_declares_what_the_sampler_reads() -> None:
     assert "/sys/class/net/*/tx_queue_len" in spec.config
     assert spec.receivers
     assert all(p.startswith(("/proc/sys/", "/sys/")) for p in spec.config)
+
+
+def test_socket_backlog_drop_on_autotuned_sockets_raises_the_default_too() -> None:
+    """The backlog limit is the socket's buffer as it is (it starts at tcp_rmem's default and
+    grows only as the application reads): raising the maximum alone left the drops as they
+    were in tests/netns/test_fix_loop.py's fault, so the default is raised as well."""
+    a = sample(0, snmp={"TcpExt.TCPBacklogDrop": 0})
+    b = sample(1, snmp={"TcpExt.TCPBacklogDrop": 9},
+               tcp_receivers=(receiver(9000, 131072, 131072, 9),))  # fmt: skip
+    (f,) = of(run(a, b, **RMEM), "socket-backlog-drop")
+    assert f.object == "tcp sockets"
+    (fix,) = f.fixes
+    assert (fix.knob, fix.scope) == ("sysctl net.ipv4.tcp_rmem", PROFILE)
+    assert fix.desired == "4096 262144 16777216" and "restart the application" in fix.note
+    small = of(run(a, b, **{"net.ipv4.tcp_rmem": "4096 4096 4096"}), "socket-backlog-drop")
+    assert small[0].fixes[0].desired == "4096 131072 16777216"
+    # rcvbuf-prune keeps the default: its buffer grows within the maximum (tcp_clamp_window)
+    p = of(run(sample(0, snmp=PRUNE0), sample(2, snmp=PRUNE1), **RMEM), "rcvbuf-prune")
+    assert p[0].fixes[0].desired == "4096 131072 16777216"
+
+
+def test_prune_called_alone_is_no_finding_collapse_is() -> None:
+    """PruneCalled counts each time the kernel grows an autotuned buffer (tcp_clamp_window);
+    only collapsed or pruned data is a finding."""
+    grown = {"TcpExt.PruneCalled": 22, "TcpExt.TCPRcvCollapsed": 0, "TcpExt.RcvPruned": 0}
+    zero = dict.fromkeys(grown, 0)
+    assert of(run(sample(0, snmp=zero), sample(2, snmp=grown), **RMEM), "rcvbuf-prune") == []
+    collapsed = {**grown, "TcpExt.PruneCalled": 2, "TcpExt.TCPRcvCollapsed": 18}
+    (f,) = of(run(sample(0, snmp=zero), sample(2, snmp=collapsed), **RMEM), "rcvbuf-prune")
+    assert (f.level, f.count, f.unit) == (Level.WARN, 18, "collapsed segments")

@@ -195,7 +195,6 @@ def _resolve_text(tmp_path: pathlib.Path, text: str, iface: str | None, dell: Ho
             "ens1f0np0",
             "both name",
         ),
-        ('[nic."data"]\nrings = { value = "max", reason = "r" }\n', "lo", "reports no ring sizes"),
     ],
 )
 def test_resolve_refusals(tmp_path, dell, text, iface, needle) -> None:
