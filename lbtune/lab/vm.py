@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from lbtune.lab.uml import ENV_KEEP, LabError, LabTimeout, LabUnavailable
+from lbtune.lab.uml import ENV_KEEP, LabError, LabTimeout, LabUnavailable, _guest_pythonpath
 
 ENV_CACHE = "LBTUNE_VM_CACHE"
 ENV_ACCEL = "LBTUNE_VM_ACCEL"
@@ -140,12 +140,17 @@ exec switch_root /newroot /bin/sh {q(workdir)}/stage2.sh
 """
 
 
-def render_stage2(workdir: str, venv_bin: str, python: str) -> str:
-    """Root stage (the host's /bin/sh): kernel filesystems, then the agent; off or reboot."""
+def render_stage2(
+    workdir: str, venv_bin: str, python: str, pythonpath: Sequence[str] = ()
+) -> str:
+    """Root stage (the host's /bin/sh): kernel filesystems, then the agent; off or reboot.
+    `pythonpath`: the host's import path (so ``call`` targets in the source tree import)."""
     q = shlex.quote
     path = f"{venv_bin}:{GUEST_PATH}"
+    pp = ":".join(pythonpath)
     return f"""\
 export PATH={q(path)} HOME=/root LANG=C.UTF-8 LBTUNE_IN_VM=1 PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH={q(pp)}
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
@@ -385,7 +390,7 @@ class VmGuest:
         venv_bin = os.path.dirname(sys.executable)
         (self.workdir / "stage1.sh").write_text(render_stage1(self.image, wd), encoding="utf-8")
         (self.workdir / "stage2.sh").write_text(
-            render_stage2(wd, venv_bin, sys.executable), encoding="utf-8"
+            render_stage2(wd, venv_bin, sys.executable, _guest_pythonpath()), encoding="utf-8"
         )
         argv = qemu_argv(
             self.qemu,
