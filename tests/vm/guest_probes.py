@@ -30,6 +30,7 @@ GUEST_IP, HOST_IP = "10.99.0.2", "10.99.0.1"
 RX_PORT = 7000
 CLOSED_PORT = 9
 RCVBUF_PORT = 7100
+SO_RCVBUFFORCE = 33  # Linux; not in Python's socket module
 
 
 def _sh(*argv: str) -> str:
@@ -187,11 +188,11 @@ def session(flagdir: str, host_mac: str, n_closed: int, m_rcvbuf: int, per_queue
         out["local"] = {"drops": _drops(first), "queues": _queues(first), "napi": _napi(first),
                         "costs": [c.probe for c in first.costs]}  # fmt: skip
         out["driver_tx"] = {k: q1[k] - q0[k] for k in q1 if k.startswith("tx")}
-        # rx: the host injects now, into the tap
-        (flags / "guest.json").write_text(json.dumps({"mac": mac}))
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as r:
-            r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, 8 << 20)
+            r.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
             r.bind((GUEST_IP, RX_PORT))
+            # rx: the host injects now, into the tap
+            (flags / "guest.json").write_text(json.dumps({"mac": mac}))
             _wait(lambda: (flags / "sent").exists(), 300, "the host's frames")
             r.settimeout(10)
             got = 0
@@ -215,8 +216,11 @@ def session(flagdir: str, host_mac: str, n_closed: int, m_rcvbuf: int, per_queue
 def diagnose_overflow() -> dict[str, Any]:
     """tests/netns/test_diagnose_probes.py's diagnose run (probes on, an ACK-time listen
     overflow made once they are attached) in a namespace of the guest."""
+    import tests.netns.test_diagnose_probes as netns_test
     from tests.netns.conftest import in_netns
     from tests.netns.test_diagnose_probes import _diagnose_overflow
+
+    netns_test.WAIT = 1500.0  # bcc compiles for minutes under TCG on a loaded machine
 
     _sh("ip", "netns", "add", "lbt-diag")
     try:

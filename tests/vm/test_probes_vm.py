@@ -105,7 +105,8 @@ def host_reason(name: str) -> Optional[int]:
 
     for e in kernel_enums(HostFS("/"), modules=False):
         if e.name == "skb_drop_reason":
-            return dict(e.members).get(f"SKB_DROP_REASON_{name}")
+            members = dict(e.members)
+            return members.get(f"SKB_DROP_REASON_{name}", members.get(f"SKB_{name}"))
     return None
 
 
