@@ -228,3 +228,35 @@ def diagnose_overflow() -> dict[str, Any]:
     finally:
         _sh("ip", "netns", "del", "lbt-diag")
     return {"doc": doc, "clients": clients, "names": sorted(names)}
+
+
+def cli_probe(n_closed: int, per_queue: list[int]) -> dict[str, Any]:
+    """`lbtune probe drops queues napi --iface eth0 --json` as a user runs it (eth0 set up by
+    `session` earlier in this boot): the traffic is made once the window runs, then SIGINT."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "lbtune", "probe", "drops", "queues", "napi", "--iface",
+            "eth0", "--duration", "1200", "--json"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:  # progress lines until the window starts
+            lines.append(line)
+            if line.startswith("lbtune: counting for"):
+                break
+        else:
+            raise AssertionError(f"the window never started: {lines}")
+        _closed_port(n_closed)
+        _send_tx(per_queue)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return {"code": proc.returncode, "stderr": err[-2000:], "doc": json.loads(out or "null")}

@@ -242,6 +242,22 @@ def test_every_program_loaded_and_none_is_left(probes):
     assert probes["programs_left"] == 0
 
 
+def test_the_cli_counts_the_same_with_virtios_own_queue_counters(vm: VmGuest, probes) -> None:
+    """`lbtune probe drops queues napi` as a user runs it: on virtio-net the tx queues come
+    from the driver's counters (source ethtool), the drops from the probe."""
+    got = vm.call("tests.vm.guest_probes:cli_probe", [N_CLOSED, PER_QUEUE], timeout=1800)
+    assert got["code"] == 0, got["stderr"]
+    doc = got["doc"]
+    assert doc["stopped_by"] == "SIGINT" and doc["kernel"] == find_vm_image().version
+    assert set(doc["probes"]) == {"drops", "queues", "napi"}
+    udp = [d for d in doc["drops"] if (d["reason"], d["protocol"], d["function"])
+           == ("NO_SOCKET", "IPv4", "__udp4_lib_rcv")]  # fmt: skip
+    assert sum(d["count"] for d in udp) == N_CLOSED, doc["drops"]
+    tx = {q["queue"]: q for q in doc["queues"] if q["dev"] == "eth0" and q["direction"] == "tx"}
+    assert {q: r["packets"] for q, r in tx.items()} == dict(enumerate(PER_QUEUE))
+    assert {r["source"] for r in tx.values()} == {"ethtool"}
+
+
 # ----------------------------------------------------------------------------- diagnose
 
 
