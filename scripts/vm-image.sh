@@ -31,7 +31,15 @@ hdr=$(find /usr/src -maxdepth 1 -name 'linux-headers-*-amd64' -printf '%f\n' | s
 [ -n "$hdr" ] || die "no /usr/src/linux-headers-*-amd64 (install linux-headers-amd64 first)"
 VER=${hdr#linux-headers-}
 DIR="$CACHE/$VER"
+# bcc in the guest compiles against /lib/modules/$VER/build (and source), which the guest sees
+# through the module tree's bind mount: point them at the headers on the host's read-only /.
+link_headers() {
+  ln -sfn "/usr/src/linux-headers-$VER" "$1/lib/modules/$VER/build"
+  common=$(find /usr/src -maxdepth 1 -name "linux-headers-${VER%-*}-common" -printf '%p\n' | head -n 1)
+  [ -z "$common" ] || ln -sfn "$common" "$1/lib/modules/$VER/source"
+}
 if [ -f "$DIR/ready" ] && [ -f "$DIR/vmlinuz" ] && [ -f "$DIR/initrd.img" ]; then
+  [ -L "$DIR/root/lib/modules/$VER/build" ] || link_headers "$DIR/root"
   say "kernel $VER ready in $DIR"
   exit 0
 fi
@@ -101,6 +109,7 @@ chmod 755 "$ird/init"
 for a in $(busybox --list); do [ -e "$ird/bin/$a" ] || ln -s busybox "$ird/bin/$a"; done
 (cd "$ird" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1 > "$tmp/initrd.img")
 
+link_headers "$tmp/root"
 cp "$tmp/root/boot/vmlinuz-$VER" "$tmp/vmlinuz"
 mv "$tmp/root" "$DIR/root"
 mv "$tmp/vmlinuz" "$tmp/initrd.img" "$DIR/"

@@ -38,7 +38,7 @@ def rs_addr6(i: int) -> str:
 class Bed:
     """The namespaces, links and servers; `close()` stops the servers."""
 
-    def __init__(self, n_real: int = 3) -> None:
+    def __init__(self, n_real: int = 3, load_ipvs: bool = True) -> None:
         self.n = n_real
         self.servers: list[subprocess.Popen[bytes]] = []
         os.environ.setdefault("LBTUNE_STATE_DIR", "/tmp/lbtune-state")
@@ -49,7 +49,8 @@ class Bed:
         for i in range(1, n_real + 1):
             self._ns(f"rs{i}", rs_addr(i), rs_addr6(i))
             self.serve(i)
-        sh("modprobe", "ip_vs")
+        if load_ipvs:  # the VM tier leaves it to `lbtune ipvs apply`
+            sh("modprobe", "ip_vs")
 
     def _ns(self, name: str, addr: str, addr6: str) -> None:
         sh("ip", "netns", "add", name)
