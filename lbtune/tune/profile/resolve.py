@@ -211,6 +211,7 @@ class _Resolver:
         if "irq_affinity" in sec:
             placed = self.placement_cpus(sec["irq_affinity"].value, f"{prefix}.irq_affinity", nic)
         queues = len(nic.rx_queues)
+        tx_after: Optional[int] = None  # tx queues left by a planned channel count
         if "channels" in sec:
             s = sec["channels"]
             ch = nic.channels
@@ -235,7 +236,7 @@ class _Resolver:
             for kd in kinds:
                 self.add(k.ChannelsKnob(f"{name}:{kd}"), str(count), s, f"{prefix}.channels")
             if s.mode is Mode.SET:
-                queues = count
+                queues = tx_after = count
         if "rings" in sec:
             s = sec["rings"]
             rings = nic.rings
@@ -310,11 +311,15 @@ class _Resolver:
             s = sec["xps"]
             if s.value == "none":
                 for tq in nic.tx_queues:
+                    if tx_after is not None and tq.index >= tx_after:
+                        continue  # a tx queue the planned channel count removes
                     self.add(k.XpsCpusKnob(f"{name}:tx-{tq.index}"), "", s, f"{prefix}.xps")
             else:
                 if irq_map is None:
                     raise BadInput(f'{self.p.name}: {prefix}.xps = "match-irqs" needs irq_affinity')
                 for txq, cpus in xps_for(irq_map, nic).items():
+                    if tx_after is not None and txq >= tx_after:
+                        continue  # a tx queue the planned channel count removes
                     xps = format_cpulist(cpus)
                     self.add(k.XpsCpusKnob(f"{name}:tx-{txq}"), xps, s, f"{prefix}.xps")
 

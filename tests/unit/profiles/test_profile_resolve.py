@@ -12,7 +12,8 @@ import pathlib
 import pytest
 
 from lbtune.errors import BadInput
-from lbtune.host.inventory import HostInventory
+from lbtune.host.host import Host
+from lbtune.host.inventory import HostInventory, discover_host
 from lbtune.tune.plan import Mode, Target
 from lbtune.tune.profile import load_profile, resolve
 
@@ -253,3 +254,37 @@ def test_cmdline_flags_and_cpu_names(tmp_path, dell) -> None:
     targets = _by_kind(_resolve_text(tmp_path, text, None, dell), "cmdline")
     assert targets["isolcpus"].value == "managed_irq,domain,2-11,26-35"
     assert targets["irqaffinity"].value == "0-1,12-25,36-47"
+
+
+# The 4-vCPU virtio guest (tests/data/hosts/kvm-virtio-4vcpu): ens3 has 4 queue pairs, IRQs
+# 27+2q (input.q) and 28+2q (output.q), numa_node -1 (every CPU local), no isolation.
+def _kvm_lb_dr(tmp_path: pathlib.Path, isolated: str) -> dict[str, dict[str, str]]:
+    from tests.conftest import KVM, copy_host
+
+    root = copy_host(tmp_path, KVM, {"/sys/devices/system/cpu/isolated": f"{isolated}\n"})
+    inv = discover_host(Host.open(str(root)))
+    targets = resolve(load_profile("lb-dr"), inv, "ens3")
+    kinds = ("channels", "irq_affinity", "rps_cpus", "xps_cpus", "irqbalance_ban")
+    return {kind: {k: t.value for k, t in _by_kind(targets, kind).items()} for kind in kinds}
+
+
+def test_lb_dr_on_a_4_cpu_virtio_guest_plans_only_the_queues_it_keeps(tmp_path) -> None:
+    got = _kvm_lb_dr(tmp_path, "")
+    # data cores: 0-3 minus housekeeping 0-1 = 2-3: two channels, queue q on data core q % 2
+    assert got["channels"] == {"ens3:combined": "2"}
+    assert got["irq_affinity"] == {str(27 + 2 * q + d): str(2 + q % 2) for q in range(4)
+                                   for d in (0, 1)}  # fmt: skip
+    assert got["rps_cpus"] == {"ens3:rx-0": "", "ens3:rx-1": ""}
+    # tx-2 and tx-3 disappear with the channel change: XPS is planned for tx-0 and tx-1 only
+    assert got["xps_cpus"] == {"ens3:tx-0": "2", "ens3:tx-1": "3"}
+    assert got["irqbalance_ban"] == {"banned_cpus": "2-3"}
+
+
+def test_lb_dr_keeps_queue_irqs_off_isolated_cpus(tmp_path) -> None:
+    got = _kvm_lb_dr(tmp_path, "3")
+    assert got["channels"] == {"ens3:combined": "1"}
+    assert set(got["irq_affinity"].values()) == {"2"}  # never the isolated CPU 3
+    assert len(got["irq_affinity"]) == 8
+    assert got["rps_cpus"] == {"ens3:rx-0": ""}
+    assert got["xps_cpus"] == {"ens3:tx-0": "2"}
+    assert got["irqbalance_ban"] == {"banned_cpus": "2-3"}  # data core + isolated
