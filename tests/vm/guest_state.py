@@ -11,10 +11,10 @@ Verbs:
   irqbalance-stop PID      SIGTERM, then wait (bounded) until it is gone
   irqbalance-env PID       the IRQBALANCE_* variables of that process (/proc/PID/environ)
   irqs                     every IRQ of /proc/interrupts with a name: its affinity lists
-  wait-within REGEX CPUS TIMEOUT
-                           wait (bounded) until every IRQ whose name matches REGEX has its
-                           smp_affinity_list within CPUS (irqbalance placed it); those IRQs,
-                           whether they got there and the seconds waited
+  wait-moved REGEX CPUS TIMEOUT
+                           wait (bounded) until an IRQ whose name matches REGEX and whose
+                           affinity was not within CPUS is within CPUS (irqbalance placed
+                           it); the IRQs before and after, and the seconds waited
 
 The guest has no systemd: the tests are its service manager (and its bootloader).
 """
@@ -200,14 +200,17 @@ def _cpus(text: Optional[str]) -> set[int]:
     return cpus
 
 
-def wait_within(regex: str, cpus: str, timeout: float) -> dict[str, Any]:
+def wait_moved(regex: str, cpus: str, timeout: float) -> dict[str, Any]:
     start = time.monotonic()
     allowed = _cpus(cpus)
+    before = {k: v for k, v in irqs().items() if re.search(regex, k)}
+    outside = {k for k, v in before.items() if not _cpus(v["affinity"]) <= allowed}
     while True:
         now = {k: v for k, v in irqs().items() if re.search(regex, k)}
-        ok = bool(now) and all(_cpus(v["affinity"]) <= allowed for v in now.values())
-        if ok or time.monotonic() - start > timeout:
-            return {"ok": ok, "irqs": now, "waited": round(time.monotonic() - start, 1)}
+        moved = sorted(k for k in outside if k in now and _cpus(now[k]["affinity"]) <= allowed)
+        if moved or time.monotonic() - start > timeout:
+            waited = round(time.monotonic() - start, 1)
+            return {"moved": moved, "before": before, "after": now, "waited": waited}
         time.sleep(0.2)
 
 
@@ -223,8 +226,8 @@ def main(argv: list[str]) -> int:
         out = irqbalance_env(int(args[0]))
     elif verb == "irqs":
         out = irqs()
-    elif verb == "wait-within":
-        out = wait_within(args[0], args[1], float(args[2]))
+    elif verb == "wait-moved":
+        out = wait_moved(args[0], args[1], float(args[2]))
     else:
         sys.stderr.write(f"unknown verb {verb!r}\n")
         return 2

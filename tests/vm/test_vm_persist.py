@@ -197,8 +197,9 @@ def test_after_a_real_reboot_the_boot_unit_restores_the_tuning_and_verify_passes
     assert run.returncode == 0, run.stderr
     restored = _snapshot(vm)
     assert _tuned(restored) == _tuned(state["applied"])
-    for name, irq in restored["irqs"].items():  # read back where the kernel put them
-        assert irq["effective"] == irq["affinity"], (name, irq)
+    for name, irq in restored["irqs"].items():  # the data queues' IRQs, where the kernel
+        if re.search(r"-(input|output)\.[01]$", name):  # put them
+            assert irq["effective"] == irq["affinity"], (name, irq)
     r = _lbtune(vm, "verify", PROFILE, "--iface", IFACE)
     assert r.returncode == 0, r.stdout + r.stderr
     state["restored"] = restored
