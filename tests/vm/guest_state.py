@@ -11,10 +11,12 @@ Verbs:
   irqbalance-stop PID      SIGTERM, then wait (bounded) until it is gone
   irqbalance-env PID       the IRQBALANCE_* variables of that process (/proc/PID/environ)
   irqs                     every IRQ of /proc/interrupts with a name: its affinity lists
-  wait-moved REGEX CPUS TIMEOUT
-                           wait (bounded) until an IRQ whose name matches REGEX and whose
-                           affinity was not within CPUS is within CPUS (irqbalance placed
-                           it); the IRQs before and after, and the seconds waited
+  spread REGEX CPUS        write CPUS to the smp_affinity_list of every IRQ whose name matches
+                           (the ones the kernel refuses are left); what each reads afterwards
+  wait-within REGEX CPUS TIMEOUT
+                           wait (bounded) until an IRQ whose name matches REGEX has its
+                           affinity within CPUS (irqbalance placed it); those IRQs, which are
+                           within, and the seconds waited
 
 The guest has no systemd: the tests are its service manager (and its bootloader).
 """
@@ -200,17 +202,28 @@ def _cpus(text: Optional[str]) -> set[int]:
     return cpus
 
 
-def wait_moved(regex: str, cpus: str, timeout: float) -> dict[str, Any]:
+def spread(regex: str, cpus: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, v in irqs().items():
+        if re.search(regex, name):
+            try:
+                with open(f"/proc/irq/{v['irq']}/smp_affinity_list", "w", encoding="ascii") as fh:
+                    fh.write(cpus)
+            except OSError:
+                pass
+            out[name] = _read(f"/proc/irq/{v['irq']}/smp_affinity_list")
+    return out
+
+
+def wait_within(regex: str, cpus: str, timeout: float) -> dict[str, Any]:
     start = time.monotonic()
     allowed = _cpus(cpus)
-    before = {k: v for k, v in irqs().items() if re.search(regex, k)}
-    outside = {k for k, v in before.items() if not _cpus(v["affinity"]) <= allowed}
     while True:
         now = {k: v for k, v in irqs().items() if re.search(regex, k)}
-        moved = sorted(k for k in outside if k in now and _cpus(now[k]["affinity"]) <= allowed)
-        if moved or time.monotonic() - start > timeout:
+        within = sorted(k for k, v in now.items() if _cpus(v["affinity"]) <= allowed)
+        if within or time.monotonic() - start > timeout:
             waited = round(time.monotonic() - start, 1)
-            return {"moved": moved, "before": before, "after": now, "waited": waited}
+            return {"within": within, "irqs": now, "waited": waited}
         time.sleep(0.2)
 
 
@@ -226,8 +239,10 @@ def main(argv: list[str]) -> int:
         out = irqbalance_env(int(args[0]))
     elif verb == "irqs":
         out = irqs()
-    elif verb == "wait-moved":
-        out = wait_moved(args[0], args[1], float(args[2]))
+    elif verb == "spread":
+        out = spread(args[0], args[1])
+    elif verb == "wait-within":
+        out = wait_within(args[0], args[1], float(args[2]))
     else:
         sys.stderr.write(f"unknown verb {verb!r}\n")
         return 2
