@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 IFACE = "eth0"
 ENV_FILE = "/etc/default/irqbalance"
 DATA_IRQS = r"^virtio\d+-(input|output)\.[01]$"  # lb-dr: 2 data cores, 2 queues
-OTHER_IRQS_SPREAD = r"^(i8042|rtc0|virtio\d+-(input|output)\.[23])$"  # irqbalance's to place
+OTHER_IRQS_SPREAD = r"^(i8042|rtc0)$"  # legacy IRQs irqbalance places (lb-dr does not)
 TIMEOUT = 600
 
 state: dict[str, Any] = {}
@@ -86,7 +86,7 @@ def test_stopped_state_without_systemd_is_refused_in_one_line_and_restores_nothi
     _stop(vm, pid)
 
 
-def test_with_irqbalance_stopped_lb_dr_bans_the_data_cores_and_the_daemon_honours_it(
+def test_with_irqbalance_stopped_lb_dr_bans_the_data_cores_and_a_restarted_daemon_reads_it(
     vm: VmGuest,
 ) -> None:
     state["before"] = before = _guest(vm, "snapshot", IFACE, ENV_FILE)
@@ -99,7 +99,7 @@ def test_with_irqbalance_stopped_lb_dr_bans_the_data_cores_and_the_daemon_honour
     data = {k: v["affinity"] for k, v in applied["irqs"].items() if k[-1] in "01"}
     assert sorted(data.values()) == ["2", "2", "3", "3"], data
     assert before["files"] != applied["files"]
-    # IRQs irqbalance manages (the legacy ones, the idle queues') allowed on every CPU again,
+    # IRQs irqbalance manages (legacy ones lb-dr leaves alone) allowed on every CPU again,
     # then irqbalance starts as its unit would (at boot, or by hand), the ban in its env: at
     # start it places every IRQ it manages, so it must move these, and onto 0-1 only
     spread = _guest(vm, "spread", OTHER_IRQS_SPREAD, "0-3")
@@ -113,15 +113,31 @@ def test_with_irqbalance_stopped_lb_dr_bans_the_data_cores_and_the_daemon_honour
     assert placed["within"], placed
     moved = {k: v["affinity"] for k, v in placed["irqs"].items() if v["affinity"] != "0-3"}
     assert all(v in ("0", "1", "0-1", "0,1") for v in moved.values()), moved
-    # verify reads every planned value back while irqbalance keeps rebalancing (every second)
-    r = _lbtune(vm, "verify", "lb-dr", "--iface", IFACE)
-    assert r.returncode == 0, r.stdout + r.stderr
-    now = _guest(vm, "irqs")
-    for name, irq in applied["irqs"].items():
-        if name[-1] in "01":  # the data queues' IRQs: left where lb-dr put them
-            assert now[name]["affinity"] == irq["affinity"], (name, now[name], irq)
     assert _guest(vm, "irqbalance-env", str(pid))["running"]
-    state["pid"] = pid
+    state["pid"], state["applied"] = pid, applied
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="lbtune bug (found here): IRQBALANCE_BANNED_CPULIST does not protect IRQs pinned "
+    "on the banned CPUs - irqbalance 1.9.2 moves the data queues' IRQs onto 0-1 at its first "
+    "pass and verify reports drift; lb-dr must ban the IRQs themselves or stop irqbalance",
+)
+def test_a_banned_irqbalance_leaves_the_data_queues_irqs_where_lb_dr_put_them(
+    vm: VmGuest,
+) -> None:
+    """The documented coordination: with the data cores banned, irqbalance keeps its hands
+    off the data queues' IRQs. verify reads every planned value back while irqbalance keeps
+    rebalancing (every second)."""
+    r = _lbtune(vm, "verify", "lb-dr", "--iface", IFACE)
+    now = _guest(vm, "irqs")
+    moved = {
+        name: (irq["affinity"], now[name]["affinity"])
+        for name, irq in state["applied"]["irqs"].items()
+        if name[-1] in "01" and now[name]["affinity"] != irq["affinity"]
+    }
+    assert moved == {}, moved
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_rollback_restores_the_irqbalance_file_and_the_queues(vm: VmGuest) -> None:
@@ -133,8 +149,9 @@ def test_rollback_restores_the_irqbalance_file_and_the_queues(vm: VmGuest) -> No
     assert after["files"] == before["files"] == state["clean"]["files"]  # byte for byte
     for key in ("channels", "txqueuelen", "queues", "sysctl"):
         assert after[key] == before[key], key
-    assert {k: v["affinity"] for k, v in after["irqs"].items()} == {
-        k: v["affinity"] for k, v in before["irqs"].items()
+    queues = re.compile(r"(input|output)\.\d$")  # the IRQs lb-dr placed (not the config IRQ)
+    assert {k: v["affinity"] for k, v in after["irqs"].items() if queues.search(k)} == {
+        k: v["affinity"] for k, v in before["irqs"].items() if queues.search(k)
     }
     pid = _start(vm)  # and irqbalance, started again, has no ban
     env = _guest(vm, "irqbalance-env", str(pid))["env"]
