@@ -10,16 +10,17 @@ PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm km
       user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium)
 # The VM lab (lbtune.lab.vm): qemu boots Debian's kernel; busybox-static builds its initramfs.
 VM_PKGS=(qemu-system-x86 busybox-static)
-# The lab's servers and load (run only inside the UML guest, never as host services).
+# The lab's servers and load (run only inside the UML guest, never as host services);
+# irqbalance runs only inside the VM lab guest, started by its test (tests/vm/test_vm_irqbalance.py).
 # Set-up never stops or disables a service that was there before it ran: a policy-rc.d keeps
 # the install from starting anything, and scripts/setup-services.sh gives units the install
 # itself enabled their previous boot state (docs/testing.md, "Set-up and the host's services").
-LAB_PKGS=(nginx-light haproxy wrk apache2-utils keepalived)
+LAB_PKGS=(nginx-light haproxy wrk apache2-utils keepalived irqbalance)
 # The fleet tests run Prometheus (and promtool, which also lints the agent's /metrics) by hand
 # in a namespace; the exporter bench runs node_exporter by hand on a loopback port. Neither
 # runs as a service of this host: the same policy-rc.d and setup-services.sh handle them.
 FLEET_PKGS=(prometheus prometheus-node-exporter)
-export LBTUNE_LAB_UNITS="nginx haproxy keepalived prometheus prometheus-node-exporter"
+export LBTUNE_LAB_UNITS="nginx haproxy keepalived irqbalance prometheus prometheus-node-exporter"
 VENV=.venv
 
 say() { printf '[setup] %s\n' "$*"; }

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from lbtune.host.host import Host
 
 
 class BootloaderError(Exception):
     """The bootloader tool is missing or failed (the caller rolls back)."""
+
+
+def bootloader_tool(host: Host) -> Optional[str]:
+    """The tool that regenerates the bootloader configuration here: update-grub (Debian,
+    Ubuntu), else grubby (RHEL family), else None."""
+    for tool in ("update-grub", "grubby"):
+        if host.runner.which(tool):
+            return tool
+    return None
 
 
 def update_bootloader(host: Host, params: dict[str, str]) -> None:
@@ -17,9 +28,10 @@ def update_bootloader(host: Host, params: dict[str, str]) -> None:
     """
     if not host.is_live or not params:
         return
-    if host.runner.which("update-grub"):
+    tool = bootloader_tool(host)
+    if tool == "update-grub":
         argvs = [["update-grub"]]
-    elif host.runner.which("grubby"):
+    elif tool == "grubby":
         add = " ".join(f"{k}={v}" for k, v in params.items() if v)
         remove = " ".join(k for k, v in params.items() if not v)
         argvs = []

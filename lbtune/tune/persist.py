@@ -21,8 +21,10 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import Optional
 
-from lbtune.host.bootloader import BootloaderError, update_bootloader
+from lbtune.errors import BadInput
+from lbtune.host.bootloader import BootloaderError, bootloader_tool, update_bootloader
 from lbtune.host.host import Host
 from lbtune.tune.engine import Transaction
 from lbtune.tune.knob import KnobError
@@ -77,8 +79,23 @@ def sysctl_conf(plan: Plan) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def boot_unit(plan: Plan) -> bytes:
-    argv = [*lbtune_command(), "apply", plan.profile, "--boot", "--yes"]
+def boot_argv(
+    plan: Plan, iface: Optional[str] = None, profile_ref: Optional[str] = None
+) -> list[str]:
+    """The boot service's command: the profile as the apply named it (a path made absolute,
+    so the unit finds it from any directory) and the same data interface (`--iface`), without
+    which a profile with a `[nic."data"]` section does not resolve at boot."""
+    ref = profile_ref or plan.profile
+    if "/" in ref or ref.endswith(".toml"):
+        ref = os.path.abspath(ref)
+    argv = [*lbtune_command(), "apply", ref]
+    if iface:
+        argv += ["--iface", iface]
+    return [*argv, "--boot", "--yes"]
+
+
+def boot_unit(plan: Plan, iface: Optional[str] = None, profile_ref: Optional[str] = None) -> bytes:
+    argv = boot_argv(plan, iface, profile_ref)
     text = f"""# Written by lbtune for profile {plan.profile}.
 [Unit]
 Description=lbtune: re-apply profile {plan.profile.replace("%", "%%")} at boot
@@ -102,18 +119,29 @@ Wants=lbtune-boot.service
 
 def check_persist_paths(host: Host, plan: Plan) -> None:
     """BadInput when a directory of a file `persist_plan` may write or remove (or of the grub
-    defaults a cmdline change edits) resolves outside the root or is not a directory. Called
-    while planning, so such a refusal changes nothing (exit 2) instead of failing after the
-    knobs were applied and again when rollback removes what it created."""
+    defaults a cmdline change edits) resolves outside the root or is not a directory, or when
+    a live host has no tool to regenerate the bootloader configuration for a cmdline change.
+    Called while planning, so such a refusal changes nothing (exit 2) instead of failing after
+    the knobs were applied and again when rollback removes what it created."""
     paths = [SYSCTL_CONF, BOOT_UNIT, BOOT_WANTS]
-    if any(c.knob.kind == "cmdline" for c in plan.to_apply):
+    cmdline = [c.knob.obj for c in plan.to_apply if c.knob.kind == "cmdline"]
+    if cmdline:
         paths.append(GRUB_DEFAULT)
     for kpath in paths:
         host.fs.check_parents(kpath)
+    if cmdline and host.is_live and not bootloader_tool(host):
+        raise BadInput(
+            f"--persist: the kernel command line ({', '.join(cmdline)}) takes effect through "
+            "the bootloader, but neither update-grub nor grubby is installed to regenerate its "
+            "configuration; nothing changed"
+        )
 
 
-def persist_plan(txn: Transaction, plan: Plan) -> None:
-    """engine.PersistHook: write the boot-time files for `plan` (see module doc)."""
+def persist_plan(
+    txn: Transaction, plan: Plan, iface: Optional[str] = None, profile_ref: Optional[str] = None
+) -> None:
+    """engine.PersistHook (with `iface` and `profile_ref` bound by the caller): write the
+    boot-time files for `plan` (see module doc)."""
     present = [c for c in plan.changes if c.action is not Action.MISSING]
     kinds = {c.knob.kind for c in present}
     if "sysctl" in kinds:
@@ -121,7 +149,7 @@ def persist_plan(txn: Transaction, plan: Plan) -> None:
     elif txn.host.fs.exists(SYSCTL_CONF):
         txn.remove_file(SYSCTL_CONF)
     if kinds & BOOT_KINDS:
-        txn.replace_file(BOOT_UNIT, boot_unit(plan))
+        txn.replace_file(BOOT_UNIT, boot_unit(plan, iface, profile_ref))
         txn.replace_file(BOOT_WANTS, BOOT_WANTS_TEXT)
     else:
         for path in (BOOT_WANTS, BOOT_UNIT):

@@ -12,6 +12,7 @@ apply. Front ends (CLI, TUI, tests) parse, call and render; nothing here prompts
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Union
@@ -215,7 +216,7 @@ def apply_profile(
         if persist:
             from lbtune.tune.persist import persist_plan
 
-            hook = persist_plan
+            hook = functools.partial(persist_plan, iface=iface, profile_ref=name)
         journal = apply_plan(host, plan, state, persist=hook)
     return ApplyResult(profile.name, plan, journal, bool(persist and journal))
 

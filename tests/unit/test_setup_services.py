@@ -147,3 +147,14 @@ def test_bad_use_is_exit_2(fake: Path, tmp_path: Path) -> None:
     r = _run(fake, "sideways", tmp_path / "units")
     assert r.returncode == 2
     assert "usage" in r.stderr
+
+
+def test_irqbalance_is_installed_for_the_vm_lab_and_handled_like_the_other_lab_units() -> None:
+    """irqbalance runs only inside the VM lab guest: its unit, enabled by the package's
+    postinst, must get back the boot state it had before set-up (not enabled)."""
+    text = SETUP.read_text()
+    pkgs = re.search(r"^LAB_PKGS=\(([^)]*)\)", text, re.MULTILINE)
+    units = re.search(r'^export LBTUNE_LAB_UNITS="([^"]*)"', text, re.MULTILINE)
+    assert pkgs and units
+    assert "irqbalance" in pkgs.group(1).split()
+    assert "irqbalance" in units.group(1).split()

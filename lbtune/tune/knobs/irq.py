@@ -237,10 +237,17 @@ class IrqbalanceKnob(Knob):
             ):
                 res = host.runner.run(argv)
                 if not res.ok:
-                    detail = (res.stderr or res.stdout).strip()
+                    detail = "; ".join((res.stderr or res.stdout).strip().splitlines())
                     raise KnobError(f"{self.ident}: {' '.join(argv)} failed: {detail}")
             return
         self._set_link(host, enabled)
+
+    def restore(self, host: Host, original: Optional[str]) -> None:
+        """Put the original state back; nothing to do (and no systemctl to run) when it
+        still is the original, as after a `systemctl stop` that failed."""
+        if original is None or self.same(self.read(host), original):
+            return
+        self.write(host, original)
 
     @staticmethod
     def _set_link(host: Host, enabled: bool) -> None:
@@ -278,7 +285,9 @@ class IrqbalanceBanKnob(Knob):
     `0x<mask>` with the file's digits, and writing such a value writes the mask form back, so a
     rollback restores the file byte for byte. Every other line is kept byte-identical; "" (no
     CPUs banned) removes the assignment. On a live host a running irqbalance is restarted
-    (`systemctl try-restart`) to pick the change up.
+    (`systemctl try-restart`) to pick the change up; when the same irqbalance process still
+    runs afterwards (no systemd, or a daemon started by hand), the apply fails and is rolled
+    back, because that daemon would move IRQs onto the CPUs the profile bans.
     """
 
     kind = "irqbalance_ban"
@@ -317,6 +326,15 @@ class IrqbalanceBanKnob(Knob):
             raise BadInput(f"{self.ident}: {value!r} bans every online CPU")
 
     def write(self, host: Host, value: str) -> None:
+        self._write(host, value, strict=True)
+
+    def restore(self, host: Host, original: Optional[str]) -> None:
+        """Put the file back; a running irqbalance that cannot be restarted is not an error
+        here (it keeps the ban it started with, never more CPUs than it had under lbtune)."""
+        if original is not None:
+            self._write(host, original, strict=False)
+
+    def _write(self, host: Host, value: str, strict: bool) -> None:
         path = self.config_file(host)
         if path is None:
             raise KnobError(f"{self.ident}: no irqbalance configuration file")
@@ -348,4 +366,22 @@ class IrqbalanceBanKnob(Knob):
         content = "".join(out).encode(errors="surrogateescape")
         write_config(host, path, content, self.ident)
         if host.is_live:
-            host.runner.run(["systemctl", "try-restart", _UNIT])
+            self._restart(host, path, strict)
+
+    def _restart(self, host: Host, path: str, strict: bool) -> None:
+        """`systemctl try-restart` so a running irqbalance reads the new ban. A daemon still
+        running under the same PID afterwards (no systemd, or one started by hand) keeps its
+        old ban and moves IRQs onto the CPUs just banned: with `strict` that is a KnobError,
+        so the apply is rolled back instead of reported as done."""
+        pid = find_process(host.fs, "irqbalance")
+        res = host.runner.run(["systemctl", "try-restart", _UNIT])
+        if not strict or pid is None or find_process(host.fs, "irqbalance") != pid:
+            return
+        detail = (res.stderr or res.stdout).strip().splitlines()
+        why = detail[-1] if not res.ok and detail else "it is not the service's process"
+        raise KnobError(
+            f"{self.ident}: {path} written, but the running irqbalance (pid {pid}) was not "
+            f"restarted by systemctl try-restart ({why}) and would keep balancing IRQs onto "
+            "the CPUs to ban: stop it (or restart it through its service manager) and apply "
+            "again"
+        )

@@ -16,7 +16,7 @@ from lbtune.errors import BadInput
 from lbtune.host.ethtool import EthtoolIoctlError, RecordedEthtool
 from lbtune.host.host import Host
 from lbtune.host.runner import CommandResult, CommandRunner
-from lbtune.tune.knob import Knob
+from lbtune.tune.knob import Knob, KnobError
 from lbtune.tune.knobs import (
     ChannelsKnob,
     CmdlineKnob,
@@ -490,3 +490,61 @@ def test_governor(root: pathlib.Path, host: Host) -> None:
     knob.restore(host, original)
     assert knob.read(host) == "powersave"
     assert GovernorKnob("cpu5").read(host) is None  # no cpufreq in the tree
+
+
+class RestartRunner(RecordingRunner):
+    """systemctl that restarts irqbalance (a new PID in the tree), or fails, or does nothing."""
+
+    def __init__(self, root: pathlib.Path, mode: str) -> None:
+        super().__init__()
+        self.root, self.mode = root, mode
+
+    def run(self, argv: Sequence[str], timeout: Optional[float] = None) -> CommandResult:
+        self.calls.append(list(argv))
+        if self.mode == "restart":
+            (self.root / "proc/1187").rename(self.root / "proc/4242")
+        if self.mode == "fail":
+            err = "System has not been booted with systemd as init system (PID 1).\nHost is down\n"
+            return CommandResult(tuple(argv), 1, "", err)
+        return CommandResult(tuple(argv), 0, "", "")
+
+
+@pytest.mark.parametrize("mode", ["fail", "inactive"])
+def test_irqbalance_ban_fails_when_the_running_daemon_was_not_restarted(
+    root: pathlib.Path, mode: str
+) -> None:
+    """A running irqbalance (pid 1187) that try-restart left alone keeps its old ban: the
+    write fails (so the apply rolls back), in one line; a restore does not fail for it."""
+    base = Host.open(str(root))
+    runner = RestartRunner(root, mode)
+    host = LiveLikeHost(base.fs, base.ethtool, runner=runner)
+    knob = IrqbalanceBanKnob("banned_cpus")
+    original = knob.read(host)
+    with pytest.raises(KnobError) as info:
+        knob.write(host, "2-3")
+    msg = str(info.value)
+    assert "\n" not in msg and "irqbalance (pid 1187) was not restarted" in msg
+    why = "Host is down" if mode == "fail" else "it is not the service's process"
+    assert why in msg
+    knob.restore(host, original)  # puts the file back without raising
+    assert knob.read(host) == original
+    assert runner.calls == [["systemctl", "try-restart", "irqbalance.service"]] * 2
+
+
+def test_irqbalance_ban_restarted_daemon_or_none_running_is_fine(root: pathlib.Path) -> None:
+    base = Host.open(str(root))
+    host = LiveLikeHost(base.fs, base.ethtool, runner=RestartRunner(root, "restart"))
+    IrqbalanceBanKnob("banned_cpus").write(host, "2-3")  # pid 1187 -> 4242: restarted
+    (root / "proc/4242").rename(root / "proc/4243.gone")
+    (root / "proc/4243.gone/comm").write_text("bash\n")
+    host = LiveLikeHost(base.fs, base.ethtool, runner=RestartRunner(root, "fail"))
+    IrqbalanceBanKnob("banned_cpus").write(host, "2-4")  # nothing running: nothing to restart
+
+
+def test_irqbalance_restore_is_a_no_op_when_the_state_is_the_original(root: pathlib.Path) -> None:
+    host, runner = live_like(root)
+    knob = IrqbalanceKnob("service")
+    knob.restore(host, "running")  # a stop that failed left it running
+    assert runner.calls == []
+    knob.restore(host, "stopped")
+    assert runner.calls[0] == ["systemctl", "stop", "irqbalance.service"]

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import pathlib
 from typing import Optional, Sequence
 
 import pytest
 
+from lbtune.errors import BadInput
 from lbtune.host.host import Host
 from lbtune.host.runner import CommandResult, CommandRunner
 from lbtune.tune.engine import RolledBack, Transaction, apply_plan, rollback
 from lbtune.tune.journal import ROLLED_BACK, StateDir
 from lbtune.tune.knobs import CmdlineKnob, IrqAffinityKnob, RingKnob
 from lbtune.tune.knobs.sysctl import SysctlKnob
-from lbtune.tune.persist import BOOT_UNIT, BOOT_WANTS, SYSCTL_CONF, persist_plan
+from lbtune.tune.persist import (
+    BOOT_UNIT,
+    BOOT_WANTS,
+    SYSCTL_CONF,
+    boot_argv,
+    check_persist_paths,
+    persist_plan,
+)
 from lbtune.tune.plan import Target, make_plan
 from tests.conftest import DELL, copy_host
 
@@ -148,3 +158,43 @@ def test_bootloader_failure_rolls_everything_back(
     assert runner.calls == [["update-grub"], ["update-grub"]]
     assert snapshot(root) == before
     assert host.fs.read("/proc/sys/net/core/netdev_max_backlog") == "1000"
+
+
+def test_boot_unit_re_applies_with_the_same_interface_and_profile_path(
+    root: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Without --iface a profile with a [nic."data"] section does not resolve at boot; a
+    profile given as a path is named by its absolute path (the unit runs from /)."""
+    host = Host.open(str(root))
+    state = StateDir(host, override=str(tmp_path / "state"))
+    plan = make_plan(host, "lb-dr-iso", [Target(RingKnob("ens1f0np0:rx"), "8192")])
+    hook = functools.partial(
+        persist_plan, iface="ens1f0np0", profile_ref="profiles/lb-dr-iso.toml"
+    )
+    apply_plan(host, plan, state, persist=hook)
+    unit = (root / BOOT_UNIT[1:]).read_text()
+    exec_line = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    words = exec_line.split()
+    assert words[-6:] == [
+        "apply", os.path.abspath("profiles/lb-dr-iso.toml"), "--iface", "ens1f0np0",
+        "--boot", "--yes",
+    ]  # fmt: skip
+    assert boot_argv(plan, None, "lb-dr")[-3:] == ["lb-dr", "--boot", "--yes"]
+
+
+@pytest.mark.parametrize("tools", [[], ["grubby"]])
+def test_cmdline_persist_on_a_live_host_needs_a_bootloader_tool(
+    root: pathlib.Path, tools: list[str]
+) -> None:
+    base = Host.open(str(root))
+    runner = RecordingRunner(have=tools)
+    host = LiveLikeHost(base.fs, base.ethtool, runner=runner)
+    plan = make_plan(host, "p", [Target(CmdlineKnob("isolcpus"), "2-9")])
+    if tools:
+        check_persist_paths(host, plan)
+    else:
+        with pytest.raises(BadInput, match=r"neither update-grub nor grubby .* nothing changed"):
+            check_persist_paths(host, plan)
+    assert runner.calls == []
+    sysctl_only = make_plan(host, "p", [Target(SysctlKnob("net.core.somaxconn"), "8192")])
+    check_persist_paths(host, sysctl_only)  # no command line, no tool needed
