@@ -8,7 +8,7 @@ setup:
 	bash scripts/setup.sh
 
 test: setup
-	$(TOX) run -e py,lab,lint
+	$(TOX) run -e py,lab,vm,lint
 
 unit: setup
 	$(TOX) run -e py
