@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from lbtune.lab.guest import VM_CMDLINE_MARK as CMDLINE_MARK  # lbtune.lab.guest.in_lab()
 from lbtune.lab.guestapi import Guest
 from lbtune.lab.uml import (
     ENV_KEEP,
@@ -229,7 +230,8 @@ def qemu_argv(
             "-numa",
             f"node,nodeid={node},cpus={cpus},memdev=m{node}",
         ]
-    cmdline = ["console=ttyS0", "panic=-1", "loglevel=4", "rdinit=/init", *cmdline_extra]
+    cmdline = ["console=ttyS0", "panic=-1", "loglevel=4", "rdinit=/init", CMDLINE_MARK,
+               *cmdline_extra]  # fmt: skip
     argv += ["-kernel", image.kernel, "-initrd", image.initrd, "-append", " ".join(cmdline)]
     argv += [
         "-virtfs",
