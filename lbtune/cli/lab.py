@@ -125,7 +125,8 @@ def up_command(ctx: click.Context, vm: bool) -> int:
         console().print(
             f"lab is up: vm backend, kernel {lab.kernel}, accelerator {lab.accelerator} "
             f"({lab.accelerator_reason}), booted in {lab.boot_seconds or 0:.0f} s (supervisor "
-            f"pid {lab.supervisor}); `lbtune lab down` stops it"
+            f"pid {lab.supervisor}); `lbtune lab down` stops it",
+            soft_wrap=True,  # one line per fact, however long the accelerator's reason
         )
     else:
         console().print(
@@ -199,7 +200,7 @@ def status_command(ctx: click.Context) -> int:
         if not lab.ready and lab.phase:
             what.append(lab.phase)
         if any(what):
-            console().print("  " + ", ".join(w for w in what if w))
+            console().print("  " + ", ".join(w for w in what if w), soft_wrap=True)
     return 0
 
 
