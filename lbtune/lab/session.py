@@ -305,16 +305,10 @@ def _reap_locked() -> Optional[Reaped]:
     found = {p for p in found if not _is_supervisor(p) or p == pid}
     killed = _kill_groups(sorted(found))
     if data.get("backend") == "vm":
-        # its qemu is dead now; the netns, files and state disk of a guest whose supervisor
-        # died (while booting: its work directory is not in the state file yet) go too
-        from lbtune.lab.vm import reap_stale
-
-        tmpdir = data.get("tmpdir")
-        if isinstance(tmpdir, str) and os.path.isabs(tmpdir) and os.path.isdir(tmpdir):
-            reaped_dirs = reap_stale(tmpdir)
-            own = own or workdir in reaped_dirs
-            if not workdir and reaped_dirs:
-                workdir, own = reaped_dirs[0], True
+        # its qemu is dead now; the netns, files and state disk of its guest go too
+        reaped_dirs = _reap_vm_files(pid, workdir if own else "", data.get("tmpdir"))
+        if not own and reaped_dirs:
+            workdir, own = reaped_dirs[0], True
     if own:
         shutil.rmtree(workdir, ignore_errors=True)
     with contextlib.suppress(OSError):
@@ -322,6 +316,33 @@ def _reap_locked() -> Optional[Reaped]:
     if not killed and not own:
         return None  # only a stale state file: nothing worth a word
     return Reaped(pid, tuple(killed), workdir if own else "")
+
+
+def _reap_vm_files(supervisor: int, workdir: str, tmpdir: Any) -> list[str]:
+    """The VM guest(s) of a supervisor that died: kill its qemu, delete its host netns, remove
+    its work directory and state disk. `workdir` from the state file, else (it died while
+    booting) the lbtune-vm.* directories in its `tmpdir` whose owner.json names it. Not
+    vm.reap_stale: the supervisor may still be an unreaped zombie, which that takes for alive."""
+    from lbtune.lab.vm import OWNER
+
+    dirs = [Path(workdir)] if workdir else []
+    if isinstance(tmpdir, str) and os.path.isabs(tmpdir) and supervisor > 0:
+        for owner in sorted(Path(tmpdir).glob(f"lbtune-vm.*/{OWNER}")):
+            ours = (_read_json(owner) or {}).get("supervisor") == supervisor
+            if ours and owner.parent not in dirs and _own_workdir(str(owner.parent)):
+                dirs.append(owner.parent)
+    for wd in dirs:
+        owner_data = _read_json(wd / OWNER) or {}
+        qemu = owner_data.get("qemu")
+        if isinstance(qemu, int) and qemu > 0 and qemu in processes_naming(str(wd)):
+            _kill_groups([qemu])
+        netns = owner_data.get("netns")
+        if isinstance(netns, str) and netns.startswith("lbtune-vm-") and "/" not in netns:
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+        shutil.rmtree(wd, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            wd.with_name(wd.name + ".state.img").unlink()
+    return [str(wd) for wd in dirs]
 
 
 def _kill_groups(pids: list[int], timeout: float = 10.0) -> list[int]:

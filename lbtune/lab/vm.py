@@ -317,13 +317,19 @@ def probe_kvm(image: VmImage) -> tuple[str, str]:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True while pid runs; a zombie (killed, not yet reaped by its parent) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return not fields or fields[0] not in ("Z", "X")
 
 
 def reap_stale(directory: Optional[str] = None) -> list[str]:

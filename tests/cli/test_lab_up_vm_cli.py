@@ -109,8 +109,11 @@ def test_a_dead_vm_supervisors_guest_and_files_are_reaped(run_dir, tmp_path):
     workdir.mkdir(parents=True)
     disk = tmp / "lbtune-vm.dead.state.img"
     disk.write_bytes(b"")
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    # killed and not yet reaped by its parent (as after kill -9 when init reaps late): a zombie
+    dead = subprocess.Popen(["sleep", "60"])
+    dead.kill()
+    while Path(f"/proc/{dead.pid}/stat").read_text().split(") ")[1][0] != "Z":
+        pass
     qemu = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(workdir)],
                             env=dict(os.environ, **{session.ENV_SESSION: TOKEN}),
                             start_new_session=True)  # fmt: skip
@@ -129,6 +132,7 @@ def test_a_dead_vm_supervisors_guest_and_files_are_reaped(run_dir, tmp_path):
         assert list(tmp.iterdir()) == []
         assert not (run_dir / session.STATE_FILE).exists()
     finally:
+        dead.wait()
         if qemu.poll() is None:
             qemu.kill()
             qemu.wait()
