@@ -1,4 +1,5 @@
-"""`lbtune lab up|run|down|status`: the embedded IPVS DR lab in the User-Mode-Linux kernel."""
+"""`lbtune lab up|run|down|status`: the embedded IPVS DR lab in the User-Mode-Linux kernel;
+`lab up --vm` keeps the VM guest (Debian's kernel under qemu) up instead."""
 
 from __future__ import annotations
 
@@ -46,13 +47,14 @@ def lab_group() -> None:
               help="--adaptive: egress limit per real server in Mbit/s (default 60,60,15).")
 @click.option("--schemes", metavar="LIST",
               help="--adaptive: schemes to compare (default rr,wlc,adapt).")
+@click.option("--vm", is_flag=True, hidden=True)  # refused in one line: runs are UML-only
 @common_options
 @click.pass_context
 def run_command(
     ctx: click.Context, mode: str, scheduler: str, servers: int, weights: Optional[str],
     duration: float, threads: int, connections: int, keepalive: bool, tool: str,
     fault: Optional[str], no_diagnose: bool, adaptive: bool, rates: Optional[str],
-    schemes: Optional[str],
+    schemes: Optional[str], vm: bool,
 ) -> int:  # fmt: skip
     """Build the lab, prepare and check every role, run a bounded load, report.
 
@@ -63,6 +65,8 @@ def run_command(
     from lbtune.lab.scenario import ScenarioConfig
 
     s = runtime_of(ctx)
+    if vm:
+        raise BadInput("lab run runs in the UML guest only (IPVS built in); --vm is for lab up")
     if s.netns or s.root != "/":
         raise BadInput("lab run builds its own namespaces in the lab kernel: no --netns/--root")
     if adaptive:
@@ -97,23 +101,43 @@ def run_command(
 
 
 @lab_group.command("up")
+@click.option("--vm", is_flag=True,
+              help="The VM guest (Debian's kernel under qemu, 4 CPUs, 2 NUMA nodes, multi-queue "
+                   "NICs) instead of the UML one; `lab run` does not use it. The boot takes "
+                   "seconds (KVM) to minutes (TCG); progress on stderr.")
 @common_options
 @click.pass_context
-def up_command(ctx: click.Context) -> int:
-    """Boot a lab guest that stays up: later `lab run`s use it without booting."""
+def up_command(ctx: click.Context, vm: bool) -> int:
+    """Boot a lab guest that stays up: later `lab run`s use it without booting.
+
+    Exit 0 when it is up, 6 when a lab is already up or coming up, 3 when the backend
+    cannot run here (no lab kernel, VM image, qemu or root), 70 when the boot failed."""
     from lbtune.lab import session
 
     s = runtime_of(ctx)
+    if s.netns or s.root != "/":
+        raise BadInput("lab up boots a guest: no --netns/--root")
     reaped = _reap(s.json)
-    lab = session.up()
+    lab = session.up("vm" if vm else "uml", on_progress=_progress if vm else None)
     if s.json:
-        emit_json({"up": True, "supervisor": lab.supervisor, "workdir": lab.workdir, **reaped})
+        emit_json({"up": True, **lab.to_json(), **reaped})
+    elif lab.backend == "vm":
+        console().print(
+            f"lab is up: vm backend, kernel {lab.kernel}, accelerator {lab.accelerator} "
+            f"({lab.accelerator_reason}), booted in {lab.boot_seconds or 0:.0f} s (supervisor "
+            f"pid {lab.supervisor}); `lbtune lab down` stops it",
+            soft_wrap=True,  # one line per fact, however long the accelerator's reason
+        )
     else:
         console().print(
             f"lab is up (supervisor pid {lab.supervisor}); `lbtune lab run` uses it, "
             "`lbtune lab down` stops it"
         )
     return 0
+
+
+def _progress(line: str) -> None:
+    click.echo(f"lbtune lab: {line}", err=True)
 
 
 def _reap(as_json: bool) -> dict[str, object]:
@@ -159,13 +183,24 @@ def status_command(ctx: click.Context) -> int:
     reaped = _reap(s.json)
     lab = session.current()
     if s.json:
-        emit_json({"up": lab is not None, "ready": bool(lab and lab.ready),
-                   "supervisor": lab.supervisor if lab else None, **reaped})  # fmt: skip
+        fields = lab.to_json() if lab else {"ready": False, "supervisor": None, "backend": None}
+        emit_json({"up": lab is not None, **fields, **reaped})
     elif lab is None:
         console().print("no lab is up")
     else:
         state = "ready" if lab.ready else "booting"
-        console().print(f"lab is up ({state}, supervisor pid {lab.supervisor})")
+        console().print(f"lab is up ({state}, {lab.backend} backend, supervisor pid "
+                        f"{lab.supervisor})")  # fmt: skip
+        what = [f"kernel {lab.kernel}" if lab.kernel else ""]
+        if lab.accelerator:
+            reason = f" ({lab.accelerator_reason})" if lab.accelerator_reason else ""
+            what.append(f"accelerator {lab.accelerator}{reason}")
+        if lab.boot_seconds is not None:
+            what.append(f"booted in {lab.boot_seconds:.0f} s")
+        if not lab.ready and lab.phase:
+            what.append(lab.phase)
+        if any(what):
+            console().print("  " + ", ".join(w for w in what if w), soft_wrap=True)
     return 0
 
 

@@ -18,11 +18,30 @@ import traceback
 from typing import Any, Callable, Optional, Sequence
 
 IN_LAB_ENV = "LBTUNE_IN_LAB"
+IN_VM_ENV = "LBTUNE_IN_VM"  # set by the VM guest's boot script (lbtune.lab.vm.render_stage2)
+VM_CMDLINE_MARK = "lbtune.vm=1"  # lbtune.lab.vm.CMDLINE_MARK, on the VM guest kernel's cmdline
+PROC_CMDLINE = "/proc/cmdline"
 
 
 def in_lab() -> bool:
-    """True inside a lab guest started by lbtune.lab.uml (env marker and a UML kernel)."""
-    return os.environ.get(IN_LAB_ENV) == "1" and running_on_uml()
+    """True inside a lab guest: the UML one (lbtune.lab.uml: env marker and a UML kernel) or
+    the VM one (lbtune.lab.vm: env marker and a kernel booted with the VM's command line
+    mark). Guest-only actions (module loads, global sysctls) check it; the env marker alone,
+    which anyone can set on the host, is never enough."""
+    if os.environ.get(IN_LAB_ENV) == "1" and running_on_uml():
+        return True
+    return os.environ.get(IN_VM_ENV) == "1" and running_on_lab_vm()
+
+
+def running_on_lab_vm() -> bool:
+    """True when the running kernel was booted by the VM lab (its command line has the mark)
+    and is not UML."""
+    try:
+        with open(PROC_CMDLINE, encoding="utf-8", errors="replace") as fh:
+            words = fh.read(65536).split()
+    except OSError:
+        return False
+    return VM_CMDLINE_MARK in words and not running_on_uml()
 
 
 def running_on_uml() -> bool:

@@ -24,6 +24,15 @@ its guest down). `reap_dead()` then kills every process of that session - the UM
 in its own process group with the supervisor's environment, which carries the session's
 token (``LBTUNE_LAB_SESSION``) - and removes the work directory; `lab up`, `lab status` and
 `lab down` call it first and say in one line what they reaped.
+
+Two backends (lbtune.lab.guestapi): ``up()`` boots the UML guest, ``up("vm")`` the VM guest
+(lbtune.lab.vm: Debian's kernel under qemu). The VM supervisor (``supervise --vm``) boots a
+VmGuest and holds it until ``request-stop.json`` appears in its work directory; the state
+file then also says ``backend``, ``accelerator`` and why, ``kernel``, ``boot_seconds`` and
+``phase`` (what the boot is doing, shown by `lab up` on stderr). The same lock serves both
+backends, so a racing `up` of either kind cannot boot a second guest. A VM supervisor that died
+leaves a qemu, a host network namespace and files: `reap_dead()` kills the qemu (it carries the
+token too) and lbtune.lab.vm.reap_stale removes the rest. `lab run` runs in the UML guest only.
 """
 
 from __future__ import annotations
@@ -41,11 +50,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
-from lbtune.errors import ExitCode, LbtuneError
+from lbtune.errors import BadInput, ExitCode, LbtuneError
 from lbtune.lab.progress import ProgressCallback, ProgressReader, ProgressWriter
 from lbtune.lab.uml import ENV_WORKDIR, LabError, LabUnavailable, find_lab_kernel, run_in_lab
+
+BACKENDS = ("uml", "vm")
 
 ENV_RUN_DIR = "LBTUNE_LAB_RUN_DIR"
 DEFAULT_RUN_DIR = "/run/lbtune"
@@ -55,6 +66,9 @@ ENV_SESSION = "LBTUNE_LAB_SESSION"  # the session token, in the supervisor's (an
 LOCK_WAIT = 0.5  # `up` retries this long: a `status` may hold the lock for a moment
 UP_TIMEOUT = 12 * 3600.0  # a lab left up is taken down after this long
 READY_TIMEOUT = 120.0
+ENV_VM_BOOT_TIMEOUT = "LBTUNE_VM_BOOT_TIMEOUT"  # seconds a `lab up --vm` boot may take
+PROGRESS_EVERY = 30.0  # seconds between "still booting" lines of `lab up --vm`
+STOP_FILE = "request-stop.json"
 POLL = 0.2
 
 
@@ -79,6 +93,20 @@ class LabSession:
     workdir: str
     started: float
     ready: bool
+    backend: str = "uml"
+    accelerator: str = ""  # "uml", "kvm" or "tcg" ("" while the VM's is being chosen)
+    accelerator_reason: str = ""
+    kernel: str = ""
+    boot_seconds: Optional[float] = None  # VM: host-measured, qemu start to a ready agent
+    phase: str = ""  # VM: what the boot is doing
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "supervisor": self.supervisor, "workdir": self.workdir, "ready": self.ready,
+            "backend": self.backend, "accelerator": self.accelerator,
+            "accelerator_reason": self.accelerator_reason, "kernel": self.kernel,
+            "boot_seconds": self.boot_seconds, "phase": self.phase,
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,9 +167,11 @@ def _state_path() -> Path:
 
 
 def _own_workdir(workdir: str) -> bool:
-    """True when `workdir` is a lab work directory of this user (uml.py makes them with
-    mkdtemp, prefix lbtune-lab-): the only kind `down` may kill for and remove."""
-    if not os.path.isabs(workdir) or not os.path.basename(workdir).startswith("lbtune-lab-"):
+    """True when `workdir` is a lab work directory of this user (uml.py and vm.py make them
+    with mkdtemp, prefix lbtune-lab- and lbtune-vm.): the only kind `down` may kill for and
+    remove."""
+    name = os.path.basename(workdir)
+    if not os.path.isabs(workdir) or not name.startswith(("lbtune-lab-", "lbtune-vm.")):
         return False
     try:
         st = os.lstat(workdir)
@@ -207,8 +237,23 @@ def current() -> Optional[LabSession]:
         return None
     if pid <= 0 or not _is_supervisor(pid):
         return None
-    ready = bool(workdir) and os.path.exists(os.path.join(workdir, "ready"))
-    return LabSession(pid, workdir, float(data.get("started", 0.0)), ready)
+    backend = data.get("backend") if data.get("backend") in BACKENDS else "uml"
+    if backend == "vm":
+        ready = bool(workdir) and data.get("ready") is True
+    else:
+        ready = bool(workdir) and os.path.exists(os.path.join(workdir, "ready"))
+    boot = data.get("boot_seconds")
+    return LabSession(
+        pid, workdir, float(data.get("started", 0.0)), ready, str(backend),
+        _text(data.get("accelerator")), _text(data.get("accelerator_reason")),
+        _text(data.get("kernel")), float(boot) if isinstance(boot, (int, float)) else None,
+        _text(data.get("phase")),
+    )  # fmt: skip
+
+
+def _text(value: Any) -> str:
+    """A state file's string field, one short line ("" when it is not a string)."""
+    return value.splitlines()[0][:300] if isinstance(value, str) and value.strip() else ""
 
 
 @contextlib.contextmanager
@@ -259,6 +304,11 @@ def _reap_locked() -> Optional[Reaped]:
         found.update(processes_naming(workdir))
     found = {p for p in found if not _is_supervisor(p) or p == pid}
     killed = _kill_groups(sorted(found))
+    if data.get("backend") == "vm":
+        # its qemu is dead now; the netns, files and state disk of its guest go too
+        reaped_dirs = _reap_vm_files(pid, workdir if own else "", data.get("tmpdir"))
+        if not own and reaped_dirs:
+            workdir, own = reaped_dirs[0], True
     if own:
         shutil.rmtree(workdir, ignore_errors=True)
     with contextlib.suppress(OSError):
@@ -266,6 +316,33 @@ def _reap_locked() -> Optional[Reaped]:
     if not killed and not own:
         return None  # only a stale state file: nothing worth a word
     return Reaped(pid, tuple(killed), workdir if own else "")
+
+
+def _reap_vm_files(supervisor: int, workdir: str, tmpdir: Any) -> list[str]:
+    """The VM guest(s) of a supervisor that died: kill its qemu, delete its host netns, remove
+    its work directory and state disk. `workdir` from the state file, else (it died while
+    booting) the lbtune-vm.* directories in its `tmpdir` whose owner.json names it. Not
+    vm.reap_stale: the supervisor may still be an unreaped zombie, which that takes for alive."""
+    from lbtune.lab.vm import OWNER
+
+    dirs = [Path(workdir)] if workdir else []
+    if isinstance(tmpdir, str) and os.path.isabs(tmpdir) and supervisor > 0:
+        for owner in sorted(Path(tmpdir).glob(f"lbtune-vm.*/{OWNER}")):
+            ours = (_read_json(owner) or {}).get("supervisor") == supervisor
+            if ours and owner.parent not in dirs and _own_workdir(str(owner.parent)):
+                dirs.append(owner.parent)
+    for wd in dirs:
+        owner_data = _read_json(wd / OWNER) or {}
+        qemu = owner_data.get("qemu")
+        if isinstance(qemu, int) and qemu > 0 and qemu in processes_naming(str(wd)):
+            _kill_groups([qemu])
+        netns = owner_data.get("netns")
+        if isinstance(netns, str) and netns.startswith("lbtune-vm-") and "/" not in netns:
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+        shutil.rmtree(wd, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            wd.with_name(wd.name + ".state.img").unlink()
+    return [str(wd) for wd in dirs]
 
 
 def _kill_groups(pids: list[int], timeout: float = 10.0) -> list[int]:
@@ -300,38 +377,117 @@ def _alive(pid: int) -> bool:
 # --------------------------------------------------------------------------- host side
 
 
-def up() -> LabSession:
-    """Boot a lab guest that stays up; returns once it is ready. LabBusy if one is up or
-    another `lab up` is booting one; the guest of a supervisor that died is reaped first."""
+def vm_boot_timeout() -> float:
+    """Seconds a `lab up --vm` boot may take ($LBTUNE_VM_BOOT_TIMEOUT, else vm.BOOT_TIMEOUT)."""
+    from lbtune.lab.vm import BOOT_TIMEOUT
+
+    raw = os.environ.get(ENV_VM_BOOT_TIMEOUT, "").strip()
+    if not raw:
+        return BOOT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= UP_TIMEOUT:
+        raise BadInput(f"{ENV_VM_BOOT_TIMEOUT}={raw!r}: expected seconds (> 0)")
+    return value
+
+
+def _check_backend(backend: str) -> float:
+    """LabUnavailable here, not in the detached supervisor; how long `up` waits for ready."""
+    if backend == "uml":
+        find_lab_kernel()
+        return READY_TIMEOUT
+    if backend == "vm":
+        from lbtune.lab import vm
+
+        timeout = vm_boot_timeout()
+        vm._check_host()
+        vm.find_vm_image()
+        vm.find_qemu()
+        return timeout + vm.KVM_PROBE_TIMEOUT + 60.0  # the probe boot, set-up and mkfs
+    raise ValueError(f"lab backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+def up(backend: str = "uml", on_progress: Optional[Callable[[str], None]] = None) -> LabSession:
+    """Boot a lab guest ("uml" or "vm") that stays up; returns once it is ready. LabBusy if
+    one is up or another `lab up` is booting one; the guest of a supervisor that died is
+    reaped first. ``on_progress`` gets one line per boot phase (and a "still booting" line
+    every PROGRESS_EVERY seconds) of a VM boot."""
     with _lock(wait=LOCK_WAIT) as lock:
         if lock is None or current() is not None:
             raise LabBusy("a lab is already up or coming up (lbtune lab down stops it)")
         _reap_locked()
-        find_lab_kernel()  # LabUnavailable here, not in the detached supervisor
+        ready_timeout = _check_backend(backend)
         token = secrets.token_hex(8)
-        _write_json(_state_path(), {"token": token, "started": time.time()})
+        _write_json(_state_path(), {"token": token, "started": time.time(), "backend": backend})
         log = private_run_dir() / "lab-up.log"
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        argv = [sys.executable, "-m", "lbtune.lab.session", "supervise"]
         with open(fd, "wb") as fh:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "lbtune.lab.session", "supervise"],
+                argv + (["--vm"] if backend == "vm" else []),
                 stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True, pass_fds=(lock,),
                 env={**os.environ, ENV_SESSION: token},
             )  # fmt: skip
     # the supervisor holds the lock from here on
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        session = current()
-        if session is not None and session.ready:
-            return session
-        if proc.poll() is not None:
-            detail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-            raise LabError(f"the lab guest did not come up: {(detail or ['no output'])[-1]}")
-        time.sleep(POLL)
-    _terminate(proc.pid, None)
+    say = on_progress or (lambda line: None)
+    start = time.monotonic()
+    say(f"    0 s  the {backend} lab supervisor (pid {proc.pid}) boots the guest; Ctrl-C stops it")
+    deadline = start + ready_timeout
+    phase, last_said = "", start
+    try:
+        while time.monotonic() < deadline:
+            session = current()
+            if session is not None and session.ready:
+                return session
+            if proc.poll() is not None:
+                detail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+                detail = [ln for ln in detail if ln.startswith("lbtune lab:")] or detail
+                raise LabError(
+                    f"the lab guest did not come up: {(detail or ['no output'])[-1]}"
+                )
+            now = time.monotonic()
+            if session is not None and session.phase and session.phase != phase:
+                phase, last_said = session.phase, now
+                say(f"{now - start:5.0f} s  {phase}")
+            elif backend == "vm" and now - last_said >= PROGRESS_EVERY:
+                last_said = now
+                seen = _vm_console_stage(proc.pid)
+                say(f"{now - start:5.0f} s  still booting" + (f" ({seen})" if seen else ""))
+            time.sleep(POLL)
+    except BaseException:
+        _terminate(proc.pid, None, grace=0)  # Ctrl-C of `lab up`: no guest stays behind
+        reap_dead()
+        raise
+    _terminate(proc.pid, None, grace=0)
     reap_dead()
-    raise LabError(f"the lab guest was not ready after {READY_TIMEOUT:g} s; stopped it")
+    raise LabError(f"the lab guest was not ready after {ready_timeout:g} s; stopped it")
+
+
+def _vm_console_stage(supervisor: int) -> str:
+    """How far the VM guest of `supervisor` has got, from its serial console log."""
+    import tempfile
+
+    from lbtune.lab.vm import OWNER
+
+    data = _read_json(_state_path()) or {}
+    tmpdir = data.get("tmpdir") if isinstance(data.get("tmpdir"), str) else tempfile.gettempdir()
+    for owner in Path(str(tmpdir)).glob(f"lbtune-vm.*/{OWNER}"):
+        if (_read_json(owner) or {}).get("supervisor") != supervisor:
+            continue
+        try:
+            text = (owner.parent / "console.1.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return "qemu started"
+        for marker, said in (("lbtune-vm: stage2", "root mounted, starting the guest agent"),
+                             ("lbtune-vm: stage1", "initramfs: mounting the root"),
+                             ("Linux version", "kernel started")):  # fmt: skip
+            if marker in text:
+                return said
+        return "qemu started"
+    return ""
 
 
 def request_run(
@@ -343,6 +499,11 @@ def request_run(
     session = current()
     if session is None or not session.ready:
         raise LabError("no lab is up")
+    if session.backend != "uml":
+        raise LabBusy(
+            f"the lab that is up is the {session.backend} guest; lab runs use the UML guest "
+            "(lbtune lab down, then run again)"
+        )
     rid = secrets.token_hex(4)
     wd = Path(session.workdir)
     reader = ProgressReader(on_step or (lambda step: None), f"progress-{rid}.jsonl")
@@ -377,8 +538,11 @@ def down(timeout: float = 30.0) -> bool:
         return False
     if session.ready:
         with contextlib.suppress(OSError):
-            _write_json(Path(session.workdir) / "request-stop.json", {"stop": True})
-    _terminate(session.supervisor, session.workdir or None, grace=timeout)
+            _write_json(Path(session.workdir) / STOP_FILE, {"stop": True})
+    # a VM guest powers off through its agent (sync, poweroff: slow under TCG); one still
+    # booting has no agent to ask, so its supervisor is told (SIGTERM) at once
+    grace = (2 * timeout if session.backend == "vm" else timeout) if session.ready else 0.0
+    _terminate(session.supervisor, session.workdir or None, grace=grace)
     reap_dead()  # a supervisor stopped while booting leaves its state and maybe a guest
     with contextlib.suppress(OSError):
         _state_path().unlink()
@@ -443,7 +607,12 @@ def supervise() -> int:
     state = _state_path()
     started = time.time()
     token = os.environ.get(ENV_SESSION, "")
-    _write_json(state, {"supervisor": os.getpid(), "token": token, "started": started})
+    kernel = ""
+    with contextlib.suppress(LabUnavailable):  # run_in_lab below says why in one line
+        kernel = find_lab_kernel().version
+    _write_json(state, {"supervisor": os.getpid(), "token": token, "started": started,
+                        "backend": "uml", "accelerator": "uml", "kernel": kernel,
+                        "accelerator_reason": "User-Mode Linux: host processes"})  # fmt: skip
 
     def record(workdir: Path) -> None:
         data = _read_json(state)
@@ -498,8 +667,64 @@ def serve() -> dict[str, Any]:
         time.sleep(POLL)
 
 
+def supervise_vm() -> int:
+    """The detached supervisor of a VM guest: boots it, records what it is, and holds it until
+    `down` writes STOP_FILE into its work directory (or SIGTERM, or UP_TIMEOUT)."""
+    import tempfile
+
+    from lbtune.host.signals import interruptible
+    from lbtune.lab import vm
+
+    state = _state_path()
+    me = os.getpid()
+    token = os.environ.get(ENV_SESSION, "")
+    _write_json(state, {"supervisor": me, "token": token, "started": time.time(),
+                        "backend": "vm", "tmpdir": tempfile.gettempdir(),
+                        "phase": "checking the host and the VM image"})  # fmt: skip
+
+    def update(**fields: Any) -> None:
+        data = _read_json(state)
+        if data is not None and data.get("supervisor") == me:
+            _write_json(state, {**data, **fields})
+
+    try:
+        with interruptible():
+            timeout = vm_boot_timeout()
+            vm._check_host()
+            image = vm.find_vm_image()
+            vm.find_qemu()
+            vm.reap_stale()
+            update(kernel=image.version, phase="choosing the accelerator (KVM only when a "
+                   "probe boot works; cached)")  # fmt: skip
+            accel, reason = vm.choose_accel(image)
+            update(accelerator=accel, accelerator_reason=reason,
+                   phase=f"booting kernel {image.version} under {accel} ({reason})")  # fmt: skip
+            with vm.VmGuest._start(image, accel, (), timeout, accel_reason=reason) as g:
+                facts = g.describe()
+                update(workdir=str(g.workdir), ready=True, phase="ready", **{
+                    k: facts.get(k) for k in
+                    ("kernel", "boot_seconds", "cpus", "nodes", "nics", "cmdline")})  # fmt: skip
+                stop = g.workdir / STOP_FILE
+                deadline = time.monotonic() + UP_TIMEOUT
+                while not stop.exists() and time.monotonic() < deadline:
+                    g._alive()  # LabError when qemu died
+                    time.sleep(POLL)
+    except (LabError, LabUnavailable, KeyboardInterrupt) as e:
+        print(f"lbtune lab: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    finally:
+        data = _read_json(state)
+        if data is not None and data.get("supervisor") == me:
+            with contextlib.suppress(OSError):
+                state.unlink()
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["supervise"]:
         sys.exit(supervise())
-    sys.stderr.write("usage: python -m lbtune.lab.session supervise\n")
+    if sys.argv[1:] == ["supervise", "--vm"]:
+        sys.exit(supervise_vm())
+    sys.stderr.write("usage: python -m lbtune.lab.session supervise [--vm]\n")
     sys.exit(2)

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from lbtune.lab.guest import VM_CMDLINE_MARK as CMDLINE_MARK  # lbtune.lab.guest.in_lab()
 from lbtune.lab.guestapi import Guest
 from lbtune.lab.uml import (
     ENV_KEEP,
@@ -231,9 +232,8 @@ def qemu_argv(
         ]
     # no_timer_check: under TCG on a loaded host the kernel's IO-APIC timer check can miss its
     # window and panic ("IO-APIC + timer doesn't work"); seen once in a loaded run here.
-    cmdline = [
-        "console=ttyS0", "panic=-1", "loglevel=4", "no_timer_check", "rdinit=/init", *cmdline_extra
-    ]
+    cmdline = ["console=ttyS0", "panic=-1", "loglevel=4", "no_timer_check", "rdinit=/init",
+               CMDLINE_MARK, *cmdline_extra]  # fmt: skip
     argv += ["-kernel", image.kernel, "-initrd", image.initrd, "-append", " ".join(cmdline)]
     argv += [
         "-virtfs",
@@ -319,13 +319,19 @@ def probe_kvm(image: VmImage) -> tuple[str, str]:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True while pid runs; a zombie (killed, not yet reaped by its parent) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return not fields or fields[0] not in ("Z", "X")
 
 
 def reap_stale(directory: Optional[str] = None) -> list[str]:
