@@ -171,9 +171,25 @@ def apply_plan(
         return journal
 
 
+# Kinds whose change makes the driver re-create its queues and IRQs and place them again
+# (virtio_net re-sets every queue IRQ's affinity on a channel change): restored before every
+# other knob, so the per-queue values (IRQ affinity, RPS/XPS) restored after them stay.
+REQUEUE_KINDS = ("channels", "ring")
+
+
+def restore_order(knobs: Sequence[KnobRecord]) -> list[KnobRecord]:
+    """The order rollback restores knobs in: the reverse of apply order, except that the
+    kinds in REQUEUE_KINDS come first (in reverse among themselves)."""
+    rev = list(reversed(knobs))
+    return [r for r in rev if r.kind in REQUEUE_KINDS] + [
+        r for r in rev if r.kind not in REQUEUE_KINDS
+    ]
+
+
 def _restore(host: Host, journal: Journal, knobs: Sequence[KnobRecord]) -> list[str]:
-    """Put back files (newest first), the directories apply created and knob originals (in
-    reverse), byte for byte; return what failed."""
+    """Put back files (newest first), the directories apply created and knob originals
+    (`restore_order`: channels and rings first, then the rest in reverse), byte for byte;
+    return what failed."""
     failures: list[str] = []
     for f in reversed(journal.files):
         try:
@@ -189,7 +205,7 @@ def _restore(host: Host, journal: Journal, knobs: Sequence[KnobRecord]) -> list[
             host.fs.remove_dir(d)  # only when empty: something else may have been put there
         except (OSError, BadInput) as e:  # the knobs below are restored all the same
             failures.append(f"{d} ({getattr(e, 'strerror', None) or e})")
-    for rec in reversed(knobs):
+    for rec in restore_order(knobs):
         try:
             knob = knob_from_record(rec.kind, rec.obj)
         except BadInput as e:  # a damaged or foreign journal entry must not stop the rest

@@ -87,6 +87,7 @@ def bounded(current: str, wanted: str, mode: Mode, what: str) -> str:
 KIND_ORDER = (
     "irqbalance",
     "irqbalance_ban",
+    "irqbalance_banirq",
     "channels",
     "ring",
     "txqueuelen",

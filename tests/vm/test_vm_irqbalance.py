@@ -1,7 +1,9 @@
 """irqbalance (Debian's package) and `lbtune apply lb-dr` in the VM lab guest (issue 19, item 3).
 
 lb-dr bans its data cores from irqbalance (`IRQBALANCE_BANNED_CPULIST` in
-/etc/default/irqbalance) and pins the data queues' IRQs there; a running irqbalance must be
+/etc/default/irqbalance) and pins the data queues' IRQs there, and bans those IRQs themselves
+(`IRQBALANCE_ARGS="--banirq=N ..."`: a CPU ban alone does not stop irqbalance 1.9.2 from moving
+IRQs pinned on the banned CPUs); a running irqbalance must be
 restarted to read the ban. The guest has no systemd, so the test starts irqbalance the way
 Debian's irqbalance.service does (its environment file, `--foreground $IRQBALANCE_ARGS`; plus
 `--interval=1` so that it rebalances every second), and `systemctl` there cannot restart or
@@ -98,6 +100,11 @@ def test_with_irqbalance_stopped_lb_dr_bans_the_data_cores_and_a_restarted_daemo
     assert 'IRQBALANCE_BANNED_CPULIST="2-3"' in env_text.splitlines(), env_text
     data = {k: v["affinity"] for k, v in applied["irqs"].items() if k[-1] in "01"}
     assert sorted(data.values()) == ["2", "2", "3", "3"], data
+    args = [ln for ln in env_text.splitlines() if ln.startswith("IRQBALANCE_ARGS=")]
+    assert len(args) == 1, env_text
+    banned = {int(w.split("=")[1]) for w in args[0].split("=", 1)[1].strip('"').split()}
+    pinned = {v["irq"] for k, v in applied["irqs"].items() if re.search(r"(input|output)\.", k)}
+    assert pinned and pinned <= banned, (args, applied["irqs"])  # the IRQs themselves
     assert before["files"] != applied["files"]
     # IRQs irqbalance manages (legacy ones lb-dr leaves alone) allowed on every CPU again,
     # then irqbalance starts as its unit would (at boot, or by hand), the ban in its env: at
@@ -117,13 +124,6 @@ def test_with_irqbalance_stopped_lb_dr_bans_the_data_cores_and_a_restarted_daemo
     state["pid"], state["applied"] = pid, applied
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="lbtune bug (found here): IRQBALANCE_BANNED_CPULIST does not protect IRQs pinned "
-    "on the banned CPUs - irqbalance 1.9.2 moves the data queues' IRQs onto 0-1 at its first "
-    "pass and verify reports drift; lb-dr must ban the IRQs themselves or stop irqbalance",
-)
 def test_a_banned_irqbalance_leaves_the_data_queues_irqs_where_lb_dr_put_them(
     vm: VmGuest,
 ) -> None:
@@ -157,13 +157,6 @@ def test_rollback_restores_the_irqbalance_file_channels_and_sysctls(vm: VmGuest)
     _stop(vm, pid)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="lbtune bug (found here): rollback restores the IRQ affinities before the channel "
-    "count, and virtio_net re-sets every queue IRQ's affinity when the channels change, so "
-    "the affinities end as the driver's defaults, not the recorded originals",
-)
 def test_rollback_restores_the_queue_irq_affinities() -> None:
     queues = re.compile(r"(input|output)\.\d$")  # the IRQs lb-dr placed (not the config IRQ)
     after, before = state["after"], state["before"]

@@ -2,7 +2,8 @@
 
 - `sysctl`: `/proc/sys` values (knobs/sysctl.py)
 - NIC: ring sizes, channels, txqueuelen (knobs/nic.py)
-- IRQ and steering: IRQ affinity, RPS, XPS, irqbalance state and banned CPUs (knobs/irq.py)
+- IRQ and steering: IRQ affinity, RPS, XPS, irqbalance state, banned CPUs and
+  banned IRQs (knobs/irq.py)
 - boot: kernel command line, CPU governor (knobs/boot.py)
 - IPVS: services, real servers, drains, timeouts, addresses (knobs/ipvs.py)
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from lbtune.tune.knobs.common import parse_cpuset
     from lbtune.tune.knobs.irq import (
         IrqAffinityKnob,
+        IrqbalanceBanIrqKnob,
         IrqbalanceBanKnob,
         IrqbalanceKnob,
         RpsCpusKnob,
@@ -47,6 +49,7 @@ FAMILY_OF_KIND: dict[str, str] = {
     "xps_cpus": "irq",
     "irqbalance": "irq",
     "irqbalance_ban": "irq",
+    "irqbalance_banirq": "irq",
     "cmdline": "boot",
     "governor": "boot",
     "ipvs_service": "ipvs",
@@ -68,6 +71,7 @@ _EXPORTS = {
     "XpsCpusKnob": "irq",
     "IrqbalanceKnob": "irq",
     "IrqbalanceBanKnob": "irq",
+    "IrqbalanceBanIrqKnob": "irq",
     "CmdlineKnob": "boot",
     "GovernorKnob": "boot",
     "parse_cpuset": "common",
@@ -80,6 +84,7 @@ __all__ = [
     "CmdlineKnob",
     "GovernorKnob",
     "IrqAffinityKnob",
+    "IrqbalanceBanIrqKnob",
     "IrqbalanceBanKnob",
     "IrqbalanceKnob",
     "RingKnob",

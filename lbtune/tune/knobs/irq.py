@@ -4,13 +4,15 @@ Objects: `irq_affinity` `96` (IRQ number; CPU list `12-15,36`); `rps_cpus` `eth0
 `xps_cpus` `eth0:tx-3` (CPU list, "" = off; `0x<mask>` in the kernel's 32-bit words accepted
 too; written as the kernel's hex mask); `rps_flow_cnt` `eth0:rx-3` (0 or a power of two);
 `irqbalance` `service` (`running` | `stopped`, optionally `,enabled` | `,disabled`);
-`irqbalance_ban` `banned_cpus` (CPU list, or `0x<mask>` for the IRQBALANCE_BANNED_CPUS form).
+`irqbalance_ban` `banned_cpus` (CPU list, or `0x<mask>` for the IRQBALANCE_BANNED_CPUS form);
+`irqbalance_banirq` `banned_irqs` (IRQ numbers `24,25`, "" = none: `--banirq=N` in IRQBALANCE_ARGS).
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 from typing import ClassVar, Optional
 
 from lbtune.errors import BadInput
@@ -366,22 +368,163 @@ class IrqbalanceBanKnob(Knob):
         content = "".join(out).encode(errors="surrogateescape")
         write_config(host, path, content, self.ident)
         if host.is_live:
-            self._restart(host, path, strict)
+            _restart(host, self.ident, path, strict)
 
-    def _restart(self, host: Host, path: str, strict: bool) -> None:
-        """`systemctl try-restart` so a running irqbalance reads the new ban. A daemon still
-        running under the same PID afterwards (no systemd, or one started by hand) keeps its
-        old ban and moves IRQs onto the CPUs just banned: with `strict` that is a KnobError,
-        so the apply is rolled back instead of reported as done."""
-        pid = find_process(host.fs, "irqbalance")
-        res = host.runner.run(["systemctl", "try-restart", _UNIT])
-        if not strict or pid is None or find_process(host.fs, "irqbalance") != pid:
+
+def _restart(host: Host, ident: str, path: str, strict: bool) -> None:
+    """`systemctl try-restart` so a running irqbalance reads its changed environment file. A
+    daemon still running under the same PID afterwards (no systemd, or one started by hand)
+    keeps its old settings and moves IRQs onto the CPUs just banned: with `strict` that is a
+    KnobError, so the apply is rolled back instead of reported as done."""
+    pid = find_process(host.fs, "irqbalance")
+    res = host.runner.run(["systemctl", "try-restart", _UNIT])
+    if not strict or pid is None or find_process(host.fs, "irqbalance") != pid:
+        return
+    detail = (res.stderr or res.stdout).strip().splitlines()
+    why = detail[-1] if not res.ok and detail else "it is not the service's process"
+    raise KnobError(
+        f"{ident}: {path} written, but the running irqbalance (pid {pid}) was not "
+        f"restarted by systemctl try-restart ({why}) and would keep balancing IRQs onto "
+        "the CPUs to ban: stop it (or restart it through its service manager) and apply "
+        "again"
+    )
+
+
+_ARGS_LINE = re.compile(
+    r"^(?P<pre>\s*(?:export\s+)?)IRQBALANCE_ARGS(?P<eq>\s*=\s*)(?P<val>[^\r\n]*?)(?P<nl>\r?\n?)$"
+)
+
+
+def _args_banned(words: list[str]) -> tuple[list[str], list[int]]:
+    """Split irqbalance arguments into the others and the IRQs of `--banirq=N`,
+    `--banirq N` and `-i N`."""
+    rest: list[str] = []
+    irqs: list[int] = []
+    i = 0
+    while i < len(words):
+        w, step = words[i], 1
+        value: Optional[str] = None
+        if w.startswith("--banirq="):
+            value = w.split("=", 1)[1]
+        elif w in ("--banirq", "-i") and i + 1 < len(words):
+            value, step = words[i + 1], 2
+        elif w.startswith("-i") and w[2:].isdigit():
+            value = w[2:]
+        if value is not None and value.isdigit():
+            irqs.append(int(value))
+        else:
+            rest.extend(words[i : i + step])
+        i += step
+    return rest, irqs
+
+
+def _split(val: str) -> Optional[list[str]]:
+    """The arguments of an `IRQBALANCE_ARGS=` value: unquoted, then split on white space as
+    systemd expands `$IRQBALANCE_ARGS`."""
+    try:
+        return " ".join(shlex.split(val, comments=True)).split()
+    except ValueError:
+        return None
+
+
+class IrqbalanceBanIrqKnob(Knob):
+    """The IRQs irqbalance must not move: `--banirq=N` words in `IRQBALANCE_ARGS` of its
+    environment file (Debian's unit runs `irqbalance --foreground $IRQBALANCE_ARGS`).
+
+    A CPU ban only keeps irqbalance from *placing* IRQs on those CPUs; it still moves the IRQs
+    lbtune pinned there (irqbalance 1.9.2). lbtune therefore bans the IRQs it pins as well.
+    The value is the sorted IRQ list (`27,28`), "" = none. Writing replaces the `--banirq`
+    words of the first uncommented `IRQBALANCE_ARGS` line and keeps the other arguments; a
+    file without one gets `IRQBALANCE_ARGS="--banirq=N ..."` appended, and writing "" removes
+    a line left with no argument, so a rollback restores such a file byte for byte. A running
+    irqbalance is restarted as for `irqbalance_ban`.
+    """
+
+    kind = "irqbalance_banirq"
+
+    def __init__(self, obj: str) -> None:
+        if obj != "banned_irqs":
+            raise BadInput(f"{self.kind} {obj!r}: the only object is 'banned_irqs'")
+        super().__init__(obj)
+
+    @staticmethod
+    def _parse(value: str, what: str) -> list[int]:
+        words = [w for w in value.replace(",", " ").split() if w]
+        if not all(w.isdigit() and w.isascii() and len(w) <= 7 for w in words):
+            raise BadInput(f"{what}: {value!r}: expected IRQ numbers like '24,25'")
+        return sorted({int(w) for w in words})
+
+    def normalize(self, value: str) -> str:
+        try:
+            return ",".join(str(n) for n in self._parse(value, self.ident))
+        except BadInput:
+            return " ".join(value.split())
+
+    def read(self, host: Host) -> Optional[str]:
+        path = IrqbalanceBanKnob.config_file(host)
+        if path is None:
+            return None
+        text = (host.fs.read_bytes(path) or b"").decode(errors="replace")
+        for line in text.splitlines(True):
+            m = _ARGS_LINE.match(line)
+            if m:
+                words = _split(m.group("val")) or []
+                return ",".join(str(n) for n in sorted(set(_args_banned(words)[1])))
+        return ""
+
+    def check(self, host: Host, value: str) -> None:
+        self._parse(value, self.ident)
+
+    def write(self, host: Host, value: str) -> None:
+        self._write(host, value, strict=True)
+
+    def restore(self, host: Host, original: Optional[str]) -> None:
+        """Put the file back; as for `irqbalance_ban`, a daemon that cannot be restarted is
+        not an error here."""
+        if original is not None:
+            self._write(host, original, strict=False)
+
+    def _write(self, host: Host, value: str, strict: bool) -> None:
+        try:
+            irqs = self._parse(value, self.ident)
+        except BadInput as e:
+            raise KnobError(str(e)) from None
+        path = IrqbalanceBanKnob.config_file(host)
+        if path is None:
+            raise KnobError(f"{self.ident}: no irqbalance configuration file")
+        ban = [f"--banirq={n}" for n in irqs]
+        original = (host.fs.read_bytes(path) or b"").decode(errors="surrogateescape")
+        out: list[str] = []
+        done = False
+        for line in original.splitlines(True):
+            m = _ARGS_LINE.match(line)
+            if m is None or done:
+                out.append(line)
+                continue
+            done = True
+            words = _split(m.group("val"))
+            if words is None:
+                raise KnobError(f"{self.ident}: {path}: IRQBALANCE_ARGS is not parseable")
+            rest, had = _args_banned(words)
+            if sorted(set(had)) == irqs:
+                out.append(line)  # unchanged: keep its bytes
+                continue
+            args = rest + ban
+            if not args:
+                continue  # nothing left: the line goes
+            if any(re.search(r"[\s\"'\\$`]", w) for w in args):
+                raise KnobError(
+                    f"{self.ident}: {path}: IRQBALANCE_ARGS has quoting lbtune keeps away from"
+                )
+            quoted = " ".join(args)
+            out.append(f'{m.group("pre")}IRQBALANCE_ARGS{m.group("eq")}"{quoted}"{m.group("nl")}')
+        if not done and ban:
+            if out and not out[-1].endswith("\n"):
+                out[-1] += "\n"
+            out.append(f'IRQBALANCE_ARGS="{" ".join(ban)}"\n')
+        content = "".join(out).encode(errors="surrogateescape")
+        if content == original.encode(errors="surrogateescape"):
             return
-        detail = (res.stderr or res.stdout).strip().splitlines()
-        why = detail[-1] if not res.ok and detail else "it is not the service's process"
-        raise KnobError(
-            f"{self.ident}: {path} written, but the running irqbalance (pid {pid}) was not "
-            f"restarted by systemctl try-restart ({why}) and would keep balancing IRQs onto "
-            "the CPUs to ban: stop it (or restart it through its service manager) and apply "
-            "again"
-        )
+        write_config(host, path, content, self.ident)
+        if host.is_live:
+            _restart(host, self.ident, path, strict)

@@ -343,11 +343,27 @@ class _Resolver:
                 "leave at least one housekeeping CPU"
             )
 
+    def ban_pinned_irqs(self) -> None:
+        """With `irqbalance.ban`, irqbalance must also leave alone the IRQs this profile pins:
+        a CPU ban only keeps it from placing IRQs there, it still moves the pinned ones off
+        (irqbalance 1.9.2, tests/vm/test_vm_irqbalance.py). So every `irq_affinity` IRQ is
+        banned too (`--banirq`, knob `irqbalance_banirq`), next to the CPU ban."""
+        bans = [t for t in self.targets if t.knob.kind == "irqbalance_ban"]
+        pinned = sorted({int(t.knob.obj) for t in self.targets if t.knob.kind == "irq_affinity"})
+        if not bans or not pinned:
+            return
+        from lbtune.tune import knobs as k
+
+        s = self.p.irqbalance["ban"]
+        value = ",".join(str(n) for n in pinned)
+        self.add(k.IrqbalanceBanIrqKnob("banned_irqs"), value, s, "irqbalance.ban")
+
     def run(self) -> list[Target]:
         self.sysctl()
         self.governor()
         self.irqbalance()
         self.nics()
+        self.ban_pinned_irqs()
         self.cmdline()
         return self.targets
 

@@ -83,6 +83,10 @@ def test_lb_dr_nic_and_irq_targets(dell: HostInventory) -> None:
     }
     ban = _by_kind(targets, "irqbalance_ban")["banned_cpus"]
     assert ban.value == "2-23,26-47"  # data cores + the already isolated CPUs
+    # and the pinned IRQs themselves: a CPU ban does not stop irqbalance moving them
+    banirq = _by_kind(targets, "irqbalance_banirq")["banned_irqs"]
+    assert banirq.value == ",".join(str(96 + i) for i in range(48))
+    assert banirq.key == "irqbalance.ban"
     # order: sysctls, irqbalance, then channels before IRQ placement, RPS and XPS
     kinds = [t.knob.kind for t in targets]
     first = {k: kinds.index(k) for k in set(kinds)}

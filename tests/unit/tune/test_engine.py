@@ -302,3 +302,41 @@ def test_lbtune_command_names_root_and_netns(tmp_path):
     assert lbtune_command(Host(HostFS(str(tmp_path))), "rollback") == (
         f"lbtune --root {tmp_path} rollback"
     )
+
+
+def test_rollback_restores_channels_before_the_queue_irq_affinities(tmp_path, monkeypatch):
+    """virtio_net places every queue IRQ again when the channel count changes: rollback must
+    restore the channels first, or the affinities it restored before end at the driver's
+    placement (found in the VM tier, tests/vm/test_vm_irqbalance.py)."""
+    from lbtune.tune.knobs.irq import IrqAffinityKnob
+    from lbtune.tune.knobs.nic import ChannelsKnob
+    from tests.conftest import KVM, copy_host
+
+    root = copy_host(tmp_path, KVM)
+    host = Host.open(str(root))
+    irqs = {n: root / f"proc/irq/{n}/smp_affinity_list" for n in (27, 28, 29)}
+    eth = host.ethtool
+    set_channels = eth.set_channels
+
+    def driver_set_channels(dev, **kw):  # the driver's placement: every IRQ on CPU 3
+        set_channels(dev, **kw)
+        for path in irqs.values():
+            path.write_text("3\n")
+
+    monkeypatch.setattr(eth, "set_channels", driver_set_channels)
+    before = {n: p.read_bytes() for n, p in irqs.items()}
+    plan = make_plan(
+        host,
+        "t",
+        [
+            Target(ChannelsKnob("ens3:combined"), "2", "fewer queues", "nic.channels"),
+            *(Target(IrqAffinityKnob(str(n)), "2", "pin", "nic.irq") for n in irqs),
+        ],
+    )
+    assert [c.knob.kind for c in plan.to_apply] == ["channels"] + ["irq_affinity"] * 3
+    st = StateDir(host, override=str(tmp_path / "state"))
+    engine.apply_plan(host, plan, st)
+    assert {p.read_text() for p in irqs.values()} == {"2\n"}
+    engine.rollback(host, st)
+    assert {n: p.read_bytes() for n, p in irqs.items()} == before
+    assert host.ethtool.channels("ens3").combined == 4  # type: ignore[union-attr]

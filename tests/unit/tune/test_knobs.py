@@ -15,6 +15,7 @@ import pytest
 from lbtune.errors import BadInput
 from lbtune.host.ethtool import EthtoolIoctlError, RecordedEthtool
 from lbtune.host.host import Host
+from lbtune.host.irqbalance import discover_irqbalance
 from lbtune.host.runner import CommandResult, CommandRunner
 from lbtune.tune.knob import Knob, KnobError
 from lbtune.tune.knobs import (
@@ -22,6 +23,7 @@ from lbtune.tune.knobs import (
     CmdlineKnob,
     GovernorKnob,
     IrqAffinityKnob,
+    IrqbalanceBanIrqKnob,
     IrqbalanceBanKnob,
     IrqbalanceKnob,
     RingKnob,
@@ -507,6 +509,48 @@ class RestartRunner(RecordingRunner):
             err = "System has not been booted with systemd as init system (PID 1).\nHost is down\n"
             return CommandResult(tuple(argv), 1, "", err)
         return CommandResult(tuple(argv), 0, "", "")
+
+
+def test_irqbalance_banirq_edits_the_args_line_and_restores_it(root: pathlib.Path, host: Host):
+    conf = root / "etc/default/irqbalance"
+    before = conf.read_bytes()
+    knob = IrqbalanceBanIrqKnob("banned_irqs")
+    assert knob.read(host) == "62"  # IRQBALANCE_ARGS="--banirq=62", no newline at the end
+    assert knob.same("97, 96", "96,97")
+    original = round_trip(knob, host, "96,97")
+    after = conf.read_bytes()
+    assert after.splitlines()[:-1] == before.splitlines()[:-1]
+    assert after.splitlines()[-1] == b'IRQBALANCE_ARGS="--banirq=96 --banirq=97"'
+    knob.restore(host, original)
+    assert conf.read_bytes() == before
+    for bad in ("x", "1-3", "-1"):
+        with pytest.raises(BadInput):
+            knob.check(host, bad)
+
+
+def test_irqbalance_banirq_keeps_other_args_and_appends_or_removes_its_line(
+    tmp_path: pathlib.Path,
+) -> None:
+    root = copy_tree(tmp_path, KVM)
+    conf = root / "etc/default/irqbalance"
+    conf.parent.mkdir(parents=True)
+    debian = "# irqbalance\n#IRQBALANCE_ARGS=\n"
+    conf.write_text(debian)
+    host = Host.open(str(root))
+    knob = IrqbalanceBanIrqKnob("banned_irqs")
+    assert knob.read(host) == ""
+    knob.write(host, "27,28")
+    assert conf.read_text() == debian + 'IRQBALANCE_ARGS="--banirq=27 --banirq=28"\n'
+    assert discover_irqbalance(host.fs).banned_irqs == {27, 28}
+    knob.restore(host, "")
+    assert conf.read_text() == debian  # byte for byte
+    conf.write_text("export IRQBALANCE_ARGS='--journal -i 5 --banirq 6'\n")
+    assert knob.read(host) == "5,6"
+    knob.write(host, "7")
+    assert conf.read_text() == 'export IRQBALANCE_ARGS="--journal --banirq=7"\n'
+    knob.write(host, "")
+    assert conf.read_text() == 'export IRQBALANCE_ARGS="--journal"\n'
+    assert knob.read(host) == ""
 
 
 @pytest.mark.parametrize("mode", ["fail", "inactive"])
