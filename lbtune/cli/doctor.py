@@ -34,13 +34,42 @@ def lab_capability() -> object:
     return Capability("UML lab kernel", True, detail, "", "lab")
 
 
+def vm_capability() -> object:
+    """Whether the VM lab (Debian's kernel under qemu) can boot here, without booting it: the
+    prepared kernel, qemu, root, /dev/net/tun, the accelerator the KVM probe chose, and what
+    the last boot saw (multi-queue, drivers); it says what only a boot would prove."""
+    from lbtune.host.capabilities import Capability
+    from lbtune.lab.vm import vm_lab_status
+
+    st = vm_lab_status()
+    name = "VM lab (qemu)"
+    if not st["available"]:
+        return Capability(name, False, st["problem"], st["fix"], "lab")
+    parts = [f"kernel {st['kernel']}", f"accelerator: {st['accelerator']}"]
+    last = st.get("last_boot")
+    if last:
+        nics = last.get("nics") or {}
+        nic_text = ", ".join(
+            f"{n} {v.get('driver')} {v.get('rx_queues')} queues" for n, v in sorted(nics.items())
+        )
+        parts.append(
+            f"last boot {last.get('when')}: {last.get('cpus')} CPUs on "
+            f"{len(last.get('nodes') or {})} nodes, {nic_text}, {last.get('accelerator')}, "
+            f"{last.get('boot_seconds')} s"
+        )
+    else:
+        parts.append("never booted here: multi-queue and drivers not seen yet")
+    parts.append(f"not checked: {st['unchecked']}")
+    return Capability(name, True, "; ".join(parts), "", "lab")
+
+
 @click.command("doctor")
 @click.option("--no-compile", is_flag=True, help="Skip compiling a test BPF program.")
 @common_options
 @click.pass_context
 def command(ctx: click.Context, no_compile: bool) -> int:
     """Say what this host can do: root, BPF/bcc, headers, tracefs and tracepoints, BTF,
-    kprobes, IPVS, sock_diag, ethtool per NIC, and the UML lab. Changes nothing."""
+    kprobes, IPVS, sock_diag, ethtool per NIC, the UML lab and the VM lab. Changes nothing."""
     from lbtune.host.capabilities import check_host
 
     s = runtime_of(ctx)
@@ -49,6 +78,7 @@ def command(ctx: click.Context, no_compile: bool) -> int:
         raise BadInput("doctor inspects the running machine; it does not take --root")
     caps = check_host(host, compile_probe=not no_compile)
     caps.append(lab_capability())  # type: ignore[arg-type]
+    caps.append(vm_capability())  # type: ignore[arg-type]
     if s.json:
         emit_json({"netns": s.netns, "capabilities": caps})
         return 0

@@ -1,6 +1,6 @@
 """Host side of `lbtune lab run`: boot the lab kernel, run the scenario in it, report progress.
 
-`run_lab(config, on_step)` boots User-Mode Linux (lbtune.lab.uml), calls
+`run_lab(config, on_step)` boots User-Mode Linux (the UML Guest, lbtune.lab.guestapi), calls
 `lbtune.lab.scenario:guest_run` inside it and returns the `ScenarioResult`; the guest's
 progress lines reach `on_step` while it runs. When a lab is up (`lbtune lab up`,
 lbtune.lab.session), the scenario runs in that guest instead, without a boot.
@@ -17,9 +17,10 @@ import dataclasses
 from typing import Optional
 
 from lbtune.host.signals import interruptible
+from lbtune.lab.guestapi import UmlGuest
 from lbtune.lab.progress import ProgressCallback, ProgressReader
 from lbtune.lab.scenario import ScenarioConfig, ScenarioResult, result_from_json
-from lbtune.lab.uml import LabKernel, run_in_lab
+from lbtune.lab.uml import LabKernel
 
 GUEST_TARGET = "lbtune.lab.scenario:guest_run"
 BOOT_BUDGET = 300.0  # seconds for boot, set-up, checks and teardown around the load
@@ -43,7 +44,7 @@ def run_lab(
         return result_from_json(session.request_run(payload, on_step, run_timeout(config)))
     reader = ProgressReader(on_step or (lambda step: None))
     with interruptible():
-        res = run_in_lab(
-            GUEST_TARGET, payload, timeout=run_timeout(config), kernel=kernel, watch=reader.poll
+        value = UmlGuest(kernel).call(
+            GUEST_TARGET, [payload], timeout=run_timeout(config), watch=reader.poll
         )
-    return result_from_json(res.value)
+    return result_from_json(value)

@@ -23,7 +23,7 @@ overlay whose upper directory is a host directory shared writable over a second 
 (so what the guest writes - /etc, /var/lib/lbtune - survives a guest reboot, and only that
 guest's state directory on the host changes); tmpfs on /tmp and /run; the kernel's full module
 tree over /lib/modules/<ver>; the run's work directory at its host path (third 9p export).
-A guest agent (lbtune.lab.vmagent) serves the host's requests through that work directory.
+A guest agent (lbtune.lab.agent) serves the host's requests through that work directory.
 
 Cleanup on every exit path (normal, exception, KeyboardInterrupt): the qemu process group is
 SIGKILLed and reaped, the network namespace deleted, work and state directories removed
@@ -47,7 +47,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from lbtune.lab.uml import ENV_KEEP, LabError, LabTimeout, LabUnavailable
+from lbtune.lab.guestapi import Guest
+from lbtune.lab.uml import (
+    ENV_KEEP,
+    WATCH_INTERVAL,
+    LabError,
+    LabTimeout,
+    LabUnavailable,
+    Watch,
+    _guest_pythonpath,
+)
 
 ENV_CACHE = "LBTUNE_VM_CACHE"
 ENV_ACCEL = "LBTUNE_VM_ACCEL"
@@ -57,8 +66,11 @@ CPUS = 4
 NODES = ((0, "0-1"), (1, "2-3"))
 MEM_PER_NODE_MB = 1024
 QUEUES = 4
+STATE_DISK_SIZE = "4G"  # sparse: the guest's writes only
 BOOT_TIMEOUT = 300.0  # TCG on 2 shared cores: ~7 s alone, much more under load
 KVM_PROBE_TIMEOUT = 40.0
+OWNER = "owner.json"  # in a work directory: who runs it (reap_stale)
+LAST_BOOT = "last-boot.json"  # in the cache: what the most recent boot saw (lbtune doctor)
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _9P = "trans=virtio,version=9p2000.L,msize=262144"
 
@@ -123,11 +135,13 @@ def render_stage1(image: VmImage, workdir: str) -> str:
     mods = image.modules_dir
     return f"""\
 echo "lbtune-vm: stage1"
-mount -t 9p -o {_9P},ro,cache=loose host /mnt/lower || {{ echo "lbtune-vm: no host share"; poweroff -f; }}
-mount -t 9p -o {_9P} state /mnt/upper || {{ echo "lbtune-vm: no state share"; poweroff -f; }}
+fail() {{ echo "lbtune-vm: $1"; poweroff -f; }}
+mount -t 9p -o {_9P},ro,cache=loose host /mnt/lower || fail "no host share"
+mount -t ext4 /dev/vda /mnt/upper || fail "no state disk"
 mkdir -p /mnt/upper/upper /mnt/upper/work
-mount -t overlay overlay -o userxattr,lowerdir=/mnt/lower,upperdir=/mnt/upper/upper,workdir=/mnt/upper/work \\
-  /newroot || {{ echo "lbtune-vm: overlay failed"; poweroff -f; }}
+mount -t overlay overlay \\
+  -o lowerdir=/mnt/lower,upperdir=/mnt/upper/upper,workdir=/mnt/upper/work \\
+  /newroot || fail "overlay failed"
 mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
 mount -t tmpfs -o mode=755 tmpfs /newroot/run
 mkdir -p /newroot/lib/modules/{q(image.version)} /newroot{q(workdir)}
@@ -140,12 +154,16 @@ exec switch_root /newroot /bin/sh {q(workdir)}/stage2.sh
 """
 
 
-def render_stage2(workdir: str, venv_bin: str, python: str) -> str:
-    """Root stage (the host's /bin/sh): kernel filesystems, then the agent; off or reboot."""
+def render_stage2(
+    workdir: str, venv_bin: str, python: str, pythonpath: Sequence[str] = (), cwd: str = "/"
+) -> str:
+    """Root stage (the host's /bin/sh): kernel filesystems, then the agent; off or reboot.
+    The agent's commands get the caller's PATH-to-venv, PYTHONPATH and working directory."""
     q = shlex.quote
     path = f"{venv_bin}:{GUEST_PATH}"
     return f"""\
 export PATH={q(path)} HOME=/root LANG=C.UTF-8 LBTUNE_IN_VM=1 PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH={q(":".join(pythonpath))} PYTHONUNBUFFERED=1
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
@@ -157,8 +175,8 @@ mkdir -p /run/netns /var/lib/lbtune
 hostname lbtune-vm
 ip link set lo up
 echo "lbtune-vm: stage2 $(cat /proc/uptime)"
-cd /
-{q(python)} -m lbtune.lab.vmagent {q(workdir)} > {q(workdir)}/agent.log 2>&1
+cd {q(cwd)} 2>/dev/null || cd /
+{q(python)} -m lbtune.lab.agent {q(workdir)} > {q(workdir)}/agent.log 2>&1
 echo "lbtune-vm: agent exited $?"
 sync
 if [ "$(cat {q(workdir)}/reboot 2>/dev/null)" = 1 ]; then
@@ -173,7 +191,7 @@ def qemu_argv(
     image: VmImage,
     accel: str,
     workdir: str,
-    statedir: str,
+    state_disk: str,
     console: str,
     cmdline_extra: Sequence[str] = (),
     nics: bool = True,
@@ -216,9 +234,11 @@ def qemu_argv(
         "-virtfs",
         "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
         "-virtfs",
-        f"local,path={statedir},mount_tag=state,security_model=none,multidevs=remap",
-        "-virtfs",
         f"local,path={workdir},mount_tag=work,security_model=none,multidevs=remap",
+        "-drive",
+        f"file={state_disk},format=raw,if=none,id=state,cache=unsafe",
+        "-device",
+        "virtio-blk-pci,drive=state",
     ]
     if nics:
         argv += [
@@ -290,11 +310,92 @@ def probe_kvm(image: VmImage) -> tuple[str, str]:
     return "kvm", f"a KVM probe boot reached the guest agent in {g.boot_seconds:.1f} s"
 
 
+# --------------------------------------------------------------------------- leftovers
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale(directory: Optional[str] = None) -> list[str]:
+    """Clean up after VM guests whose supervisor died (kill -9 of a test run): kill the qemu
+    process group, delete the netns, remove the work directory and state disk. Returns the
+    work directories removed. A guest whose supervisor lives is left alone."""
+    removed: list[str] = []
+    base = Path(directory or tempfile.gettempdir())
+    for wd in sorted(base.glob("lbtune-vm.*")):
+        if not wd.is_dir():
+            continue
+        try:
+            owner = json.loads((wd / OWNER).read_text(encoding="utf-8"))
+            supervisor, qemu, netns = int(owner["supervisor"]), int(owner["qemu"]), owner["netns"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # booting right now, or not ours to judge
+        if _pid_alive(supervisor):
+            continue
+        try:  # the qemu we started still runs with our work directory on its command line
+            cmdline = Path(f"/proc/{qemu}/cmdline").read_bytes()
+        except OSError:
+            cmdline = b""
+        if str(wd).encode() in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(qemu, signal.SIGKILL)
+        if isinstance(netns, str) and netns.startswith("lbtune-vm-"):
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+        shutil.rmtree(wd, ignore_errors=True)
+        wd.with_name(wd.name + ".state.img").unlink(missing_ok=True)
+        removed.append(str(wd))
+    return removed
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+def vm_lab_status() -> dict[str, Any]:
+    """What can be said about the VM lab without booting it (for `lbtune doctor`): the image,
+    qemu, /dev/kvm, the cached KVM probe and the last boot's facts; ``unchecked`` names what
+    only a boot proves. ``available`` is False with ``problem`` and ``fix`` when it cannot run."""
+    out: dict[str, Any] = {"available": False, "problem": "", "fix": "make setup (as root)"}
+    try:
+        image = find_vm_image()
+        out["kernel"] = image.version
+        out["qemu"] = find_qemu()
+        _check_host()
+    except LabUnavailable as exc:
+        out["problem"] = str(exc)
+        return out
+    out["available"] = True
+    out["kvm_device"] = _kvm_usable_device()
+    out["tun_device"] = os.path.exists("/dev/net/tun")
+    try:
+        probe = json.loads((Path(cache_dir()) / "kvm-probe.json").read_text(encoding="utf-8"))
+        out["accelerator"] = f"{probe['accel']} ({probe['reason']})"
+    except (OSError, ValueError, KeyError):
+        out["accelerator"] = "not probed yet (the first boot probes KVM, else TCG)"
+    try:
+        out["last_boot"] = json.loads((Path(cache_dir()) / LAST_BOOT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        out["last_boot"] = None
+    out["unchecked"] = "a boot (doctor boots nothing): multi-queue and drivers as last seen"
+    if not out["tun_device"]:
+        out["available"] = False
+        out["problem"] = "/dev/net/tun missing: no tap for the guest's NICs"
+    return out
+
+
 # --------------------------------------------------------------------------- the guest
 
 
-class VmGuest:
+class VmGuest(Guest):
     """A running VM lab guest; use ``VmGuest.boot()`` as a context manager."""
+
+    backend = "vm"
 
     def __init__(self, image: VmImage, accel: str, accel_reason: str, nics: bool) -> None:
         self.image = image
@@ -303,8 +404,7 @@ class VmGuest:
         self.nics = nics
         self.qemu = find_qemu()
         self.workdir = Path(tempfile.mkdtemp(prefix="lbtune-vm."))
-        self.statedir = self.workdir.with_name(self.workdir.name + ".state")
-        self.statedir.mkdir(mode=0o700)
+        self.state_disk = self.workdir.with_name(self.workdir.name + ".state.img")
         self.netns = f"lbtune-vm-{secrets.token_hex(4)}"
         self.proc: Optional[subprocess.Popen[bytes]] = None
         self.boots = 0
@@ -323,6 +423,7 @@ class VmGuest:
         _check_host()
         image = find_vm_image()
         find_qemu()
+        reap_stale()
         accel, reason = choose_accel(image)
         return cls._start(image, accel, cmdline_extra, timeout, accel_reason=reason)
 
@@ -339,6 +440,7 @@ class VmGuest:
     ) -> VmGuest:
         g = cls(image, accel, accel_reason, nics)
         try:
+            g._make_state_disk()
             if nics:
                 g._make_netns()
             g._launch(tuple(cmdline_extra), timeout)
@@ -354,6 +456,30 @@ class VmGuest:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.close(failed=exc_type is not None)
+
+    def _make_state_disk(self) -> None:
+        """The overlay's upper layer: an ext4 image file (sparse) kept across guest reboots.
+        Not a 9p share: overlayfs cannot make whiteouts there (deleting a host file fails
+        with ENXIO) nor keep its xattrs, both measured on this qemu/kernel pair."""
+        mke2fs = shutil.which("mke2fs") or "/sbin/mke2fs"
+        proc = subprocess.run(
+            [
+                mke2fs,
+                "-q",
+                "-F",
+                "-t",
+                "ext4",
+                "-L",
+                "lbtune-vm",
+                str(self.state_disk),
+                STATE_DISK_SIZE,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise LabUnavailable(f"cannot make the VM state disk: {proc.stderr.strip()}")
 
     def _make_netns(self) -> None:
         _run_ip("netns", "add", self.netns)
@@ -385,14 +511,15 @@ class VmGuest:
         venv_bin = os.path.dirname(sys.executable)
         (self.workdir / "stage1.sh").write_text(render_stage1(self.image, wd), encoding="utf-8")
         (self.workdir / "stage2.sh").write_text(
-            render_stage2(wd, venv_bin, sys.executable), encoding="utf-8"
+            render_stage2(wd, venv_bin, sys.executable, _guest_pythonpath(), os.getcwd()),
+            encoding="utf-8",
         )
         argv = qemu_argv(
             self.qemu,
             self.image,
             self.accel,
             wd,
-            str(self.statedir),
+            str(self.state_disk),
             str(self.console_path),
             cmdline_extra,
             self.nics,
@@ -411,6 +538,8 @@ class VmGuest:
             )
         finally:
             log.close()
+        owner = {"supervisor": os.getpid(), "qemu": self.proc.pid, "netns": self.netns}
+        (self.workdir / OWNER).write_text(json.dumps(owner), encoding="utf-8")
         ready = self.workdir / "ready.json"
         deadline = start + timeout
         while not ready.exists():
@@ -423,6 +552,16 @@ class VmGuest:
             time.sleep(0.1)
         self.boot_seconds = time.monotonic() - start
         self.facts = json.loads(ready.read_text(encoding="utf-8"))
+        self._record_boot()
+
+    def _record_boot(self) -> None:
+        """What this boot saw, for `lbtune doctor` (the cache's last-boot.json)."""
+        record = {**self.describe(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        path = Path(cache_dir()) / LAST_BOOT
+        with contextlib.suppress(OSError):
+            tmp = path.with_name(f".{LAST_BOOT}.{os.getpid()}")
+            tmp.write_text(json.dumps(record), encoding="utf-8")
+            os.replace(tmp, path)
 
     def _boot_failure(self, what: str) -> str:
         tail = "\n".join(self.console().splitlines()[-15:])
@@ -466,7 +605,7 @@ class VmGuest:
                 subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, check=False)
             if not (failed and self.kept):
                 shutil.rmtree(self.workdir, ignore_errors=True)
-                shutil.rmtree(self.statedir, ignore_errors=True)
+                self.state_disk.unlink(missing_ok=True)
 
     def reboot(self, cmdline_extra: Sequence[str] = (), timeout: float = BOOT_TIMEOUT) -> None:
         """A real guest reboot (sync, ``reboot -f``); qemu then starts again with this kernel
@@ -494,16 +633,24 @@ class VmGuest:
         os.replace(tmp, self.workdir / "req" / f"{rid}.json")
         return rid
 
-    def _answer(self, rid: str, timeout: float) -> dict[str, Any]:
+    def _answer(self, rid: str, timeout: float, watch: Optional[Watch] = None) -> dict[str, Any]:
         path = self.workdir / "res" / f"{rid}.json"
+        calldir = self.workdir / "calls" / rid
         deadline = time.monotonic() + timeout
+        last_watch = 0.0
         while not path.exists():
             self._alive()
             if time.monotonic() > deadline:
                 raise LabError(f"the VM guest did not answer request {rid} in {timeout:g} s")
+            if watch is not None and time.monotonic() - last_watch >= WATCH_INTERVAL:
+                watch(calldir)
+                last_watch = time.monotonic()
             time.sleep(0.05)
+        if watch is not None:
+            watch(calldir)  # the last lines the target wrote
         out: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         path.unlink()
+        shutil.rmtree(calldir, ignore_errors=True)
         if "error" in out and "ok" not in out:
             raise LabError(f"VM guest agent: {out['error']}")
         return out
@@ -528,9 +675,11 @@ class VmGuest:
         args: Sequence[Any] = (),
         timeout: float = 300,
         netns: Optional[str] = None,
+        watch: Optional[Watch] = None,
     ) -> Any:
         """Call ``target(*args)`` ("pkg.mod:func") in a guest Python process; its JSON value,
-        or LabError carrying the guest traceback."""
+        or LabError carrying the guest traceback. ``watch(directory)`` is called while it
+        runs with the directory the target finds in ``$LBTUNE_LAB_WORKDIR``."""
         from lbtune.lab.guest import split_target
 
         split_target(target)
@@ -544,7 +693,7 @@ class VmGuest:
                 "netns": netns,
             }
         )
-        out = self._answer(rid, timeout + 30)
+        out = self._answer(rid, timeout + 30, watch)
         if not out.get("ok"):
             raise LabError(
                 f"{target} failed in the VM guest: {out.get('error')}",

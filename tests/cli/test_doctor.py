@@ -128,3 +128,41 @@ def test_doctor_text_has_no_trailing_spaces(cli):
     lines = r.stdout.splitlines()
     assert len(lines) > 10
     assert [line for line in lines if line != line.rstrip()] == []
+
+
+def _fake_vm_cache(tmp_path, monkeypatch, version="6.1.0-99-amd64"):  # type: ignore[no-untyped-def]
+    d = tmp_path / "vm" / version
+    d.mkdir(parents=True)
+    for name in ("vmlinuz", "initrd.img", "ready"):
+        (d / name).write_text("x")
+    (tmp_path / "vm" / "current").write_text(version + "\n")
+    monkeypatch.setenv("LBTUNE_VM_CACHE", str(tmp_path / "vm"))
+    return tmp_path / "vm"
+
+
+def test_vm_lab_without_a_prepared_image_says_how_to_get_one(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("LBTUNE_VM_CACHE", str(tmp_path / "empty"))
+    vm = _caps(cli)["VM lab (qemu)"]
+    assert not vm["available"]
+    assert "scripts/vm-image.sh" in vm["detail"] and "make setup" in vm["fix"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the VM lab needs root")
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu not installed")
+def test_vm_lab_reports_kernel_accelerator_and_what_the_last_boot_saw(cli, tmp_path, monkeypatch):
+    import json
+
+    cache = _fake_vm_cache(tmp_path, monkeypatch)
+    vm = _caps(cli)["VM lab (qemu)"]
+    assert vm["available"], vm
+    assert "kernel 6.1.0-99-amd64" in vm["detail"]
+    assert "never booted here" in vm["detail"] and "not checked: a boot" in vm["detail"]
+    (cache / "kvm-probe.json").write_text(json.dumps(
+        {"key": "k", "accel": "tcg", "reason": "a KVM probe boot failed (hang)"}))
+    nics = {"eth0": {"driver": "virtio_net", "rx_queues": 4, "tx_queues": 4}}
+    (cache / "last-boot.json").write_text(json.dumps(
+        {"when": "2026-11-27T04:00:00Z", "cpus": 4, "nodes": {"0": "0-1", "1": "2-3"},
+         "nics": nics, "accelerator": "tcg", "boot_seconds": 55.2}))  # fmt: skip
+    detail = _caps(cli)["VM lab (qemu)"]["detail"]
+    assert "accelerator: tcg (a KVM probe boot failed (hang))" in detail
+    assert "4 CPUs on 2 nodes, eth0 virtio_net 4 queues" in detail

@@ -4,11 +4,13 @@ a 4-queue virtio NIC and an e1000e - as lbtune itself sees it inside the guest."
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lbtune.lab.progress import DONE, START, ProgressReader, Step
 from lbtune.lab.uml import LabError
 from lbtune.lab.vm import VmGuest, find_vm_image
 
@@ -83,3 +85,37 @@ def test_describe_names_the_accelerator_and_machine(vm: VmGuest) -> None:
     assert d["nodes"] == {"0": "0-1", "1": "2-3"}
     assert d["nics"]["eth0"] == {"driver": "virtio_net", "rx_queues": 4, "tx_queues": 4}
     assert d["boot_seconds"] > 0
+
+
+def test_call_in_a_guest_netns_and_progress_reach_the_host(vm: VmGuest) -> None:
+    assert vm.run(["ip", "netns", "add", "t1"]).returncode == 0
+    try:
+        links = vm.call("socket:if_nameindex", [], netns="t1")
+        assert [name for _, name in links] == ["lo"]
+        r = vm.run(["ip", "-o", "link", "show"], netns="t1")
+        assert r.returncode == 0 and "eth0" not in r.stdout
+    finally:
+        vm.run(["ip", "netns", "del", "t1"])
+    steps: list[Step] = []
+    reader = ProgressReader(steps.append)
+    value = vm.call("tests.vm.guest_targets:report_steps", [["a", "b"]], watch=reader.poll)
+    assert [(s.name, s.state) for s in steps] == [
+        ("a", START),
+        ("a", DONE),
+        ("b", START),
+        ("b", DONE),
+    ]
+    assert value["cwd"] == os.getcwd()
+
+
+def test_reboot_keeps_what_the_guest_wrote_and_takes_the_new_cmdline(vm: VmGuest) -> None:
+    # Last in the module: the guest comes back with isolcpus=3 on its command line.
+    token = f"written-before-reboot {os.getpid()}"
+    r = vm.run(["sh", "-c", f"mkdir -p /var/lib/lbtune && echo '{token}' > /etc/lbtune-vm-test"])
+    assert r.returncode == 0, r.stderr
+    boots = vm.describe()["boots"]
+    vm.reboot(cmdline_extra=("isolcpus=3",))
+    assert vm.describe()["boots"] == boots + 1
+    assert vm.run(["cat", "/etc/lbtune-vm-test"]).stdout == f"{token}\n"
+    assert "isolcpus=3" in vm.run(["cat", "/proc/cmdline"]).stdout.split()
+    assert vm.run(["cat", "/sys/devices/system/cpu/isolated"]).stdout.strip() == "3"

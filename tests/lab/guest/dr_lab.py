@@ -75,17 +75,91 @@ class Bed:
         raise RuntimeError(f"banner server on rs{i} did not start")
 
     def close(self) -> None:
+        close_workers()
         for p in self.servers:
             p.kill()
             p.wait()
 
 
+class _Worker:
+    """A forked child that runs `lbtune --netns NS ...` calls one after another.
+
+    --netns moves a process into the namespace for good, so each such call needs a child of
+    its own; a fresh fork per call costs seconds in the one-CPU UML guest (every page the
+    CLI touches is copied on write again), one child per namespace pays that once. Requests
+    and results go over pipes, pickled.
+    """
+
+    def __init__(self) -> None:
+        req_r, req_w = os.pipe()
+        res_r, res_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # child: serve until the parent closes the request pipe
+            os.close(req_w)
+            os.close(res_r)
+            try:
+                self._serve(req_r, res_w)
+            finally:
+                os._exit(0)
+        os.close(req_r)
+        os.close(res_w)
+        self.req, self.res = os.fdopen(req_w, "wb"), os.fdopen(res_r, "rb")
+
+    @staticmethod
+    def _serve(req_r: int, res_w: int) -> None:
+        import pickle
+        import traceback
+
+        from tests.conftest import _run_here
+
+        with os.fdopen(req_r, "rb") as req, os.fdopen(res_w, "wb") as res:
+            while True:
+                try:
+                    argv = pickle.load(req)  # noqa: S301 (our own parent wrote it)
+                except EOFError:
+                    return
+                try:
+                    out: Any = ("ok", _run_here(argv))
+                except BaseException:
+                    out = ("error", traceback.format_exc())
+                pickle.dump(out, res)
+                res.flush()
+
+    def call(self, argv: list[str]) -> Any:
+        import pickle
+
+        pickle.dump(argv, self.req)
+        self.req.flush()
+        status, value = pickle.load(self.res)  # noqa: S301 (our own forked child wrote it)
+        if status != "ok":
+            raise AssertionError(f"child failed:\n{value}")
+        return value
+
+    def close(self) -> None:
+        self.req.close()
+        self.res.close()
+        os.waitpid(self.pid, 0)
+
+
+_WORKERS: dict[str, _Worker] = {}
+
+
+def close_workers() -> None:
+    while _WORKERS:
+        _WORKERS.popitem()[1].close()
+
+
 def cli(*args: str, netns: Optional[str] = None) -> dict[str, Any]:
-    """`lbtune ARGS` in-process (forked when --netns): exit code, stdout, stderr, JSON."""
+    """`lbtune ARGS` in-process (with --netns in that namespace's worker, see _Worker): exit
+    code, stdout, stderr, JSON."""
     from tests.conftest import run_cli
 
-    argv = (["--netns", netns] if netns else []) + list(args)
-    r = run_cli(*argv)
+    if netns:
+        if netns not in _WORKERS:
+            _WORKERS[netns] = _Worker()
+        r = _WORKERS[netns].call(["--netns", netns, *args])
+    else:
+        r = run_cli(*args)
     out: dict[str, Any] = {"code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr}
     try:
         out["json"] = r.json

@@ -102,6 +102,26 @@ def phase_distribution() -> dict[str, Any]:
     return out
 
 
+# requests the load answers before the first change and after each one (from 0.5 s after
+# it, as tests/lab/test_ipvs_lab.py counts): enough for its shares, at any guest speed
+PER_STEP = 200
+
+
+def _served(result: str) -> int:
+    try:
+        with open(result + ".count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def _await_requests(result: str, n: int) -> None:
+    """Until the load has answered n more requests (loadloop.py counts; a 60 s bound)."""
+    goal, deadline = _served(result) + n, time.monotonic() + 60
+    while _served(result) < goal and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def phase_under_load() -> dict[str, Any]:
     """Weight change, a new real server, and drain + remove while a client keeps going."""
     steps = [("start", {1: 1, 2: 1}), ("weight", {1: 3, 2: 1}), ("add", {1: 3, 2: 1, 3: 1}),
@@ -111,6 +131,9 @@ def phase_under_load() -> dict[str, Any]:
     cfg = write("/tmp/load.toml", config("wrr", steps[0][1], drain_timeout=15, extra=extra))
     out["start"] = cli("ipvs", "apply", cfg, "--json", netns="dir")
     stop, result = "/tmp/load.stop", "/tmp/load.json"
+    for stale in (stop, result, result + ".start", result + ".count"):
+        if os.path.exists(stale):
+            os.unlink(stale)
     load = subprocess.Popen(["ip", "netns", "exec", "cl", sys.executable,
                              os.path.join(HERE, "loadloop.py"), VIP, "80", "4", stop, result])
     marks = {}
@@ -121,13 +144,14 @@ def phase_under_load() -> dict[str, Any]:
             time.sleep(0.1)
         with open(result + ".start") as f:
             t0 = float(f.read())
-        time.sleep(2)
+        _await_requests(result, PER_STEP)
         for name, weights in steps[1:]:
             write(cfg, config("wrr", weights, drain_timeout=15, extra=extra))
             marks[name + "_start"] = time.monotonic() - t0
             out[name] = cli("ipvs", "apply", cfg, "--json", netns="dir")
             marks[name + "_done"] = time.monotonic() - t0
-            time.sleep(2)
+            time.sleep(0.5)
+            _await_requests(result, PER_STEP)
     finally:
         write(stop, "")
         load.wait(timeout=60)

@@ -2,7 +2,8 @@
 
 `python loadloop.py ADDR PORT THREADS STOPFILE OUTFILE`: each thread connects, sends an
 HTTP/1.0 GET, reads the reply (`server ADDRESS`) and records who answered and when, until
-STOPFILE exists; then the totals, failures and a timeline go to OUTFILE as JSON.
+STOPFILE exists; then the totals, failures and a timeline go to OUTFILE as JSON. Every
+PROGRESS requests the count so far goes to OUTFILE.count (the controller waits on it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 ADDR, PORT, THREADS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 STOP, OUT = sys.argv[4], sys.argv[5]
 FAMILY = socket.AF_INET6 if ":" in ADDR else socket.AF_INET
+PROGRESS = 25
 lock = threading.Lock()
 # (start time, server or "error: ...", client port, seconds it took)
 events: list[tuple[float, str, int, float]] = []
@@ -59,6 +61,10 @@ def worker() -> None:
         who, port = one()
         with lock:
             events.append((t, who, port, time.monotonic() - start - t))
+            if len(events) % PROGRESS == 0:
+                with open(OUT + ".count.tmp", "w") as f:
+                    f.write(str(len(events)))
+                os.replace(OUT + ".count.tmp", OUT + ".count")
 
 
 threads = [threading.Thread(target=worker) for _ in range(THREADS)]

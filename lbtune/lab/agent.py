@@ -1,6 +1,9 @@
-"""Guest side of the VM lab: the agent that runs the host's requests inside the VM guest.
+"""The guest agent: runs the host's requests inside a lab guest (lbtune.lab.guestapi.Guest).
 
-``python -m lbtune.lab.vmagent WORKDIR`` runs in the guest (started by the boot script that
+The VM backend runs it as a request loop (below); ``run_argv`` is also the UML backend's way
+to run an argv (called as a lab target), so both backends run commands the same way.
+
+``python -m lbtune.lab.agent WORKDIR`` runs in the guest (started by the boot script that
 lbtune.lab.vm writes) with WORKDIR the run's work directory, shared with the host over
 virtio-9p at the same path. The host writes a request as ``WORKDIR/req/<id>.json`` (atomically:
 a temporary name, then a rename); the agent claims it, runs it in a thread and writes
@@ -12,7 +15,8 @@ Requests (JSON objects):
   ``{"returncode": N, "stdout": "...", "stderr": "..."}`` (returncode -9 on timeout)
 * ``{"kind": "call", "target": "pkg.mod:func", "args": [...], "timeout": S}`` -> the payload
   of lbtune.lab.guest (``{"ok": true, "value": ...}`` or the error and guest traceback); the
-  target runs in its own Python process.
+  target runs in its own Python process, with ``LBTUNE_LAB_WORKDIR`` set to
+  ``WORKDIR/calls/<id>`` (its progress file, lbtune.lab.progress, is read there by the host).
 * ``{"kind": "stop", "reboot": bool}`` -> the agent exits; the boot script syncs, then powers the
   guest off or reboots it.
 
@@ -30,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
+
+from lbtune.lab.uml import ENV_WORKDIR
 
 POLL = 0.1  # seconds between scans of the request directory (9p has no inotify)
 
@@ -88,7 +94,9 @@ def guest_facts() -> dict[str, Any]:
     }
 
 
-def run_argv(req: dict[str, Any]) -> dict[str, Any]:
+def run_argv(req: dict[str, Any], env: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """Run ``req["argv"]`` (in network namespace ``req["netns"]`` when set) with a timeout:
+    ``{"returncode", "stdout", "stderr"}``; never raises for the command's failure."""
     argv = [str(a) for a in req["argv"]]
     if req.get("netns"):
         argv = ["ip", "netns", "exec", str(req["netns"]), *argv]
@@ -102,6 +110,7 @@ def run_argv(req: dict[str, Any]) -> dict[str, Any]:
             timeout=timeout,
             check=False,
             stdin=subprocess.DEVNULL,
+            env=None if env is None else {**os.environ, **env},
         )
     except subprocess.TimeoutExpired as exc:
 
@@ -119,7 +128,9 @@ def run_argv(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_call(req: dict[str, Any], workdir: Path, rid: str) -> dict[str, Any]:
-    result = workdir / "res" / f".{rid}.call.json"
+    calldir = workdir / "calls" / rid
+    calldir.mkdir(parents=True, exist_ok=True)
+    result = calldir / "result.json"
     argv = [
         sys.executable,
         "-m",
@@ -128,7 +139,10 @@ def run_call(req: dict[str, Any], workdir: Path, rid: str) -> dict[str, Any]:
         json.dumps(req.get("args", [])),
         str(result),
     ]
-    proc = run_argv({"argv": argv, "netns": req.get("netns"), "timeout": req.get("timeout")})
+    proc = run_argv(
+        {"argv": argv, "netns": req.get("netns"), "timeout": req.get("timeout")},
+        env={ENV_WORKDIR: str(calldir)},
+    )
     try:
         with open(result, encoding="utf-8") as fh:
             payload: dict[str, Any] = json.load(fh)
@@ -182,7 +196,7 @@ def serve(workdir: Path) -> bool:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        sys.stderr.write("usage: python -m lbtune.lab.vmagent WORKDIR\n")
+        sys.stderr.write("usage: python -m lbtune.lab.agent WORKDIR\n")
         return 2
     workdir = Path(args[0])
     (workdir / "req").mkdir(exist_ok=True)

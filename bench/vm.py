@@ -1,0 +1,98 @@
+"""VM lab benchmark: how long the VM guest takes to boot, to start Python, to run
+`lbtune show`, and to reboot; with the guest's own `lbtune show` as it printed it.
+
+Usage: python bench/vm.py [--rounds N] [--out FILE]     (root; make setup prepared the image)
+
+Each round boots a fresh guest (lbtune.lab.vm.VmGuest), times `python3 -c pass`,
+`lbtune show --json` and a reboot, then powers it off. The host's load at the start of each
+round is recorded beside it: under TCG on a shared 2-core machine the times follow the load,
+so read them as "what this machine gave at that moment", not as a property of the VM.
+
+Results go to bench/results/vm.json and .md (with the last round's `lbtune show` text);
+nothing here asserts a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+from results_io import run_meta, write_json, write_markdown
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+
+from lbtune.lab.vm import VmGuest  # noqa: E402
+
+
+@dataclass
+class Round:
+    load1: float  # host load average (1 min) when the round started
+    accelerator: str
+    boot_s: float  # qemu start -> guest agent ready
+    python_s: float  # `python3 -c pass` in the guest, host-measured round trip
+    show_s: float  # `lbtune show --json` in the guest
+    reboot_s: float  # guest reboot -> agent ready again
+
+
+def _timed(g: VmGuest, argv: list[str]) -> tuple[float, str]:
+    t = time.monotonic()
+    r = g.run(argv, timeout=600)
+    if r.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed in the guest: {r.stderr.strip()}")
+    return time.monotonic() - t, r.stdout
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "vm.json")
+    args = ap.parse_args()
+    rounds: list[Round] = []
+    show_text = ""
+    describe: dict[str, object] = {}
+    for _ in range(args.rounds):
+        load1 = os.getloadavg()[0]
+        with VmGuest.boot() as g:
+            boot_s = g.boot_seconds
+            python_s, _ = _timed(g, ["python3", "-c", "pass"])
+            show_s, _ = _timed(g, ["lbtune", "show", "--json"])
+            _, show_text = _timed(g, ["env", "COLUMNS=100", "lbtune", "show"])
+            describe = g.describe()
+            g.reboot()
+            rounds.append(Round(load1, g.accel, boot_s, python_s, show_s, g.boot_seconds))
+        print(rounds[-1], flush=True)
+    meta = run_meta(args.rounds, guest=describe)
+    write_json(args.out, meta, rounds)
+
+    def med(values: list[float]) -> str:
+        return f"{statistics.median(values):.1f}"
+
+    rows = [[f"{r.load1:.1f}", r.accelerator, f"{r.boot_s:.1f}", f"{r.python_s:.1f}",
+             f"{r.show_s:.1f}", f"{r.reboot_s:.1f}"] for r in rounds]  # fmt: skip
+    rows.append(["median", "", med([r.boot_s for r in rounds]),
+                 med([r.python_s for r in rounds]), med([r.show_s for r in rounds]),
+                 med([r.reboot_s for r in rounds])])  # fmt: skip
+    heading = [
+        "# VM lab: boot and command times (bench/vm.py)",
+        "",
+        f"{meta['date']}, host kernel {meta['kernel']}, {meta['cpus']} host CPUs; guest kernel "
+        f"{describe.get('kernel')}, {describe.get('cpus')} vCPUs, accelerator "
+        f"{describe.get('accelerator')} ({describe.get('accelerator_reason')}). Seconds.",
+    ]
+    cols = [("host load", "r"), ("accel", "l"), ("boot", "r"), ("python -c pass", "r"),
+            ("lbtune show --json", "r"), ("reboot", "r")]  # fmt: skip
+    write_markdown(args.out, heading, cols, rows)
+    md = args.out.with_suffix(".md")
+    with md.open("a", encoding="utf-8") as fh:
+        fh.write("\n`lbtune show` in the guest (last round):\n\n```\n" + show_text + "```\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
