@@ -134,13 +134,27 @@ def pin_irqs(irqs: list[int], cpus: str) -> dict[str, str]:
 
 
 def affinities(irqs: list[int]) -> dict[str, str]:
-    """IRQ -> its effective_affinity_list (what the kernel placed), else smp_affinity_list."""
-    out: dict[str, str] = {}
-    for irq in irqs:
-        eff = Path(f"/proc/irq/{irq}/effective_affinity_list")
-        path = eff if eff.exists() else Path(f"/proc/irq/{irq}/smp_affinity_list")
-        out[str(irq)] = path.read_text().strip()
-    return out
+    """IRQ -> its smp_affinity_list (what was asked for)."""
+    return {
+        str(irq): Path(f"/proc/irq/{irq}/smp_affinity_list").read_text().strip() for irq in irqs
+    }
+
+
+def effective(irqs: list[int]) -> dict[str, str]:
+    """IRQ -> its effective_affinity_list: where the kernel delivers it now. On x86 an MSI
+    moves at its next interrupt after smp_affinity changed, so this lags until traffic."""
+    return {
+        str(irq): Path(f"/proc/irq/{irq}/effective_affinity_list").read_text().strip()
+        for irq in irqs
+    }
+
+
+def settled(irqs: list[int]) -> bool:
+    """Every IRQ delivered within what was asked for (its move has happened)."""
+    from lbtune.host.cpulist import parse_cpulist
+
+    want, eff = affinities(irqs), effective(irqs)
+    return all(parse_cpulist(eff[k]) <= parse_cpulist(want[k]) for k in want)
 
 
 def rx_queue_packets(dev: str) -> dict[str, int]:
@@ -184,6 +198,7 @@ def snapshot(dev: str) -> dict[str, Any]:
         "irqs": irqs,
         "counts": irq_counts(nums),
         "affinity": affinities(nums),
+        "effective": effective(nums),
         "net_rx": net_rx_softirqs(),
         "rx_queues": rx_queue_packets(dev),
         "udp_noports": udp_counters.get("NoPorts", 0),

@@ -254,6 +254,15 @@ def irq_window(
     return res, before, after
 
 
+def settle(vm: VmGuest, irqs: list[int]) -> None:
+    """Traffic until every queue IRQ is delivered where its affinity says: x86 moves an MSI
+    at its next interrupt, so a window right after a change would still count the old CPU."""
+    with host_flood(vm, GUEST0):
+        deadline = time.monotonic() + 300
+        while not vm.call(T + "settled", [irqs]):
+            assert time.monotonic() < deadline, vm.call(T + "effective", [irqs])
+
+
 def deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     net_rx = [a - b for a, b in zip(after["net_rx"], before["net_rx"])]
     rxq = {
@@ -275,6 +284,7 @@ def test_irq_imbalance_fault_diagnose_apply_and_the_load_spreads(net: VmGuest) -
     # 1. the fault: every rx queue IRQ on CPU 1
     pinned = vm.call(T + "pin_irqs", [nums, "1"])
     assert set(pinned.values()) == {"1"}, pinned
+    settle(vm, nums)
     res, b, a = irq_window(vm, "irq-imbalance", "--write-profile", profile, "--force")
     d = deltas(b, a)
     # the positive control: the flows reached all four rx queues
@@ -290,6 +300,7 @@ def test_irq_imbalance_fault_diagnose_apply_and_the_load_spreads(net: VmGuest) -
     apply_profile(vm, profile)
     placed = vm.call(T + "affinities", [nums])
     assert sorted(placed.values()) == ["0", "1", "2", "3"], placed
+    settle(vm, nums)
 
     # 3. the same load again: all queues still receive; no CPU takes half the NET_RX work
     # (margin: the largest share is at most 45 %, the rule fires from 50 %)
@@ -317,6 +328,7 @@ def test_irq_placement_fault_diagnose_apply_and_the_isolated_cpu_is_quiet(net: V
     # 1. the fault: every rx queue IRQ on the isolated CPU 3
     pinned = vm.call(T + "pin_irqs", [nums, "3"])
     assert set(pinned.values()) == {"3"}, pinned
+    settle(vm, nums)
     res, b, a = irq_window(vm, "irq-placement", "--write-profile", profile, "--force")
     d = deltas(b, a)
     assert all(n > 0 for n in d["rx_queues"].values()), d
@@ -330,6 +342,7 @@ def test_irq_placement_fault_diagnose_apply_and_the_isolated_cpu_is_quiet(net: V
     apply_profile(vm, profile)
     placed = vm.call(T + "affinities", [nums])
     assert set(placed.values()) <= {"0", "1", "2"}, placed
+    settle(vm, nums)
 
     # 3. the same load again: it arrived on every queue, not one queue IRQ on CPU 3
     res2, b2, a2 = irq_window(vm, "irq-placement")
