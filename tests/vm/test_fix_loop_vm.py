@@ -227,7 +227,7 @@ def test_an_rx_flood_is_held_back_by_qemu_not_dropped_in_the_guest(net: VmGuest)
 
 # --------------------------------------------------------------------------- IRQ loops
 
-IRQ_WINDOW = "30"  # s: NET_RX under TCG at 1000 datagrams/s came to ~75/s (the rule: 2000)
+IRQ_WINDOW = "60"  # s: NET_RX on one CPU under TCG came to ~75/s (the rule needs 2000)
 MIN_NET_RX = 2000  # the rule's own floor (lbtune.diagnose.rules.cpu._MIN_NET_RX)
 
 
