@@ -44,9 +44,13 @@ bench: setup
 	$(VENV)/bin/python bench/monitor.py
 	$(VENV)/bin/python bench/adapt.py
 	$(VENV)/bin/python bench/agent_scale.py
+	$(VENV)/bin/python bench/receive_faults.py
 	$(VENV)/bin/python bench/exporter.py
 	$(VENV)/bin/python bench/ansible.py
 	$(VENV)/bin/python bench/failover.py
+	$(VENV)/bin/python bench/vm.py
+	$(VENV)/bin/python bench/vm_apply.py
+	$(VENV)/bin/python bench/lab_up_vm.py
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist

@@ -177,7 +177,7 @@ def ss_count(ns: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=100_000, help="connections to the port")
-    ap.add_argument("--rounds", type=int, default=20, help="timed calls per case")
+    ap.add_argument("--rounds", type=int, default=10, help="timed calls per case")
     ap.add_argument("--window", type=float, default=30.0,
                     help="seconds the agent runs at its interval (the last case)")
     ap.add_argument("--measure", type=int, metavar="TRUTH", help=argparse.SUPPRESS)

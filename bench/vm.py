@@ -50,7 +50,7 @@ def _timed(g: VmGuest, argv: list[str]) -> tuple[float, str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "vm.json")
     args = ap.parse_args()
     rounds: list[Round] = []

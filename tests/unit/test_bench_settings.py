@@ -29,6 +29,10 @@ SETTINGS = {
          "rates": "rates_mbit"},
     ),
     "failover.py": ("failover.json", {"kills": "kills"}),
+    "agent_scale.py": ("agent_scale.json", {"rounds": "rounds", "count": "connections"}),
+    "receive_faults.py": ("receive_faults.json", {"rounds": "rounds"}),
+    "vm.py": ("vm.json", {"rounds": "rounds"}),
+    "lab_up_vm.py": ("lab_up_vm.json", {}),
 }
 
 
