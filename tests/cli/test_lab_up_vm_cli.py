@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,12 @@ def vm_up(run_dir, tmp_path):  # type: ignore[no-untyped-def]
     workdir.mkdir()
     sup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                             "lbtune.lab.session", "supervise", "--vm"])  # fmt: skip
+    # Popen returns at fork: until the exec, /proc/PID/cmdline is still this test's, and
+    # status would not recognise the supervisor (a race seen in 2 of 3 runs).
+    deadline = time.monotonic() + 10
+    while b"supervise" not in Path(f"/proc/{sup.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the stand-in supervisor never ran"
+        time.sleep(0.01)
     lock = open(run_dir / session.LOCK_FILE, "w")  # noqa: SIM115 - held as the supervisor does
     fcntl.flock(lock, fcntl.LOCK_EX)
     (run_dir / session.STATE_FILE).write_text(json.dumps({
