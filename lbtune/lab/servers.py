@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from lbtune.lab.shell import LabStepFailed, Shell
+from lbtune.lab.uml import pid_alive
 
 SERVER_HEADER = "X-Lab-Server"
 HTTP_PORT = 80
@@ -124,20 +125,6 @@ def _read_pid(path: str) -> Optional[int]:
     return int(text) if text.isdigit() else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie still answers kill(0): look at its state
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            stat = fh.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
 
 
 def _stop_pid(pid: Optional[int], sig: int, timeout: float) -> None:
@@ -147,7 +134,7 @@ def _stop_pid(pid: Optional[int], sig: int, timeout: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
     deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -157,7 +144,7 @@ def _wait_for_pidfile(path: str, what: str, error_log: str, timeout: float = 10.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pid = _read_pid(path)
-        if pid is not None and _alive(pid):
+        if pid is not None and pid_alive(pid):
             return pid
         time.sleep(0.05)
     raise LabStepFailed(f"{what} did not start: {_last_line(error_log)}")

@@ -54,7 +54,14 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from lbtune.errors import BadInput, ExitCode, LbtuneError
 from lbtune.lab.progress import ProgressCallback, ProgressReader, ProgressWriter
-from lbtune.lab.uml import ENV_WORKDIR, LabError, LabUnavailable, find_lab_kernel, run_in_lab
+from lbtune.lab.uml import (
+    ENV_WORKDIR,
+    LabError,
+    LabUnavailable,
+    find_lab_kernel,
+    pid_alive,
+    run_in_lab,
+)
 
 BACKENDS = ("uml", "vm")
 
@@ -349,7 +356,7 @@ def _kill_groups(pids: list[int], timeout: float = 10.0) -> list[int]:
     """SIGKILL the process group of each pid (never this process's own) and wait until
     none of the pids is alive; the pids that were alive."""
     own_group = os.getpgrp()
-    alive = [p for p in pids if _alive(p)]
+    alive = [p for p in pids if pid_alive(p)]
     for p in alive:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             group = os.getpgid(p)
@@ -358,20 +365,11 @@ def _kill_groups(pids: list[int], timeout: float = 10.0) -> list[int]:
             else:
                 os.kill(p, signal.SIGKILL)
     deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in alive) and time.monotonic() < deadline:
+    while any(pid_alive(p) for p in alive) and time.monotonic() < deadline:
         time.sleep(0.05)
     return alive
 
 
-def _alive(pid: int) -> bool:
-    """True while pid runs (a zombie, killed but not yet reaped by its parent, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
-            stat_line = fh.read()
-    except OSError:
-        return False
-    fields = stat_line[stat_line.rfind(")") + 2 :].split()
-    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 # --------------------------------------------------------------------------- host side

@@ -323,6 +323,24 @@ def find_lab_kernel(
 # --------------------------------------------------------------------------- process groups
 
 
+def pid_alive(pid: int) -> bool:
+    """True while pid runs. A zombie (killed, not yet reaped by its parent) still answers
+    kill(0), so its /proc state decides; a process we may not signal counts as running."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
 def process_group_members(pgid: int) -> list[int]:
     """PIDs of live (not zombie) processes in process group pgid."""
     members: list[int] = []

@@ -58,6 +58,7 @@ from lbtune.lab.uml import (
     LabUnavailable,
     Watch,
     _guest_pythonpath,
+    pid_alive,
 )
 
 ENV_CACHE = "LBTUNE_VM_CACHE"
@@ -318,20 +319,6 @@ def probe_kvm(image: VmImage) -> tuple[str, str]:
 # --------------------------------------------------------------------------- leftovers
 
 
-def _pid_alive(pid: int) -> bool:
-    """True while pid runs; a zombie (killed, not yet reaped by its parent) does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return not fields or fields[0] not in ("Z", "X")
 
 
 def reap_stale(directory: Optional[str] = None) -> list[str]:
@@ -348,7 +335,7 @@ def reap_stale(directory: Optional[str] = None) -> list[str]:
             supervisor, qemu, netns = int(owner["supervisor"]), int(owner["qemu"]), owner["netns"]
         except (OSError, ValueError, KeyError, TypeError):
             continue  # booting right now, or not ours to judge
-        if _pid_alive(supervisor):
+        if pid_alive(supervisor):
             continue
         try:  # the qemu we started still runs with our work directory on its command line
             cmdline = Path(f"/proc/{qemu}/cmdline").read_bytes()
