@@ -20,11 +20,18 @@ from __future__ import annotations
 
 import subprocess
 from abc import ABC, abstractmethod
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from lbtune.lab.uml import LabKernel, Watch, find_lab_kernel, run_in_lab
 
 BACKENDS = ("uml", "vm")
+
+
+def completed(argv: Sequence[str], answer: Mapping[str, Any]) -> subprocess.CompletedProcess[str]:
+    """The guest agent's answer to an argv request (lab/agent.py) as a CompletedProcess."""
+    return subprocess.CompletedProcess(
+        list(argv), int(answer["returncode"]), str(answer["stdout"]), str(answer["stderr"])
+    )
 
 
 class Guest(ABC):
@@ -92,9 +99,7 @@ class UmlGuest(Guest):
         out = run_in_lab(
             "lbtune.lab.agent:run_argv", req, timeout=timeout + 60, kernel=self.kernel
         ).value
-        return subprocess.CompletedProcess(
-            list(argv), int(out["returncode"]), str(out["stdout"]), str(out["stderr"])
-        )
+        return completed(argv, out)
 
     def describe(self) -> dict[str, Any]:
         return {

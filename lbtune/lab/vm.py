@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from lbtune.lab.guest import VM_CMDLINE_MARK as CMDLINE_MARK  # lbtune.lab.guest.in_lab()
-from lbtune.lab.guestapi import Guest
+from lbtune.lab.guestapi import Guest, completed
 from lbtune.lab.uml import (
     ENV_KEEP,
     WATCH_INTERVAL,
@@ -663,9 +663,7 @@ class VmGuest(Guest):
             {"kind": "argv", "argv": list(argv), "netns": netns, "timeout": timeout}
         )
         out = self._answer(rid, timeout + 30)
-        return subprocess.CompletedProcess(
-            list(argv), int(out["returncode"]), str(out["stdout"]), str(out["stderr"])
-        )
+        return completed(argv, out)
 
     def call(
         self,
