@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from typing import Any
 
 from tests.conftest import run_cli
@@ -74,6 +75,23 @@ def traffic() -> None:
                    timeout=30)  # fmt: skip
 
 
+def counted(flag: str, service: str, conns: int, deadline: float) -> None:
+    """Waits until the kernel's per-service counters show the client's connections.
+
+    IPVS folds its per-CPU counters into what netlink reports only when its rate estimator
+    runs (every 2 s), so a read straight after the traffic can still show 0 (it did, once in
+    CI: UDP conns 0). `ipvsadm` is the independent reader here, not lbtune.
+    """
+    while True:
+        out = subprocess.run(["ipvsadm", "-Ln", "--stats", flag, service], check=True,
+                             capture_output=True, text=True).stdout  # fmt: skip
+        # the service's row: PROTO ADDR:PORT Conns InPkts ... (its real servers follow: "->")
+        row = next(x.split() for x in out.splitlines() if x.startswith(("TCP", "UDP")))
+        if int(row[2]) >= conns or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+
+
 def run() -> dict[str, Any]:
     subprocess.run(["modprobe", "ip_vs"], check=True)
     os.environ["LBTUNE_STATE_DIR"] = "/tmp/lbtune-state"
@@ -81,6 +99,9 @@ def run() -> dict[str, Any]:
         f.write(CONFIG)
     applied = run_cli("ipvs", "apply", "/tmp/director.toml")
     traffic()
+    deadline = time.monotonic() + 20
+    counted("-u", "10.7.0.1:53", 1, deadline)
+    counted("-t", "10.7.0.1:80", 1, deadline)
     default = run_cli("exporter", "--once", "--interval", "500ms")
     per_rs = run_cli("exporter", "--once", "--interval", "500ms", "--ipvs-real-servers")
     return {
