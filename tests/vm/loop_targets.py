@@ -11,6 +11,7 @@ import json
 import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,27 @@ def qdisc_drops(dev: str) -> int:
     return sum(v.get("drops", 0) for k, v in qdiscs(dev).items() if not k.startswith("mq "))
 
 
+def tx_pace(dev: str, bql_max: int, usecs_now: int) -> dict[str, Any]:
+    """Make a single-queue NIC's transmit side slow to complete, so that a qdisc in front of
+    it queues: BQL lets at most bql_max bytes wait for completion (the queue stops after each
+    packet), and interrupt throttling (ethtool -C rx-usecs: the e1000e's one ITR) spaces the
+    completions. Returns the settings as they were, for tx_pace_restore."""
+    bql = Path(f"/sys/class/net/{dev}/queues/tx-0/byte_queue_limits/limit_max")
+    usecs = re.search(r"^rx-usecs:\s*(\d+)", sh("ethtool", "-c", dev), re.M)
+    assert usecs, f"ethtool -c {dev}: no rx-usecs"
+    before = {"bql_max": int(bql.read_text()), "usecs": int(usecs.group(1))}
+    bql.write_text(str(bql_max))
+    sh("ethtool", "-C", dev, "rx-usecs", str(usecs_now))
+    return before
+
+
+def tx_pace_restore(dev: str, was: dict[str, Any]) -> None:
+    Path(f"/sys/class/net/{dev}/queues/tx-0/byte_queue_limits/limit_max").write_text(
+        str(was["bql_max"])
+    )
+    sh("ethtool", "-C", dev, "rx-usecs", str(was["usecs"]))
+
+
 def set_txqueuelen(dev: str, n: int) -> dict[str, Any]:
     sh("ip", "link", "set", "dev", dev, "txqueuelen", str(n))
     return {"txqueuelen": int(Path(f"/sys/class/net/{dev}/tx_queue_len").read_text())}
@@ -81,6 +103,10 @@ def udp_flood(dev: str, dst: str, packets: int, size: int, flows: int) -> dict[s
     finally:
         for s in socks:
             s.close()
+    # what the qdisc still holds leaves at the NIC's pace: the count is read once it is empty
+    deadline = time.monotonic() + 120
+    while any(q.get("qlen") for q in qdiscs(dev).values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
     tx_after = int(Path(f"/sys/class/net/{dev}/statistics/tx_packets").read_text())
     return {
         "sent": packets,

@@ -6,11 +6,14 @@ names the rule and writes its fix, `lbtune apply P`, the same load again, and th
 kernel counter (read by the test in the guest, not by lbtune) stops while a positive control
 proves the load arrived; `verify` exits 0 and `rollback` restores what the fault had set.
 
-- qdisc-drop: the e1000e's root pfifo_fast with txqueuelen 4, 2000 UDP datagrams sent out of
+- qdisc-drop: the e1000e's root pfifo_fast with txqueuelen 4, 1000 UDP datagrams sent out of
   it as fast as the guest can (IP_RECVERR: every qdisc drop is an ENOBUFS, so the test counts
-  them exactly). The e1000e stops its transmit queue while its ring waits for completions, so
-  the qdisc queues and drops. The fix (txqueuelen 10000) holds more than the whole load: the
-  second load cannot drop even if the device never drained (the stated margin).
+  them exactly). The NIC is made slow to drain, the same for both loads: BQL lets one packet
+  wait for completion and interrupt throttling spaces completions 10 ms apart (~100 packets/s
+  leave), so the qdisc queues and drops whatever the guest's speed. (Unpaced, the e1000e under
+  TCG drained fast enough on an idle host that the fault did not always happen.) The fix
+  (txqueuelen 10000) holds more than the whole load: the second load cannot drop even if the
+  device never drained (the stated margin).
 - irq-imbalance: the virtio NIC's 4 rx queue IRQs all pinned to CPU 1; host-side traffic over
   16 flows into the multi-queue tap reaches all 4 rx queues (the positive control), and NET_RX
   softirqs pile up on CPU 1. The fix spreads the IRQs one per CPU; the second load's largest
@@ -46,7 +49,10 @@ HOST0, GUEST0 = "10.98.0.1", "10.98.0.2"  # tap0 (host netns) <-> eth0 (virtio)
 HOST1, GUEST1 = "10.98.1.1", "10.98.1.2"  # tap1 (host netns) <-> eth1 (e1000e)
 WINDOW = "8"  # seconds of diagnose window under host traffic
 FLOWS = 64  # 16 hashed 4:8:3:1 over the queues in one run; 64 spread evenly enough
-RATE = 2000  # datagrams/s from the host: the emulated NICs take ~9000/s; more only burns host CPU
+# datagrams/s from the host: the emulated NICs take ~9000/s; more only burns host CPU. The
+# guest's NET_RX softirqs grow with it (IRQs on one CPU, idle host: 6/s at 200, 75/s at 2000,
+# 249/s at 8000), so the IRQ windows below can be short.
+RATE = 8000
 STATE = "/var/lib/lbtune"
 
 
@@ -138,13 +144,21 @@ def verify_and_rollback(vm: VmGuest, profile: str) -> None:
 
 # --------------------------------------------------------------------------- qdisc-drop
 
-PACKETS = 2000
-QDISC_WINDOW = "40"  # the guest sends 2000 datagrams in ~15 s under TCG on a loaded host
+PACKETS = 1000  # ~10 s to drain at the paced ~100/s; the guest sends them faster than that
+QDISC_WINDOW = "20"  # the guest sent 2000 datagrams in ~15 s under TCG on a loaded host
 
 
 def test_qdisc_drop_fault_diagnose_apply_and_the_drops_stop(net: VmGuest) -> None:
     vm, profile = net, "/tmp/qdisc-fix.toml"
     assert vm.call(T + "set_txqueuelen", ["eth1", 4]) == {"txqueuelen": 4}
+    paced = vm.call(T + "tx_pace", ["eth1", 0, 10000])
+    try:
+        qdisc_loop(vm, profile)
+    finally:
+        vm.call(T + "tx_pace_restore", ["eth1", paced])
+
+
+def qdisc_loop(vm: VmGuest, profile: str) -> None:
     load = ["eth1", HOST1, PACKETS, 1000, 4]
     diag = [
         "diagnose",
@@ -227,7 +241,7 @@ def test_an_rx_flood_is_held_back_by_qemu_not_dropped_in_the_guest(net: VmGuest)
 
 # --------------------------------------------------------------------------- IRQ loops
 
-IRQ_WINDOW = "60"  # s: NET_RX on one CPU under TCG came to ~75/s (the rule needs 2000)
+IRQ_WINDOW = "20"  # s: NET_RX on one CPU ~250/s at RATE (the rule needs 2000: 2.5x margin)
 MIN_NET_RX = 2000  # the rule's own floor (lbtune.diagnose.rules.cpu._MIN_NET_RX)
 
 
