@@ -7,8 +7,10 @@ TOX := $(VENV)/bin/tox
 setup:
 	bash scripts/setup.sh
 
+# Two tiers at a time (tox.ini says which wait for which); a failing tier's output is printed
+# in full when it ends, and the summary lists every tier.
 test: setup
-	$(TOX) run -e py,lab,vm,lint
+	$(TOX) run-parallel -p 2 -e vm,py,lab,lint
 
 unit: setup
 	$(TOX) run -e py
