@@ -330,8 +330,14 @@ def _plain_real(raw: Any, key: ServiceKey, forward: str) -> Optional[RealServer]
     # the cached properties, set here (the address is canonical already; and 3.11's
     # cached_property takes a lock on every first access)
     rs.__dict__["key"] = DestKey(4, addr, port)
-    rs.__dict__["settings"] = DestSettings(weight)
+    settings = _PLAIN_SETTINGS.get(weight)
+    if settings is None:
+        settings = _PLAIN_SETTINGS[weight] = DestSettings(weight)  # at most 65,536 weights
+    rs.__dict__["settings"] = settings  # shared: frozen, and weights repeat
     return rs
+
+
+_PLAIN_SETTINGS: dict[int, DestSettings] = {}
 
 
 def _real(raw: Any, svc: _Doc, j: int, key: ServiceKey, forward: str) -> RealServer:
