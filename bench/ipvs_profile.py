@@ -28,6 +28,7 @@ import json
 import os
 import pathlib
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,12 +82,16 @@ def guest(services: int, reals: int) -> dict[str, Any]:
     }
     # The same from a copy of the source without bytecode: every module compiled each run
     # (as this bench measured before it compiled lbtune's bytecode first).
-    subprocess.run(["cp", "-r", str(ROOT / "lbtune"), "/tmp/nobytecode/"], check=True)
-    subprocess.run(["find", "/tmp/nobytecode", "-name", "__pycache__", "-prune", "-exec",
-                    "rm", "-r", "{}", "+"], check=True)
+    copy = "/tmp/nobytecode"
+    shutil.copytree(ROOT / "lbtune", f"{copy}/lbtune",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    probe = subprocess.run([sys.executable, "-c", "import lbtune; print(lbtune.__file__)"],
+                           check=True, capture_output=True, text=True, cwd=copy)
+    if not probe.stdout.startswith(f"{copy}/"):
+        raise RuntimeError(f"the copy without bytecode is not the one imported: {probe.stdout}")
     fresh["lbtune ipvs apply (no-op), whole process, no bytecode"] = _median_ms(
         lambda: subprocess.run([*lbtune, "ipvs", "apply", cfg_path, "--json"], check=True,
-                               capture_output=True, cwd="/tmp/nobytecode"))
+                               capture_output=True, cwd=copy))
 
     from lbtune.host.host import Host
     from lbtune.host.ipvs import (
