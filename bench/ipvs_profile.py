@@ -6,7 +6,9 @@ One lab boot. The table of bench/ipvs.py is loaded with `ipvsadm -R` and applied
 lbtune (so a journal of 11,000 records exists, as after a real first apply). Then:
 
 - fresh processes: `python3 -c pass` (the floor), the imports of the apply path, and the
-  whole no-op `lbtune ipvs apply` (median of 3 each);
+  whole no-op `lbtune ipvs apply` (median of 3 each; lbtune's bytecode compiled first, as
+  an installed package has it), and the same no-op from a copy of the source without
+  bytecode (every module compiled in every run);
 - in one process, each phase of the no-op timed on its own (median of 3): config parse,
   host facts, the netlink dump (bytes only), decoding the replies, the full table read,
   the planner's targets, the plan (every target compared, as `plan -v`; and without rows
@@ -26,6 +28,7 @@ import json
 import os
 import pathlib
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,7 +40,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.ipvs import lab_setup, restore_lines, table_config  # noqa: E402
+from bench.ipvs import compile_bytecode, lab_setup, restore_lines, table_config  # noqa: E402
 
 REPEAT = 3
 
@@ -77,6 +80,18 @@ def guest(services: int, reals: int) -> dict[str, Any]:
         "lbtune ipvs apply (no-op), whole process": _proc(
             [*lbtune, "ipvs", "apply", cfg_path, "--json"]),
     }
+    # The same from a copy of the source without bytecode: every module compiled each run
+    # (as this bench measured before it compiled lbtune's bytecode first).
+    copy = "/tmp/nobytecode"
+    shutil.copytree(ROOT / "lbtune", f"{copy}/lbtune",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    probe = subprocess.run([sys.executable, "-c", "import lbtune; print(lbtune.__file__)"],
+                           check=True, capture_output=True, text=True, cwd=copy)
+    if not probe.stdout.startswith(f"{copy}/"):
+        raise RuntimeError(f"the copy without bytecode is not the one imported: {probe.stdout}")
+    fresh["lbtune ipvs apply (no-op), whole process, no bytecode"] = _median_ms(
+        lambda: subprocess.run([*lbtune, "ipvs", "apply", cfg_path, "--json"], check=True,
+                               capture_output=True, cwd=copy))
 
     from lbtune.host.host import Host
     from lbtune.host.ipvs import (
@@ -174,6 +189,7 @@ def main() -> None:
     from bench.results_io import run_meta
     from lbtune.lab.uml import run_in_lab
 
+    compile_bytecode()
     v = run_in_lab("bench.ipvs_profile:guest", args.services, args.reals, timeout=3600,
                    cwd=str(ROOT)).value
     objects = v["services"] * (1 + v["reals"])

@@ -12,7 +12,23 @@ from lbtune.cli.output import console
 from lbtune.errors import BadInput, ExitCode
 
 
-@click.group("ipvs")
+class _IpvsGroup(click.Group):
+    """`lbtune ipvs`: the commands of _LAZY are imported only when asked for (a no-op
+    `ipvs apply` pays for no module it does not run)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_LAZY})
+
+    def get_command(self, ctx: click.Context, name: str) -> Optional[click.Command]:
+        if name in _LAZY and name not in self.commands:
+            import importlib
+
+            module, attr = _LAZY[name]
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+
+@click.group("ipvs", cls=_IpvsGroup)
 def ipvs_group() -> None:
     """IPVS direct-routing director, real servers and self-test (docs/ipvs.md)."""
 
@@ -429,9 +445,7 @@ def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], d
 
 
 # `agent` and `adapt` (adaptive weights) and `export` (ipvsadm lines, keepalived blocks, a
-# VRRP pair) live in modules of their own.
-from lbtune.cli.ipvs_adapt import adapt_command, agent_command  # noqa: E402
-from lbtune.cli.ipvs_export import export_command  # noqa: E402
-
-for _command in (agent_command, adapt_command, export_command):
-    ipvs_group.add_command(_command)
+# VRRP pair) live in modules of their own, imported when one of them runs (or for help).
+_LAZY = {"agent": ("lbtune.cli.ipvs_adapt", "agent_command"),
+         "adapt": ("lbtune.cli.ipvs_adapt", "adapt_command"),
+         "export": ("lbtune.cli.ipvs_export", "export_command")}  # fmt: skip

@@ -473,6 +473,17 @@ _VALUES_OF = operator.itemgetter(2, 5, 8, 11, 23, 26, 29, 32, 35, 38)
 _DEST_ATTRS = frozenset((*_DEST_NUMS, DEST_ADDR, DEST_PORT))
 
 
+# Real servers' settings repeat (a few weights, one forwarding method): one frozen object
+# per distinct value, shared (a table read of 10,000 allocates 10,000 fewer objects, and
+# each new page of memory costs a fault, dear in the UML lab). Bounded: a long-running
+# `adapt` sees many weights.
+_SETTINGS: dict[tuple[int, int, int, int], DestSettings] = {}
+_SETTINGS_MAX = 4096
+# The same for their addresses (a real server often serves many services): the text of
+# each raw address, for IPv6 ([False]) and IPv4 ([True]), bounded alike.
+_ADDRS: tuple[dict[bytes, str], dict[bytes, str]] = ({}, {})
+
+
 def _dest_settings_only(raw: bytes, service_family: int) -> Destination:
     """`decode_dest` without statistics: the same values (a later duplicate attribute
     wins, a truncated one ends the walk), without a dict of every attribute."""
@@ -481,8 +492,17 @@ def _dest_settings_only(raw: bytes, service_family: int) -> Destination:
         if _HEADS_OF(f) == _KERNEL_DEST_HEADS and not _more_of(raw):
             addr, port, fwd, weight, u, lo, active, inactive, persistent, af = _VALUES_OF(f)
             family = FAMILY_OF_AF.get(af, service_family)
-            key = DestKey(family, _decode_addr(family, addr), int.from_bytes(port, "big"))
-            settings = DestSettings(weight, FWD_NAMES.get(fwd & 0x7, "masq"), u, lo)
+            text = _ADDRS[family == 4].get(addr)
+            if text is None:
+                text = _decode_addr(family, addr)
+                if len(_ADDRS[family == 4]) < _SETTINGS_MAX:
+                    _ADDRS[family == 4][addr] = text
+            key = DestKey(family, text, int.from_bytes(port, "big"))
+            settings = _SETTINGS.get((weight, fwd, u, lo))
+            if settings is None:
+                settings = DestSettings(weight, FWD_NAMES.get(fwd & 0x7, "masq"), u, lo)
+                if len(_SETTINGS) < _SETTINGS_MAX:
+                    _SETTINGS[weight, fwd, u, lo] = settings
             return Destination(key, settings, active, inactive, persistent)
     return _walk_dest(raw, service_family)
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import hashlib
 import json
 import os
 import posixpath
@@ -42,6 +41,7 @@ from typing import Any, Iterator, Optional
 from lbtune.errors import BadInput, Busy
 from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
+from lbtune.host.identity import sha256
 from lbtune.host.lock import HostLock
 
 STATE_DIR = "/var/lib/lbtune"
@@ -180,7 +180,7 @@ class StateDir:
             # Shared between roots (and maybe machines): each root and machine its own.
             self.fs = HostFS.create(override)
             ident = host.identity()
-            key = hashlib.sha256(f"{ident.root}\0{ident.machine_id or ''}".encode())
+            key = sha256(f"{ident.root}\0{ident.machine_id or ''}".encode())
             base = f"/hosts/{key.hexdigest()[:16]}"
         else:
             self.fs = host.fs
@@ -229,7 +229,7 @@ class StateDir:
         data["files"] = [vars(r) for r in journal.files]
         self._ensure()
         body = json.dumps(data, separators=(",", ":")).encode()
-        digest = hashlib.sha256(body).hexdigest().encode()
+        digest = sha256(body).hexdigest().encode()
         blob = _DIGEST_HEAD + digest + b'",' + body[1:]
         self.fs.write_file(self._kpath(journal.id), blob, 0o600, follow=False)
         self.fs.remove_stale_temps(self._kpath(journal.id))  # of a save killed midway
@@ -246,7 +246,7 @@ class StateDir:
                 end = len(_DIGEST_HEAD) + 64
                 body = b"{" + raw[end + 2 :]
                 if raw[end : end + 2] != b'",' or (
-                    hashlib.sha256(body).hexdigest().encode() != raw[len(_DIGEST_HEAD) : end]
+                    sha256(body).hexdigest().encode() != raw[len(_DIGEST_HEAD) : end]
                 ):
                     raise BadInput(
                         f"{where}: journal fails its digest (corrupted or edited); refusing "
