@@ -1,5 +1,5 @@
 # Two commands on a fresh Debian 12 machine: `make demo` and `make test` (see README).
-.PHONY: setup test demo lint unit lab vm bench clean
+.PHONY: setup test demo lint unit lab vm bench bench-suite clean
 
 VENV := .venv
 TOX := $(VENV)/bin/tox
@@ -53,6 +53,10 @@ bench: setup
 	$(VENV)/bin/python bench/vm.py
 	$(VENV)/bin/python bench/vm_apply.py
 	$(VENV)/bin/python bench/lab_up_vm.py
+
+# The whole suite's time: `CI=true make test` in a fresh clone (~30 min; not part of `make bench`).
+bench-suite: setup
+	$(VENV)/bin/python bench/suite.py
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist
