@@ -51,7 +51,8 @@ def main() -> int:
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     load_before = os.getloadavg()[0]
-    work = Path(tempfile.mkdtemp(prefix="lbtune-suite-"))
+    # not under /tmp: the VM guest mounts its own /tmp, so a venv there is invisible to it
+    work = Path(tempfile.mkdtemp(prefix="lbtune-suite-", dir="/var/tmp"))
     clone = work / "lbtune"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     log = work / "make-test.log"

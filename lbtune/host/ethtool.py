@@ -15,7 +15,7 @@ import re
 import socket
 import struct
 from dataclasses import dataclass, fields
-from typing import Mapping, Optional, Protocol
+from typing import Mapping, Optional, Protocol, Sequence
 
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
@@ -146,20 +146,53 @@ def parse_ethtool_i(text: str, source: str = "ethtool -i") -> DriverInfo:
 
 
 _STAT = re.compile(r"^\s+(\S.*?):\s+(-?\d+)\s*$")
+# vmxnet3 repeats its per-queue counter names ("pkts rx OOB") under one header per queue
+# ("Rx Queue#", value the queue's index), the members indented deeper than the header.
+_QUEUE_SECTION = re.compile(r"(Rx|Tx) Queue#")
+
+
+def qualify_sections(names: Sequence[tuple[int, str]]) -> list[str]:
+    """Unique counter names for drivers that repeat them per queue section.
+
+    `names` are (indentation, name) in the driver's order. After an ``Rx Queue#`` or ``Tx
+    Queue#`` header (the Nth of its direction is queue N; vmxnet3 lists them in order), each
+    deeper-indented name becomes ``"Rx Queue#N: name"`` and the header itself ``"Rx Queue#N"``;
+    the first name indented no deeper than the header ends the section. Without a header the
+    names are returned as they are, so no other driver's names change.
+    """
+    if not any(_QUEUE_SECTION.fullmatch(n) for _, n in names):
+        return [n for _, n in names]
+    out: list[str] = []
+    seen = {"Rx": 0, "Tx": 0}
+    section, base = "", 0
+    for indent, name in names:
+        m = _QUEUE_SECTION.fullmatch(name)
+        if m:
+            section, base = f"{m[1]} Queue#{seen[m[1]]}", indent
+            seen[m[1]] += 1
+            out.append(section)
+        elif section and indent > base:
+            out.append(f"{section}: {name}")
+        else:
+            section = ""
+            out.append(name)
+    return out
 
 
 def parse_ethtool_S(text: str, source: str = "ethtool -S") -> dict[str, int]:
     lines = text.splitlines()
     if not lines or not lines[0].startswith("NIC statistics"):
         raise MalformedHostFile(source, "does not start with 'NIC statistics:'")
-    out: dict[str, int] = {}
+    names: list[tuple[int, str]] = []
+    values: list[int] = []
     for line in lines[1:]:
         m = _STAT.match(line)
         if m:
-            out[m.group(1)] = int(m.group(2))
+            names.append((m.start(1), m.group(1)))
+            values.append(int(m.group(2)))
         elif line.strip():
             raise MalformedHostFile(source, f"unexpected line {line!r}")
-    return out
+    return dict(zip(qualify_sections(names), values))
 
 
 _VALUE_LINE = re.compile(r"^(\s*)([A-Za-z][A-Za-z ]*?)(:\s*)(\S+)(\s*)$", re.DOTALL)
@@ -389,10 +422,14 @@ class LiveEthtool:
             dev,
             struct.pack("=III", ETHTOOL_GSTRINGS, ETH_SS_STATS, n) + bytes(n * ETH_GSTRING_LEN),
         )
-        return [
+        raw = [
             _text(names_raw[12 + i * ETH_GSTRING_LEN : 12 + (i + 1) * ETH_GSTRING_LEN])
             for i in range(n)
         ]
+        indented = [(len(r) - len(r.lstrip()), r.strip()) for r in raw]
+        if not any(_QUEUE_SECTION.fullmatch(n) for _, n in indented):
+            return raw  # every other driver's names stay exactly as the driver gives them
+        return qualify_sections(indented)
 
     # Setters read the driver's current struct, change only the given fields and write it back
     # (read-modify-write), as `ethtool -G/-L` does. Errors are EthtoolIoctlError (an OSError

@@ -13,7 +13,10 @@ on the host) under qemu, so the product's hardware paths run against real driver
 
 The machine: 4 vCPUs on 2 NUMA nodes (CPUs 0-1, 2-3); eth0 virtio-net with 4 queue pairs (a
 ``multi_queue`` tap in a throwaway host network namespace that qemu runs in, removed
-afterwards); eth1 e1000e (a tap in the same namespace); serial console to a log file.
+afterwards); eth1 e1000e (a tap in the same namespace); a vmxnet3 on tap2 whose driver is not
+loaded at boot (the NIC whose rx ring qemu overruns, for the nic-rx-drop fix loop: virtio and
+e1000e make qemu wait for a free buffer; ``modprobe vmxnet3`` makes it eth2); serial console
+to a log file.
 Accelerator: KVM only when a short probe boot proves it works on this host (nested KVM can
 hang after the decompressor), else TCG (``-accel tcg,thread=multi -cpu max``);
 ``LBTUNE_VM_ACCEL=kvm|tcg`` overrides, and the probe's answer is cached in the image cache.
@@ -120,6 +123,9 @@ def find_qemu() -> str:
     return path
 
 
+GUEST_OWN_DIRS = ("/tmp", "/run")  # noqa: S108 - the guest's own tmpfs (render_stage1)
+
+
 def _check_host() -> None:
     if sys.platform != "linux":
         raise LabUnavailable("the VM lab runs on Linux hosts only")
@@ -127,6 +133,14 @@ def _check_host() -> None:
         raise LabUnavailable("the VM lab needs root (a tap device in a throwaway netns)")
     if shutil.which("ip") is None:
         raise LabUnavailable("ip (iproute2) not found")
+    # the guest sees the host's / except /tmp and /run, where it mounts its own tmpfs
+    here = Path(__file__).resolve().parents[1]
+    for what, path in (("Python", os.path.abspath(sys.executable)), ("lbtune", str(here))):
+        if any(path == top or path.startswith(top + "/") for top in GUEST_OWN_DIRS):
+            raise LabUnavailable(
+                f"the VM guest cannot run {what} from {path}: it mounts its own /tmp and /run "
+                "over the host's (use a checkout and venv outside them)"
+            )
 
 
 # --------------------------------------------------------------------------- boot scripts
@@ -256,6 +270,10 @@ def qemu_argv(
             "tap,id=n1,ifname=tap1,script=no,downscript=no,vhost=off",
             "-device",
             "e1000e,netdev=n1",
+            "-netdev",
+            "tap,id=n2,ifname=tap2,script=no,downscript=no,vhost=off",
+            "-device",
+            "vmxnet3,netdev=n2",
         ]
     return argv
 
@@ -484,7 +502,8 @@ class VmGuest(Guest):
         self._netns_made = True
         _run_ip("-n", self.netns, "tuntap", "add", "dev", "tap0", "mode", "tap", "multi_queue")
         _run_ip("-n", self.netns, "tuntap", "add", "dev", "tap1", "mode", "tap")
-        for tap in ("tap0", "tap1"):
+        _run_ip("-n", self.netns, "tuntap", "add", "dev", "tap2", "mode", "tap")
+        for tap in ("tap0", "tap1", "tap2"):
             _run_ip("-n", self.netns, "link", "set", tap, "up")
 
     @property

@@ -371,8 +371,46 @@ BNXT = DriverMap(
     ),
 )
 
+VMXNET3 = DriverMap(
+    driver="vmxnet3",
+    queues=(
+        # vmxnet3 repeats the names in each queue's section; lbtune.host.ethtool qualifies
+        # them as "Rx Queue#5: pkts rx OOB" (the Nth "Rx Queue#" header is queue N).
+        _q(
+            r"Rx Queue#(?P<q>\d+): (?P<name>.+)",
+            "rx",
+            **{
+                "ucast pkts rx": "packets",
+                "mcast pkts rx": "packets",
+                "bcast pkts rx": "packets",
+                "ucast bytes rx": "bytes",
+                "mcast bytes rx": "bytes",
+                "bcast bytes rx": "bytes",
+                # out of buffers: a frame arrived when the queue's ring had no free buffer
+                "pkts rx OOB": "drops",
+            },
+        ),
+        _q(
+            r"Tx Queue#(?P<q>\d+): (?P<name>.+)",
+            "tx",
+            **{
+                "ucast pkts tx": "packets",
+                "mcast pkts tx": "packets",
+                "bcast pkts tx": "packets",
+                "ucast bytes tx": "bytes",
+                "mcast bytes tx": "bytes",
+                "bcast bytes tx": "bytes",
+                "pkts tx discard": "drops",
+            },
+        ),
+    ),
+    note="pkts rx OOB (per queue) counts frames that found the queue's rx ring without a "
+    "free buffer; the netdev's rx_dropped does not include them.",
+)
+
 DRIVERS: dict[str, DriverMap] = {
-    m.driver: m for m in (MLX5, IXGBE, I40E, ICE, IGB, E1000, E1000E, VIRTIO_NET, VETH, ENA, BNXT)
+    m.driver: m
+    for m in (MLX5, IXGBE, I40E, ICE, IGB, E1000, E1000E, VIRTIO_NET, VETH, ENA, BNXT, VMXNET3)
 }
 
 

@@ -178,3 +178,20 @@ def test_the_vm_boots_with_the_mark_in_lab_checks():
     image = VmImage("6.1.0-56-amd64", "/k", "/i", "/m")
     argv = qemu_argv("qemu", image, "tcg", "/w", "/s", "/c", ("isolcpus=3",))
     assert CMDLINE_MARK in argv[argv.index("-append") + 1].split()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="capability: the VM lab checks need root")
+def test_a_python_under_tmp_is_refused_before_any_boot(monkeypatch):
+    """The guest mounts its own /tmp and /run: a venv there would be invisible in it (the agent
+    exited 127 when a checkout under /tmp booted); refused in one sentence instead."""
+    from lbtune.lab import vm
+    from lbtune.lab.uml import LabUnavailable
+
+    vm._check_host()  # this checkout and venv are visible in the guest
+    for path in ("/tmp/checkout/.venv/bin/python", "/run/x/bin/python3"):
+        monkeypatch.setattr(sys, "executable", path)
+        with pytest.raises(LabUnavailable, match="mounts its own /tmp and /run") as e:
+            vm._check_host()
+        assert path in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setattr(sys, "executable", "/tmpfoo/bin/python")  # a prefix, not the directory
+    vm._check_host()

@@ -277,3 +277,30 @@ def diagnose_during(
         "stderr": "".join(err) + rest,
         "load": evidence,
     }
+
+
+def vmxnet3_up() -> dict[str, Any]:
+    """Load the vmxnet3 driver (not loaded at boot) and name the interface it creates."""
+    sh("modprobe", "vmxnet3")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for dev in sorted(p.name for p in Path("/sys/class/net").iterdir()):
+            link = Path(f"/sys/class/net/{dev}/device/driver")
+            if link.exists() and link.resolve().name == "vmxnet3":
+                return {"dev": dev}
+        time.sleep(0.5)
+    raise RuntimeError("modprobe vmxnet3 made no interface")
+
+
+def rx_ring_counters(dev: str) -> dict[str, int]:
+    """The kernel's receive counters of dev: the netdev's rx_packets and rx_dropped, and the
+    sum over its queues of vmxnet3's `pkts rx OOB` (a frame found the ring without a buffer),
+    read from the `ethtool` binary's text, not through lbtune."""
+    text = sh("ethtool", "-S", dev)
+    stat = Path(f"/sys/class/net/{dev}/statistics")
+    return {
+        "rx_packets": int((stat / "rx_packets").read_text()),
+        "rx_dropped": int((stat / "rx_dropped").read_text()),
+        "oob": sum(int(n) for n in re.findall(r"pkts rx OOB:\s*(\d+)", text)),
+        "ring": int(re.findall(r"^RX:\s*(\d+)", sh("ethtool", "-g", dev), re.M)[-1]),
+    }

@@ -248,9 +248,10 @@ def test_queue_order(driver: str) -> None:
         "i40e": "{d}-{q}.packets",
         "ena": "queue_{q}_{d}_cnt",
         "bnxt_en": "[{q}]: {d}_ucast_packets",
+        "vmxnet3": "{D} Queue#{q}: ucast pkts {d}",
     }
     fmt = names.get(driver, "{d}_queue_{q}_packets")
-    stats = {fmt.format(d=d, q=q): 1 for q in (10, 2, 0) for d in ("tx", "rx")}
+    stats = {fmt.format(d=d, D=d.capitalize(), q=q): 1 for q in (10, 2, 0) for d in ("tx", "rx")}
     got = [(q.direction, q.queue) for q in map_queue_counters(driver, stats)]
     if DRIVERS[driver].queues:
         assert got == [("rx", 0), ("rx", 2), ("rx", 10), ("tx", 0), ("tx", 2), ("tx", 10)]
