@@ -124,6 +124,10 @@ def test_a_dead_vm_supervisors_guest_and_files_are_reaped(run_dir, tmp_path):
     qemu = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(workdir)],
                             env=dict(os.environ, **{session.ENV_SESSION: TOKEN}),
                             start_new_session=True)  # fmt: skip
+    # Popen returns at fork: until the exec the stand-in's cmdline (and environment, which
+    # the reaper matches) are still this test's
+    while str(workdir).encode() not in Path(f"/proc/{qemu.pid}/cmdline").read_bytes():
+        time.sleep(0.01)
     try:
         (workdir / "owner.json").write_text(json.dumps(
             {"supervisor": dead.pid, "qemu": qemu.pid, "netns": "lbtune-vm-0000test"}))  # fmt: skip
