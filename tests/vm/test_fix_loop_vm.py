@@ -7,13 +7,13 @@ kernel counter (read by the test in the guest, not by lbtune) stops while a posi
 proves the load arrived; `verify` exits 0 and `rollback` restores what the fault had set.
 
 - qdisc-drop: the e1000e's root pfifo_fast with txqueuelen 4, 1000 UDP datagrams sent out of
-  it as fast as the guest can (IP_RECVERR: every qdisc drop is an ENOBUFS, so the test counts
-  them exactly). The NIC is made slow to drain, the same for both loads: BQL lets one packet
-  wait for completion and interrupt throttling spaces completions 10 ms apart (~100 packets/s
-  leave), so the qdisc queues and drops whatever the guest's speed. (Unpaced, the e1000e under
-  TCG drained fast enough on an idle host that the fault did not always happen.) The fix
-  (txqueuelen 10000) holds more than the whole load: the second load cannot drop even if the
-  device never drained (the stated margin).
+  it as fast as the guest can (IP_RECVERR: every qdisc drop of the test's datagrams is an
+  ENOBUFS, so the test counts them exactly). The NIC is made slow to drain, the same for
+  both loads: BQL lets one packet wait for completion and interrupt throttling spaces
+  completions 10 ms apart (~100 packets/s leave), so the qdisc queues and drops whatever the
+  guest's speed. (Unpaced, the e1000e under TCG drained fast enough on an idle host that the
+  fault did not always happen.) The fix (txqueuelen 10000) holds more than the whole load:
+  the second load cannot drop even if the device never drained (the stated margin).
 - irq-imbalance: the virtio NIC's 4 rx queue IRQs all pinned to CPU 1; host-side traffic over
   16 flows into the multi-queue tap reaches all 4 rx queues (the positive control), and NET_RX
   softirqs pile up on CPU 1. The fix spreads the IRQs one per CPU; the second load's largest
@@ -179,7 +179,9 @@ def qdisc_loop(vm: VmGuest, profile: str) -> None:
     # 1. the fault: drops counted by the kernel (ENOBUFS = qdisc drops), and named
     first = vm.call(T + "diagnose_during", [diag, "udp_flood", load], timeout=900)
     ld = first["load"]
-    assert ld["qdisc_drops"] > 0 and ld["enobufs"] == ld["qdisc_drops"], ld
+    # every ENOBUFS is a qdisc drop; while the paced qdisc is full it may also drop a packet of
+    # the kernel's own (IPv6 ND/MLD: 945 drops for 944 ENOBUFS, once), never fewer
+    assert ld["enobufs"] > 0 and ld["qdisc_drops"] >= ld["enobufs"], ld
     found = rules_found(first, "qdisc-drop")
     assert found and all("eth1" in f["object"] for f in found), found
     keys = {fx["key"] for f in found for fx in f["fixes"] if fx["scope"] == "profile"}
