@@ -151,17 +151,15 @@ _STAT = re.compile(r"^\s+(\S.*?):\s+(-?\d+)\s*$")
 _QUEUE_SECTION = re.compile(r"(Rx|Tx) Queue#")
 
 
-def qualify_sections(names: Sequence[tuple[int, str]]) -> list[str]:
+def qualify_sections(names: Sequence[tuple[int, str]]) -> Optional[list[str]]:
     """Unique counter names for drivers that repeat them per queue section.
 
     `names` are (indentation, name) in the driver's order. After an ``Rx Queue#`` or ``Tx
     Queue#`` header (the Nth of its direction is queue N; vmxnet3 lists them in order), each
     deeper-indented name becomes ``"Rx Queue#N: name"`` and the header itself ``"Rx Queue#N"``;
-    the first name indented no deeper than the header ends the section. Without a header the
-    names are returned as they are, so no other driver's names change.
+    the first name indented no deeper than the header ends the section. None when there is
+    no header: the caller keeps its names as they are, so no other driver's names change.
     """
-    if not any(_QUEUE_SECTION.fullmatch(n) for _, n in names):
-        return [n for _, n in names]
     out: list[str] = []
     seen = {"Rx": 0, "Tx": 0}
     section, base = "", 0
@@ -176,7 +174,7 @@ def qualify_sections(names: Sequence[tuple[int, str]]) -> list[str]:
         else:
             section = ""
             out.append(name)
-    return out
+    return out if seen["Rx"] or seen["Tx"] else None
 
 
 def parse_ethtool_S(text: str, source: str = "ethtool -S") -> dict[str, int]:
@@ -192,7 +190,8 @@ def parse_ethtool_S(text: str, source: str = "ethtool -S") -> dict[str, int]:
             values.append(int(m.group(2)))
         elif line.strip():
             raise MalformedHostFile(source, f"unexpected line {line!r}")
-    return dict(zip(qualify_sections(names), values))
+    keys = qualify_sections(names) or [name for _, name in names]
+    return dict(zip(keys, values))
 
 
 _VALUE_LINE = re.compile(r"^(\s*)([A-Za-z][A-Za-z ]*?)(:\s*)(\S+)(\s*)$", re.DOTALL)
@@ -426,10 +425,8 @@ class LiveEthtool:
             _text(names_raw[12 + i * ETH_GSTRING_LEN : 12 + (i + 1) * ETH_GSTRING_LEN])
             for i in range(n)
         ]
-        indented = [(len(r) - len(r.lstrip()), r.strip()) for r in raw]
-        if not any(_QUEUE_SECTION.fullmatch(n) for _, n in indented):
-            return raw  # every other driver's names stay exactly as the driver gives them
-        return qualify_sections(indented)
+        # every other driver's names stay exactly as the driver gives them
+        return qualify_sections([(len(r) - len(r.lstrip()), r.strip()) for r in raw]) or raw
 
     # Setters read the driver's current struct, change only the given fields and write it back
     # (read-modify-write), as `ethtool -G/-L` does. Errors are EthtoolIoctlError (an OSError

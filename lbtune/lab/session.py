@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from lbtune.errors import BadInput, ExitCode, LbtuneError
+from lbtune.lab.guestapi import BACKENDS
 from lbtune.lab.progress import ProgressCallback, ProgressReader, ProgressWriter
 from lbtune.lab.uml import (
     ENV_WORKDIR,
@@ -62,8 +63,6 @@ from lbtune.lab.uml import (
     pid_alive,
     run_in_lab,
 )
-
-BACKENDS = ("uml", "vm")
 
 ENV_RUN_DIR = "LBTUNE_LAB_RUN_DIR"
 DEFAULT_RUN_DIR = "/run/lbtune"

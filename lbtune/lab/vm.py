@@ -133,14 +133,16 @@ def _check_host() -> None:
         raise LabUnavailable("the VM lab needs root (a tap device in a throwaway netns)")
     if shutil.which("ip") is None:
         raise LabUnavailable("ip (iproute2) not found")
-    # the guest sees the host's / except /tmp and /run, where it mounts its own tmpfs
-    here = Path(__file__).resolve().parents[1]
-    for what, path in (("Python", os.path.abspath(sys.executable)), ("lbtune", str(here))):
-        if any(path == top or path.startswith(top + "/") for top in GUEST_OWN_DIRS):
-            raise LabUnavailable(
-                f"the VM guest cannot run {what} from {path}: it mounts its own /tmp and /run "
-                "over the host's (use a checkout and venv outside them)"
-            )
+    # the guest sees the host's / except /tmp and /run, where it mounts its own tmpfs; a path
+    # is used as given (PATH, PYTHONPATH) and followed through its symlinks: check both
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for what, given in (("Python", sys.executable), ("lbtune", here)):
+        for path in (os.path.abspath(given), os.path.realpath(given)):
+            if any(path == top or path.startswith(top + "/") for top in GUEST_OWN_DIRS):
+                raise LabUnavailable(
+                    f"the VM guest cannot run {what} from {path}: it mounts its own /tmp and "
+                    "/run over the host's (use a checkout and venv outside them)"
+                )
 
 
 # --------------------------------------------------------------------------- boot scripts

@@ -7,8 +7,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -185,7 +187,7 @@ def test_the_vm_boots_with_the_mark_in_lab_checks():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="capability: the VM lab checks need root")
-def test_a_python_under_tmp_is_refused_before_any_boot(monkeypatch):
+def test_a_python_under_tmp_is_refused_before_any_boot(monkeypatch, tmp_path):
     """The guest mounts its own /tmp and /run: a venv there would be invisible in it (the agent
     exited 127 when a checkout under /tmp booted); refused in one sentence instead."""
     from lbtune.lab import vm
@@ -199,3 +201,12 @@ def test_a_python_under_tmp_is_refused_before_any_boot(monkeypatch):
         assert path in str(e.value) and "\n" not in str(e.value)
     monkeypatch.setattr(sys, "executable", "/tmpfoo/bin/python")  # a prefix, not the directory
     vm._check_host()
+    # a venv outside /tmp that is a symlink into it: the guest follows the link to nothing
+    outside = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    try:
+        (outside / "venv").symlink_to(tmp_path)
+        monkeypatch.setattr(sys, "executable", str(outside / "venv" / "python3"))
+        with pytest.raises(LabUnavailable, match=str(tmp_path)):
+            vm._check_host()
+    finally:
+        shutil.rmtree(outside)
