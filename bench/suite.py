@@ -6,7 +6,8 @@ The clone is what CI checks out (committed files only); `make test` in it runs `
 (idempotent: on this machine the packages and the VM image are there already, so the set-up
 time here is not a fresh machine's) and then the tox tiers two at a time (tox.ini). The tiers'
 times are tox's own summary lines; the run's wall time is measured here. Results go to
-bench/results/suite.{json,md}; the full log stays in the clone with --keep. Nothing asserts a
+bench/results/suite.{json,md}; the clone and its full log stay when `make test` fails (and with
+--keep), and the script says where. Nothing asserts a
 time: the ~30 minute budget is the brief's, and the table says where the time goes.
 """
 
@@ -39,7 +40,6 @@ class Tier:
     result: str
     seconds: float
     setup_seconds: float
-    tests: str  # pytest's own last line ("1900 passed, 141 deselected ...") when it printed one
 
 
 def main() -> int:
@@ -59,7 +59,7 @@ def main() -> int:
     print(f"suite: make test in a fresh clone of {head} ({clone}); log {log}", flush=True)
     start = time.monotonic()
     pytest_lines: list[str] = []
-    with open(log, "w", encoding="utf-8") as fh:
+    with open(log, "w", encoding="utf-8", buffering=1) as fh:  # line by line: readable mid-run
         env = {**os.environ, "CI": "true"}
         proc = subprocess.Popen(["make", "test"], cwd=clone, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -68,13 +68,13 @@ def main() -> int:
         total = 0.0
         for line in proc.stdout:
             fh.write(line)
-            if PYTEST.search(line) and (" passed" in line or " failed" in line):
-                pytest_lines.append(PYTEST.search(line).group(1))  # type: ignore[union-attr]
+            if (p := PYTEST.search(line)) and (" passed" in line or " failed" in line):
+                pytest_lines.append(p.group(1))
             if m := TIER.match(line):
-                tiers.append(Tier(m[1], m[2], float(m[3]), float(m[4]), ""))
+                tiers.append(Tier(m[1], m[2], float(m[3]), float(m[4])))
             elif m := TOTAL.search(line):
                 total = float(m[2])
-            if ": OK" in line or ": FAIL" in line or "suite" in line:
+            if re.match(r"\w+: (OK|FAIL)", line) or (p and " failed" in line):
                 print("  " + line.rstrip()[:160], flush=True)
         code = proc.wait()
     wall = time.monotonic() - start
@@ -100,7 +100,9 @@ def main() -> int:
         [("tier", "l"), ("result", "l"), ("minutes", "r"), ("seconds", "r")],
         rows,
     )
-    if not args.keep:
+    if args.keep or code != 0:
+        print(f"suite: kept {clone} and its log {log}", flush=True)
+    else:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if code == 0 else 1
 
