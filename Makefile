@@ -53,6 +53,7 @@ bench: setup
 	$(VENV)/bin/python bench/vm.py
 	$(VENV)/bin/python bench/vm_apply.py
 	$(VENV)/bin/python bench/lab_up_vm.py
+	$(VENV)/bin/python bench/vm_rx.py
 
 # The whole suite's time: `CI=true make test` in a fresh clone (~30 min; not part of `make bench`).
 bench-suite: setup
