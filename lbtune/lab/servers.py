@@ -125,8 +125,6 @@ def _read_pid(path: str) -> Optional[int]:
     return int(text) if text.isdigit() else None
 
 
-
-
 def _stop_pid(pid: Optional[int], sig: int, timeout: float) -> None:
     """Send sig, wait up to timeout for the process to go, then SIGKILL it."""
     if pid is None:

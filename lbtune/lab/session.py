@@ -369,8 +369,6 @@ def _kill_groups(pids: list[int], timeout: float = 10.0) -> list[int]:
     return alive
 
 
-
-
 # --------------------------------------------------------------------------- host side
 
 

@@ -339,8 +339,6 @@ def probe_kvm(image: VmImage) -> tuple[str, str]:
 # --------------------------------------------------------------------------- leftovers
 
 
-
-
 def reap_stale(directory: Optional[str] = None) -> list[str]:
     """Clean up after VM guests whose supervisor died (kill -9 of a test run): kill the qemu
     process group, delete the netns, remove the work directory and state disk. Returns the
