@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -75,6 +77,14 @@ def orphan(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     guest = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env=dict(os.environ, **{session.ENV_SESSION: token}),
                              start_new_session=True)  # fmt: skip
+    # Popen returns when the exec closes its error pipe, before the kernel has set up the
+    # new program's environment: until then /proc/PID/environ (which the reaper matches) is
+    # empty (failed once under load)
+    needle = f"{session.ENV_SESSION}={token}".encode()
+    deadline = time.monotonic() + 10
+    while needle not in Path(f"/proc/{guest.pid}/environ").read_bytes().split(b"\0"):
+        assert time.monotonic() < deadline, "the stand-in guest never exec'd"
+        time.sleep(0.01)
     yield run, dead.pid, guest
     guest.kill()
     guest.wait()
