@@ -17,11 +17,21 @@ from lbtune.lab import session
 from lbtune.lab.uml import LabError
 
 
+def _wait_for_exec(pid: int, needle: bytes, what: str) -> None:
+    """Until /proc/PID/what shows the new program's (Popen returns when the exec closes its
+    error pipe, before the kernel has set up the new command line and environment)."""
+    deadline = time.monotonic() + 10
+    while needle not in Path(f"/proc/{pid}/{what}").read_bytes().split(b"\0"):
+        assert time.monotonic() < deadline, f"pid {pid} never exec'd"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def fake_supervisor():  # type: ignore[no-untyped-def]
     """A live process whose command line looks like a lab supervisor's."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                              "lbtune.lab.session", "supervise"])  # fmt: skip
+    _wait_for_exec(proc.pid, b"supervise", "cmdline")
     yield proc.pid
     proc.kill()
     proc.wait()
@@ -77,14 +87,8 @@ def orphan(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     guest = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env=dict(os.environ, **{session.ENV_SESSION: token}),
                              start_new_session=True)  # fmt: skip
-    # Popen returns when the exec closes its error pipe, before the kernel has set up the
-    # new program's environment: until then /proc/PID/environ (which the reaper matches) is
-    # empty (failed once under load)
-    needle = f"{session.ENV_SESSION}={token}".encode()
-    deadline = time.monotonic() + 10
-    while needle not in Path(f"/proc/{guest.pid}/environ").read_bytes().split(b"\0"):
-        assert time.monotonic() < deadline, "the stand-in guest never exec'd"
-        time.sleep(0.01)
+    # the reaper matches the environment, empty until the exec is done (failed once)
+    _wait_for_exec(guest.pid, f"{session.ENV_SESSION}={token}".encode(), "environ")
     yield run, dead.pid, guest
     guest.kill()
     guest.wait()
