@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import pytest
 
+from tests.sigterm import pytest_configure  # noqa: F401 (hook: SIGTERM tears fixtures down)
 from tests.tiers import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 
 # The fixture host trees (tests/data/hosts/<name>/README.md says what real host each models).
