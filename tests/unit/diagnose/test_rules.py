@@ -282,6 +282,61 @@ def test_irq_imbalance(conf: dict[str, str]) -> None:
     assert f.object == "cpu 0" and f.count == 9000
 
 
+def _two_node_vm(nic_node: int) -> tuple[Any, dict[str, Any]]:
+    """The VM lab's shape: CPUs 0-1 on node 0, 2-3 on node 1; eth0's 4 rx queue IRQs 30-33."""
+    from lbtune.host.cmdline import KernelCmdline
+    from lbtune.host.nic import Nic, QueueIrq
+    from lbtune.host.topology import Cpu, CpuTopology, NumaNode
+
+    topo = CpuTopology(
+        cpus=tuple(Cpu(i, True, i // 2, i // 2, i % 2, frozenset({i}), False) for i in range(4)),
+        nodes=(NumaNode(0, frozenset({0, 1})), NumaNode(1, frozenset({2, 3}))),
+        possible=frozenset(range(4)), isolated=frozenset(), nohz_full=frozenset(),
+        cmdline=KernelCmdline.parse(""), default_irq_affinity=None,
+    )  # fmt: skip
+    irqs = tuple(QueueIrq(30 + q, "rx", q, f"virtio3-input.{q}", "virtio", None, None, None,
+                          None, 0) for q in range(4))  # fmt: skip
+    nic = Nic("eth0", 2, "physical", "virtio_net", "0000:41:01.0", nic_node, None, None, 1500,
+              "up", None, 1000, (), (), None, None, irqs, ())  # fmt: skip
+    # a single-queue NIC without a node (the VM's e1000e): a few interrupts of its own
+    mgmt = dataclasses.replace(nic, name="eth1", numa_node=-1, irqs=(
+        QueueIrq(40, "rx", 0, "eth1", "e1000e", None, None, None, None, 0),))  # fmt: skip
+    return topo, {"eth0": nic, "eth1": mgmt}
+
+
+def _spread(conf: dict[str, str], nic_node: int, net_rx: dict[int, int]) -> list[Finding]:
+    """NET_RX as given, each CPU's share of it from eth0's queue IRQs that ran there; eth1
+    fires 3 interrupts on every CPU (its reach, all 4 CPUs, must not decide eth0's)."""
+    from lbtune.host.interrupts import IrqLine
+
+    topo, nics = _two_node_vm(nic_node)
+    cpus = (0, 1, 2, 3)
+
+    def at(t: float, k: int) -> Sample:
+        irq = {30 + q: IrqLine(30 + q, {c: k * net_rx.get(c, 0) // 4 for c in cpus}, "PCI-MSI",
+                               (f"virtio3-input.{q}",)) for q in range(4)}  # fmt: skip
+        irq[40] = IrqLine(40, {c: k * 3 for c in cpus}, "PCI-MSI", ("eth1",))
+        rx = Softirqs(cpus, {"NET_RX": {c: k * net_rx.get(c, 0) for c in cpus}})
+        return sample(t, softirqs=rx, interrupts=irq)
+
+    return [f for f in run(conf, at(0, 0), at(2, 1), topology=topo, nics=nics)
+            if f.rule == "irq-imbalance"]  # fmt: skip
+
+
+def test_irq_imbalance_is_judged_against_the_cpus_the_fix_can_use(conf: dict[str, str]) -> None:
+    # eth0 on node 1 (CPUs 2-3): the fix spreads its queues over those two, 50 % each
+    assert _spread(conf, 1, {2: 5000, 3: 5000}) == []
+    assert _spread(conf, 1, {2: 7000, 3: 3000}) == []  # 70 %: under 1.5 x the even 50 %
+    (f,) = _spread(conf, 1, {2: 8000, 3: 2000})  # 80 %: one of the two does most of it
+    assert f.object == "cpu 2"
+    (f,) = _spread(conf, 1, {1: 9900, 2: 50, 3: 50})  # the fault: all on CPU 1 (node 0)
+    assert f.object == "cpu 1"
+    # without a node every CPU is local: 4 CPUs, even is 25 %, so 50 % decides
+    (f,) = _spread(conf, -1, {2: 5000, 3: 5000})
+    assert f.object in ("cpu 2", "cpu 3")
+    assert _spread(conf, -1, {0: 2500, 1: 2500, 2: 2500, 3: 2500}) == []
+
+
 def test_cumulative_window_uses_uptime(conf: dict[str, str]) -> None:
     b = sample(0, snmp={"TcpExt.TCPReqQFullDrop": 2000}, uptime=1000.0)
     f = one(run(conf, None, b), "syn-queue-full")
