@@ -13,7 +13,8 @@ on the host) under qemu, so the product's hardware paths run against real driver
 
 The machine: 4 vCPUs on 2 NUMA nodes (CPUs 0-1, 2-3); eth0 virtio-net with 4 queue pairs (a
 ``multi_queue`` tap in a throwaway host network namespace that qemu runs in, removed
-afterwards); eth1 e1000e (a tap in the same namespace); a vmxnet3 on tap2 whose driver is not
+afterwards) behind a PCI expander bridge on node 1, so its PCI function has a node (numa_node 1,
+local_cpulist 2-3) as a NIC in a multi-socket server does; eth1 e1000e (a tap in the same namespace); a vmxnet3 on tap2 whose driver is not
 loaded at boot (the NIC whose rx ring qemu overruns, for the nic-rx-drop fix loop: virtio and
 e1000e make qemu wait for a free buffer; ``modprobe vmxnet3`` makes it eth2); serial console
 to a log file.
@@ -72,6 +73,7 @@ CPUS = 4
 NODES = ((0, "0-1"), (1, "2-3"))
 MEM_PER_NODE_MB = 1024
 QUEUES = 4
+NIC_NODE = 1  # eth0's NUMA node (the expander bridge's numa_node)
 STATE_DISK_SIZE = "4G"  # sparse: the guest's writes only
 BOOT_TIMEOUT = 300.0  # TCG on 2 shared cores: ~7 s alone, much more under load
 KVM_PROBE_TIMEOUT = 40.0
@@ -266,16 +268,19 @@ def qemu_argv(
         argv += [
             "-netdev",
             f"tap,id=n0,ifname=tap0,script=no,downscript=no,queues={QUEUES},vhost=off",
+            # a pxb: a second PCI root bus whose ACPI _PXM puts its devices on NIC_NODE
             "-device",
-            f"virtio-net-pci,netdev=n0,mq=on,vectors={2 * QUEUES + 2}",
+            f"pxb,id=nicbr,bus=pci.0,bus_nr=64,numa_node={NIC_NODE}",
+            "-device",
+            f"virtio-net-pci,netdev=n0,mq=on,vectors={2 * QUEUES + 2},bus=nicbr,addr=0x1",
             "-netdev",
             "tap,id=n1,ifname=tap1,script=no,downscript=no,vhost=off",
             "-device",
-            "e1000e,netdev=n1",
+            "e1000e,netdev=n1,bus=pci.0",
             "-netdev",
             "tap,id=n2,ifname=tap2,script=no,downscript=no,vhost=off",
             "-device",
-            "vmxnet3,netdev=n2",
+            "vmxnet3,netdev=n2,bus=pci.0",
         ]
     return argv
 

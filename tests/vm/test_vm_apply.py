@@ -105,21 +105,25 @@ def data_link(vm: VmGuest) -> None:
                    check=True, capture_output=True)  # fmt: skip
 
 
-def expected_data_cpus(vm: VmGuest) -> tuple[frozenset[int], dict[str, Any]]:
+def expected_data_cpus(
+    vm: VmGuest, housekeeping: frozenset[int] = HOUSEKEEPING
+) -> tuple[frozenset[int], dict[str, Any]]:
     """lb-dr's data cores by its definition (the data NIC's node-local CPUs minus the
-    housekeeping 0-1 and minus isolated CPUs), from the guest's sysfs."""
+    housekeeping CPUs and minus isolated CPUs), from the guest's sysfs."""
     topo = vm.call(f"{G}:topology", ["eth0"])
     local = cpus(topo["local_cpulist"])
     if topo["numa_node"] >= 0:
         local &= cpus(topo["nodes"][str(topo["numa_node"])])
     local &= cpus(topo["online"])
-    return local - HOUSEKEEPING - cpus(topo["isolated"]), topo
+    return local - housekeeping - cpus(topo["isolated"]), topo
 
 
-def lb_dr_cycle(vm: VmGuest) -> dict[str, Any]:
-    """apply lb-dr, read everything back, verify, apply again, rollback, compare: the
-    evidence (asserted here) for the caller's extra checks."""
-    data, topo = expected_data_cpus(vm)
+def lb_dr_cycle(
+    vm: VmGuest, profile: str = "lb-dr", housekeeping: frozenset[int] = HOUSEKEEPING
+) -> dict[str, Any]:
+    """apply lb-dr (or a profile built on it), read everything back, verify, apply again,
+    rollback, compare: the evidence (asserted here) for the caller's extra checks."""
+    data, topo = expected_data_cpus(vm, housekeeping)
     order = sorted(data)
     n = len(order)
     assert n >= 1, f"lb-dr leaves no data core on this guest: {topo}"
@@ -127,7 +131,7 @@ def lb_dr_cycle(vm: VmGuest) -> dict[str, Any]:
     irqs0 = vm.call(f"{G}:queue_irqs", ["eth0"])
     assert len(irqs0) == 8, irqs0  # input.0-3 and output.0-3
 
-    applied = lbtune_json(vm, "apply", "lb-dr", "--iface", "eth0")
+    applied = lbtune_json(vm, "apply", profile, "--iface", "eth0")
     assert applied["journal"] and applied["changed"] > 0, applied
 
     # the plan: one combined channel per data core, queue q's IRQs on data core q (round robin)
@@ -167,7 +171,7 @@ def lb_dr_cycle(vm: VmGuest) -> dict[str, Any]:
     assert verify["in_sync"], verify
     assert not [k for k in verify["knobs"] if k["status"] == "drift"], verify
 
-    again = lbtune_json(vm, "apply", "lb-dr", "--iface", "eth0")
+    again = lbtune_json(vm, "apply", profile, "--iface", "eth0")
     assert (again["changed"], again["journal"]) == (0, None), [
         c for c in again["changes"] if c["action"] == "change"
     ]
@@ -185,9 +189,20 @@ def lb_dr_cycle(vm: VmGuest) -> dict[str, Any]:
 
 def test_lb_dr_on_the_virtio_nic_applies_verifies_and_rolls_back(vm: VmGuest) -> None:
     ev = lb_dr_cycle(vm)
-    # node-local: the virtio NIC's PCI function has no node here (-1: every CPU is local), so
-    # the data cores are both CPUs of node 1, the CPUs outside the housekeeping pair.
-    assert ev["topology"]["numa_node"] == -1
+    # the virtio NIC sits on node 1 (lbtune.lab.vm: a PCI expander bridge with numa_node=1):
+    # its node-local CPUs 2-3 are also the CPUs outside the housekeeping pair 0-1
+    assert (ev["topology"]["numa_node"], ev["topology"]["local_cpulist"]) == (1, "2-3")
+    assert ev["data"] == {2, 3}
+    assert set(ev["planned"].values()) == {"2", "3"}
+
+
+def test_lb_dr_keeps_the_data_queues_on_the_nics_node(vm: VmGuest) -> None:
+    # With housekeeping CPU 0 only, CPU 1 (node 0) is free but not node-local: a planner that
+    # ignored the NIC's node would give it a queue; lb-dr's data cores stay 2-3.
+    ev = lb_dr_cycle(vm, str(PROFILES / "lb-dr-node-local.toml"), frozenset({0}))
+    topo = ev["topology"]
+    assert (topo["numa_node"], topo["nodes"]) == (1, {"0": "0-1", "1": "2-3"}), topo
+    assert cpus(topo["online"]) - {0} - cpus(topo["isolated"]) == {1, 2, 3}  # node-blind
     assert ev["data"] == {2, 3}
     assert set(ev["planned"].values()) == {"2", "3"}
 
