@@ -14,10 +14,10 @@ on the host) under qemu, so the product's hardware paths run against real driver
 The machine: 4 vCPUs on 2 NUMA nodes (CPUs 0-1, 2-3); eth0 virtio-net with 4 queue pairs (a
 ``multi_queue`` tap in a throwaway host network namespace that qemu runs in, removed
 afterwards) behind a PCI expander bridge on node 1, so its PCI function has a node (numa_node 1,
-local_cpulist 2-3) as a NIC in a multi-socket server does; eth1 e1000e (a tap in the same namespace); a vmxnet3 on tap2 whose driver is not
-loaded at boot (the NIC whose rx ring qemu overruns, for the nic-rx-drop fix loop: virtio and
-e1000e make qemu wait for a free buffer; ``modprobe vmxnet3`` makes it eth2); serial console
-to a log file.
+local_cpulist 2-3) as a NIC in a multi-socket server does; eth1 e1000e (a tap in the same
+namespace); a vmxnet3 on tap2 whose driver is not loaded at boot (the NIC whose rx ring qemu
+overruns, for the nic-rx-drop fix loop: virtio and e1000e make qemu wait for a free buffer;
+``modprobe vmxnet3`` makes it eth2); serial console to a log file.
 Accelerator: KVM only when a short probe boot proves it works on this host (nested KVM can
 hang after the decompressor), else TCG (``-accel tcg,thread=multi -cpu max``);
 ``LBTUNE_VM_ACCEL=kvm|tcg`` overrides, and the probe's answer is cached in the image cache.
