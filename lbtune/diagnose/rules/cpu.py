@@ -140,7 +140,9 @@ def irq_imbalance(ctx: Context) -> Iterator[Finding]:
         return
     cpu, top = max(per_cpu.items(), key=lambda kv: kv[1])
     share = top / total
-    reach = _spread_reach(ctx, _busiest_nic(ctx, cpu))
+    fired = _irqs_on(ctx, cpu)
+    nics = sorted(fired)
+    reach = _spread_reach(ctx, max(nics, key=fired.__getitem__) if nics else None)
     if share < 0.5 or (reach and share < _IMBALANCE_OVER_EVEN / reach):
         return
     yield finding(
@@ -168,10 +170,10 @@ def irq_imbalance(ctx: Context) -> Iterator[Finding]:
                 knob="queue IRQ affinity / RPS",
                 current=None,
                 desired=None,
-                settings=_local_irqs(_nics_on(ctx, cpu) or ["data"]),
+                settings=_local_irqs(nics or ["data"]),
                 note="one queue per core with IRQs spread over NUMA-local cores; RPS when the "
                 "NIC has a single queue"
-                + ("" if _nics_on(ctx, cpu) else " (the NIC is not known here: --iface IF)"),
+                + ("" if nics else " (the NIC is not known here: --iface IF)"),
             )
         ],
     )
@@ -190,30 +192,25 @@ def _spread_reach(ctx: Context, nic: Optional[str]) -> int:
     topo = ctx.topology
     if topo is None or nic is None:
         return 0
-    node = ctx.nics[nic].numa_node
+    return len(_node_cpus(topo, ctx.nics[nic].numa_node)[1])
+
+
+def _node_cpus(topo: Any, node: Optional[int]) -> tuple[frozenset[int], frozenset[int]]:
+    """(a NIC's node-local CPUs, empty without a node; the CPUs its queue IRQs may use: the
+    local ones, or every online CPU without a node, minus the isolated ones)."""
     local = topo.node_cpus(node) if node is not None and node >= 0 else frozenset()
-    return len((local or topo.online) - topo.isolated)
+    return local, (local or topo.online) - topo.isolated
 
 
-def _busiest_nic(ctx: Context, cpu: int) -> Optional[str]:
-    """The NIC whose queue IRQs fired most on `cpu` in the window (None: none fired there).
-    The one whose work piles up there; another NIC's few interrupts (a management port's
-    single queue) do not change how far the fix can spread it."""
+def _irqs_on(ctx: Context, cpu: int) -> dict[str, int]:
+    """NIC -> interrupts its queue IRQs took on `cpu` in the window (NICs with none left out).
+    The busiest is the one whose work piles up there; another NIC's few interrupts (a
+    management port's single queue) do not change how far the fix can spread it."""
     counts = {
         nic.name: sum(ctx.window.irq(qi.irq).get(cpu, 0) for qi in nic.irqs)
         for nic in ctx.nics.values()
     }
-    busiest = max(sorted(counts), key=lambda n: counts[n], default=None)
-    return busiest if busiest is not None and counts[busiest] > 0 else None
-
-
-def _nics_on(ctx: Context, cpu: int) -> list[str]:
-    """NICs whose queue IRQs fired on `cpu` in the window."""
-    return sorted(
-        nic.name
-        for nic in ctx.nics.values()
-        if any(ctx.window.irq(qi.irq).get(cpu, 0) > 0 for qi in nic.irqs)
-    )
+    return {name: n for name, n in counts.items() if n > 0}
 
 
 @rule("irq-placement", "NIC queue IRQs running on isolated or remote-NUMA CPUs")
@@ -223,7 +220,7 @@ def irq_placement(ctx: Context) -> Iterator[Finding]:
         return
     for nic in ctx.nics.values():
         node = nic.numa_node
-        local = topo.node_cpus(node) if node is not None and node >= 0 else frozenset()
+        local, usable = _node_cpus(topo, node)
         isolated: list[tuple[Any, int, set[int]]] = []
         remote: list[tuple[Any, int, set[int]]] = []
         for qi in nic.irqs:
@@ -248,7 +245,7 @@ def irq_placement(ctx: Context) -> Iterator[Finding]:
                     f"IRQs {irqs} of {nic.name} fired {count} times {since(ctx)} on isolated "
                     f"CPU(s) {_cpus(cpus_hit)}, which should run only the pinned workload."
                 )
-                needed = (local or topo.online) - topo.isolated
+                needed = usable
                 note = "and ban the isolated CPUs in irqbalance ([irqbalance] ban)"
             else:
                 title = f"{nic.name}: {len(group)} queue IRQs run on a remote NUMA node"
@@ -257,7 +254,7 @@ def irq_placement(ctx: Context) -> Iterator[Finding]:
                     f"{since(ctx)} only on CPU(s) {_cpus(cpus_hit)} of another node: every "
                     "packet crosses the socket interconnect."
                 )
-                needed = local - topo.isolated
+                needed = usable  # local is not empty here
                 note = ""
             current = sorted(
                 set().union(*((qi.effective or qi.affinity or set()) for qi, _, _ in group))
