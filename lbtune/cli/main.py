@@ -177,32 +177,13 @@ def _misc_check_mode(args: list[str]) -> bool:
             and any(w == "--misc-check" or w.startswith("--misc-check=") for w in words))
 
 
-# The environment variables lbtune reads, and what each may hold (checked before anything
-# runs, so garbage is one line and exit 2, never a traceback or a half-run command).
-_FLAGS = ("", "0", "1", "true", "false", "yes", "no", "on", "off", "t", "f", "y", "n")
-_ENV_PATHS = ("LBTUNE_STATE_DIR", "LBTUNE_LAB_RUN_DIR", "LBTUNE_LAB_KERNEL", "LBTUNE_LAB_MODULES")
-_ENV_CHOICES = {
-    "LBTUNE_DEBUG": _FLAGS,
-    "LBTUNE_NO_BCC": ("", "0", "1"),
-    "LBTUNE_LAB_KEEP": ("", "0", "1"),
-    "LBTUNE_LAB_FPU": ("", "auto", "native", "shim", "legacy"),
-}
-
-
 def check_environment(environ: Any) -> None:
-    """BadInput (one line) for an LBTUNE_* variable lbtune cannot use."""
-    import re
+    """LbtuneError (one line, exit 2) for an LBTUNE_* variable lbtune cannot use."""
+    from lbtune.environ import problem
 
-    for name, choices in _ENV_CHOICES.items():
-        value = environ.get(name)
-        if value is not None and value.strip().lower() not in choices:
-            raise LbtuneError(
-                f"{name}={value[:40]!r}: expected one of {', '.join(c for c in choices if c)}"
-            )
-    for name in _ENV_PATHS:
-        value = environ.get(name)
-        if value and (not value.startswith("/") or re.search(r"[\x00-\x1f\x7f]", value)):
-            raise LbtuneError(f"{name}={value[:40]!r}: expected an absolute path")
+    why = problem(environ)
+    if why is not None:
+        raise LbtuneError(why)
 
 
 def invoke(argv: Optional[list[str]] = None) -> int:
