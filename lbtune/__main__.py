@@ -1,5 +1,5 @@
 """`python -m lbtune` runs the command line."""
 
-from lbtune.cli.main import main
+from lbtune.cli.entry import main
 
 main()

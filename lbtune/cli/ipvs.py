@@ -176,8 +176,12 @@ def _reconcile(ctx: click.Context, config: str, teardown: bool) -> int:
         cfg = director_config(config)
         host = ipvs_host(ctx, changes=True)
         targets_of = teardown_targets if teardown else desired_targets
+        runtime = runtime_of(ctx)
+        # the record a repeated no-op is answered from (lbtune.host.ipvs_memo) is for the exact
+        # run lbtune.cli.entry answers: `ipvs apply CONFIG [--json]` on the host itself
+        memo = not teardown and runtime.netns is None and not runtime.verbose
         done = apply_director(host, cfg, ipvs_state(ctx, host), targets_of=targets_of,
-                              every_row=bool(runtime_of(ctx).verbose))
+                              every_row=bool(runtime.verbose), memo=memo)
     return _applied(ctx, done, cfg.source, "torn down" if teardown else "applied")
 
 

@@ -29,7 +29,7 @@ import socket
 import struct
 import weakref
 from dataclasses import replace
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
 from lbtune.errors import BadInput, NeedsPrivilege
 from lbtune.host.fs import HostFS
@@ -366,6 +366,10 @@ class Ipvs:
         self._queue: list[Op] = []
         self._batching = 0
         self.failed: set[tuple[Optional[ServiceKey], Optional[DestKey]]] = set()
+        # `tap()` makes each whole-table read digest the replies (`digest`): a reconcile
+        # that plans nothing records it for the next run (lbtune.host.ipvs_memo)
+        self.tap: Optional[Callable[[], Tap]] = None
+        self._digest: Optional[str] = None
 
     # -- connection ----------------------------------------------------------------------
 
@@ -409,10 +413,18 @@ class Ipvs:
         """Take `table` as what the kernel holds, without reading it (tests, and planning
         against a recorded table); cleared by the next change."""
         self._table = {s.key: s for s in table}
+        self._digest = None
         self._stale.clear()
         self._view = None
 
+    @property
+    def digest(self) -> Optional[str]:
+        """The digest (`tap`) of the cached table, as read whole and unchanged since; None
+        when there is none (no tap, a reply left out, a change or a partial re-read)."""
+        return self._digest if not self._stale and not self._queue else None
+
     def invalidate(self) -> None:
+        self._digest = None
         self._table = None
         self._stale.clear()
         self._timeouts = None
@@ -426,7 +438,9 @@ class Ipvs:
         if self._table is None or self._stale or (counters and not self._counters):
             if not self.available():
                 return {}
-            self._table = {s.key: s for s in read_table(self.socket(), counters)}
+            tap = self.tap() if self.tap is not None else None
+            self._table = {s.key: s for s in read_table(self.socket(), counters, tap)}
+            self._digest = None if tap is None or tap.spoiled else tap.hexdigest()
             self._counters = counters
             self._stale.clear()
         return self._table
@@ -440,6 +454,7 @@ class Ipvs:
         if self._table is not None and key in self._stale and len(self._stale) <= _REREAD_ONE:
             # a few services changed: read those again rather than the whole table
             self._stale.discard(key)
+            self._digest = None
             now = read_service(self.socket(), key)
             if now is None:
                 self._table.pop(key, None)
@@ -456,6 +471,7 @@ class Ipvs:
         if self._table is None:
             self.table()
             return
+        self._digest = None
         if self.available():
             for key in keys:
                 now = read_service(self.socket(), key)
@@ -534,6 +550,7 @@ class Ipvs:
 
     def _send(self, ops: Sequence[Op]) -> None:
         # the kernel changes: cached reads of what the ops touch are stale, the view is not
+        self._digest = None
         self._stale.update(op.svc for op in ops if op.svc is not None)
         if any(op.cmd == CMD_SET_CONFIG for op in ops):
             self._timeouts = None
@@ -604,6 +621,16 @@ def module_available(fs: HostFS) -> bool:
     return False
 
 
+class Tap(Protocol):
+    """Sees every reply of a table read (`read_table`), the way the kernel sent it."""
+
+    spoiled: bool  # set when a reply was left out of the table
+
+    def add(self, service: bytes, dests: list[bytes]) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
 def read_services(sock: IpvsSocket, counters: bool = True) -> list[Service]:
     return [s for s in (decode_service(b, counters) for b in sock.dump(CMD_GET_SERVICE))
             if s is not None]
@@ -624,20 +651,36 @@ def read_service(sock: IpvsSocket, key: ServiceKey) -> Optional[Service]:
     return None
 
 
-def _with_dests(sock: IpvsSocket, svc: Service, counters: bool = True) -> Service:
-    dests = [d for d in (decode_dest(b, svc.key.family, counters)
-                         for b in sock.dump(CMD_GET_DEST, service_attrs(svc.key)))
+def _with_dests(sock: IpvsSocket, svc: Service, counters: bool = True,
+                tap: Optional[Tap] = None, body: bytes = b"") -> Service:
+    bodies = sock.dump(CMD_GET_DEST, service_attrs(svc.key))
+    dests = [d for d in (decode_dest(b, svc.key.family, counters) for b in bodies)
              if d is not None]  # fmt: skip
+    if tap is not None:
+        tap.add(body, bodies)
+        if len(dests) != len(bodies):
+            tap.spoiled = True
     return replace(svc, destinations=tuple(sorted(dests, key=_dest_order)))
 
 
-def read_table(sock: IpvsSocket, counters: bool = True) -> list[Service]:
+def read_table(sock: IpvsSocket, counters: bool = True,
+               tap: Optional[Tap] = None) -> list[Service]:
     """Every service with its destinations; `counters=False` skips decoding statistics
     (a reconcile compares settings only). One dump for the services, then one per
     service for its destinations: a dump's request cannot be pipelined behind another's
-    (the kernel answers EBUSY while one is unfinished; measured: slower, not faster)."""
-    return sorted((_with_dests(sock, svc, counters) for svc in read_services(sock, counters)),
-                  key=_service_order)
+    (the kernel answers EBUSY while one is unfinished; measured: slower, not faster).
+    `tap` is fed every reply as read (the no-op memo's digest, lbtune.host.ipvs_memo)."""
+    if tap is None:
+        return sorted((_with_dests(sock, svc, counters)
+                       for svc in read_services(sock, counters)), key=_service_order)
+    out = []
+    for body in sock.dump(CMD_GET_SERVICE):
+        svc = decode_service(body, counters)
+        if svc is None:
+            tap.spoiled = True  # a reply the table leaves out: not what a digest vouches for
+            continue
+        out.append(_with_dests(sock, svc, counters, tap, body))
+    return sorted(out, key=_service_order)
 
 
 # The keys' own order (their fields in turn), as plain tuples: compared in C, not through

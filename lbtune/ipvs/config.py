@@ -18,11 +18,12 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Optional
 
 from lbtune.errors import BadInput
+from lbtune.host.identity import sha256
 from lbtune.host.ifname import is_ifname
 from lbtune.host.ipvs import (
     FWD_METHODS,
@@ -116,6 +117,7 @@ class DirectorConfig:
     prune: str = "all"  # which kernel services not listed here are removed
     drain_timeout: float = 30.0
     agent_port: int = DEFAULT_AGENT_PORT  # real servers without `agent`: http://ADDR:PORT/
+    text_sha256: str = field(default="", compare=False)  # of the file read (`load_config`)
 
     def service_addresses(self) -> set[str]:
         return {s.key.addr for s in self.services if s.key.protocol != "fwmark"}
@@ -127,7 +129,8 @@ class DirectorConfig:
 def load_config(path: str) -> DirectorConfig:
     """Read and validate a config file (the document alone; see `check_host`)."""
     text = read_user_text(path, MAX_BYTES, "config")
-    return parse_config_text(text, path)
+    cfg = parse_config_text(text, path)
+    return replace(cfg, text_sha256=str(sha256(text.encode()).hexdigest()))
 
 
 def parse_config_text(text: str, source: str = "<config>") -> DirectorConfig:

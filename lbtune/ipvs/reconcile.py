@@ -22,6 +22,7 @@ from typing import Callable, Mapping, Optional
 
 from lbtune.errors import BadInput
 from lbtune.host import addr as addrs
+from lbtune.host import ipvs_memo as memo_
 from lbtune.host.host import Host
 from lbtune.host.ipvs import DestKey, Service, ServiceKey, available_schedulers, ipvs_of
 from lbtune.ipvs.config import DirectorConfig, HostFacts, check_host
@@ -262,21 +263,57 @@ def apply_director(
     targets_of: Planner = desired_targets,
     fault: Optional[FaultHook] = None,
     every_row: bool = True,
+    memo: bool = False,
 ) -> Applied:
     """Take the lock, load IPVS if needed, read the kernel's table, plan, and apply through the
     engine (journaled, rolled back on any failure). The lock comes first so that two runs
     never plan from the same table and both apply. IPVS requests are pipelined; the engine's
-    read-back checks them all."""
+    read-back checks them all.
+
+    `memo` (the CLI's `ipvs apply` on the live host): a run that plans nothing records
+    what it found, under the lock, so the next run with the same config can tell the same
+    without planning (lbtune.host.ipvs_memo); a run that changes something removes the record."""
     with state.lock():
         session = ipvs_of(host)
+        modules = memo_.modules_signature() if memo else None  # before what it describes
         facts = host_facts(host)
         check_host(cfg, facts)  # a config the host cannot take loads no module
         session.load()
-        planned = plan_director(host, cfg, facts, targets_of=targets_of, every_row=every_row)
+        if memo:
+            session.tap = memo_.TableDigest
+        try:
+            planned = plan_director(host, cfg, facts, targets_of=targets_of,
+                                    every_row=every_row)
+        finally:
+            session.tap = None
+        digest = session.digest
+        if memo and planned.plan.to_apply:
+            memo_.forget(state.fs, state.base)
         with session.batching():
             journal = apply_plan(host, planned.plan, state, fault=fault)
+        if (memo and journal is None and digest is not None and not planned.warnings
+                and not planned.drain.cut and cfg.text_sha256):
+            _record(state, cfg, digest, planned.in_place + _unchanged(planned.plan), modules)
     return Applied(planned.plan, journal, dict(planned.drain.cut), planned.warnings,
                    planned.in_place)
+
+
+def _record(state: StateDir, cfg: DirectorConfig, digest: str, unchanged: int,
+            modules: object) -> None:
+    """The record of this no-op that `lbtune.host.ipvs_memo.try_noop` answers the next
+    identical run from: what the config needs of the host, as values to compare."""
+    placed = {v.address for v in cfg.vips}
+    memo_.record(
+        state.fs, state.base, source=cfg.source, config_sha256=cfg.text_sha256,
+        table=digest, modules=modules, sysctls=cfg.sysctls, timeouts=cfg.timeouts,
+        vips=tuple((v.dev, v.address, v.prefix) for v in cfg.vips),
+        local=tuple(sorted(a for a in cfg.service_addresses() if a not in placed)),
+        unchanged=unchanged,
+    )
+
+
+def _unchanged(plan: Plan) -> int:
+    return sum(1 for c in plan.changes if c.action.value == "ok")
 
 
 def require_services(cfg: DirectorConfig) -> None:

@@ -1,0 +1,29 @@
+"""The console entry point (`lbtune`, `python -m lbtune`).
+
+A repeated `lbtune ipvs apply CONFIG [--json]` that the last full run recorded as a no-op is
+answered by lbtune.host.ipvs_memo before the command line (click) and the planner are imported;
+every other command, and every apply the record cannot vouch for, runs lbtune.cli.main."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args[:2] == ["ipvs", "apply"]:
+        try:
+            from lbtune.host.ipvs_memo import try_noop
+
+            code = try_noop(args)
+        except KeyboardInterrupt:
+            from lbtune.cli.main import _fail
+            from lbtune.errors import ExitCode
+
+            sys.exit(_fail(int(ExitCode.INTERRUPTED), "interrupted", "interrupted",
+                           "--json" in args))
+        if code is not None:
+            sys.exit(code)
+    from lbtune.cli.main import main as cli_main
+
+    cli_main()
