@@ -11,7 +11,7 @@ import sys
 
 def main() -> None:
     args = sys.argv[1:]
-    if args[:2] == ["ipvs", "apply"]:
+    if "apply" in args[:4]:  # `ipvs apply`, maybe after --json
         try:
             from lbtune.host.ipvs_memo import try_noop
 

@@ -351,19 +351,15 @@ def forget(fs: object, base: str) -> None:
 
 
 def _args(argv: list[str]) -> tuple[str, bool] | None:
-    """(CONFIG, --json) of exactly `ipvs apply CONFIG [--json]` in any order after ipvs;
-    None for anything else (options, `--`, other commands)."""
-    if argv[:2] != ["ipvs", "apply"]:
+    """(CONFIG, --json) of exactly `ipvs apply CONFIG`, with `--json` once anywhere (`lbtune
+    --json ipvs apply CONFIG` is how the Ansible collection runs it); None for anything
+    else (other options, `--`, other commands)."""
+    rest = [a for a in argv if a != "--json"]
+    if len(argv) - len(rest) > 1 or len(rest) != 3 or rest[:2] != ["ipvs", "apply"]:
         return None
-    rest = argv[2:]
-    as_json = "--json" in rest
-    if as_json:
-        rest = [a for a in rest if a != "--json"]
-        if len(rest) + 1 != len(argv) - 2:
-            return None  # --json twice
-    if len(rest) != 1 or rest[0].startswith("-") or not rest[0]:
+    if rest[2].startswith("-") or not rest[2]:
         return None
-    return rest[0], as_json
+    return rest[2], len(rest) != len(argv)
 
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./@+=,-")

@@ -34,6 +34,8 @@ def test_the_memo_answers_a_repeated_no_op_exactly_as_the_full_run(steps):
     assert ops(steps["full"]) == 0 and not steps["full"]["memo"]  # this run records
     assert steps["memo"]["memo"] and steps["memo_text"]["memo"]
     assert steps["memo"]["out"] == steps["full"]["out"]  # byte for byte, --json
+    assert steps["memo_json_first"]["memo"]  # `lbtune --json ipvs apply` (Ansible's way)
+    assert steps["memo_json_first"]["out"] == steps["full"]["out"]
     assert steps["memo_text"]["out"] == steps["full_text"]["out"] == \
         "/tmp/noop.toml: nothing to change\n"
     assert steps["memo"]["err"] == "" and steps["memo_text"]["err"] == ""

@@ -29,7 +29,10 @@ from tests.unit.test_ipvs_decode_fast import body, kernel_dest
     (["ipvs", "apply"], None),
     (["ipvs", "apply", ""], None),
     (["ipvs", "plan", "d.toml"], None),
-    (["--json", "ipvs", "apply", "d.toml"], None),
+    (["--json", "ipvs", "apply", "d.toml"], ("d.toml", True)),  # the Ansible collection's
+    (["ipvs", "--json", "apply", "d.toml"], ("d.toml", True)),
+    (["apply", "d.toml"], None),
+    (["ipvs", "apply", "a.toml", "b.toml"], None),
 ])  # fmt: skip
 def test_only_a_plain_apply_is_answered(argv, want):
     assert noop._args(argv) == want

@@ -45,8 +45,11 @@ def config(weight: int = 3) -> str:
 
 
 def lbtune(path: str, *extra: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "lbtune", "ipvs", "apply",
-                        path, *extra], capture_output=True, text=True, timeout=300,
+    head = ["--json"] if path == "--json" else []  # `lbtune --json ipvs apply CONFIG`
+    if head:
+        path, extra = extra[0], extra[1:]
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "lbtune", *head, "ipvs",
+                        "apply", path, *extra], capture_output=True, text=True, timeout=300,
                        env=env)  # fmt: skip
     err = [ln for ln in p.stderr.splitlines() if not ln.startswith("import time:")]
     return {"code": p.returncode, "out": p.stdout, "err": "\n".join(err),
@@ -72,6 +75,7 @@ def run(state: str) -> dict[str, Any]:
     out["full_text"] = lbtune(path)
     out["memo"] = lbtune(path, "--json")
     out["memo_text"] = lbtune(path)
+    out["memo_json_first"] = lbtune("--json", path)
     memo_files = glob.glob(f"{state}/hosts/*/ipvs-noop.memo")
     out["memo_mode"] = [oct(os.stat(p).st_mode & 0o777) for p in memo_files]
 
