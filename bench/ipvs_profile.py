@@ -6,9 +6,11 @@ One lab boot. The table of bench/ipvs.py is loaded with `ipvsadm -R` and applied
 lbtune (so a journal of 11,000 records exists, as after a real first apply). Then:
 
 - fresh processes: `python3 -c pass` (the floor), the imports of the apply path, and the
-  whole no-op `lbtune ipvs apply` (median of 3 each; lbtune's bytecode compiled first, as
-  an installed package has it), and the same no-op from a copy of the source without
-  bytecode (every module compiled in every run);
+  whole no-op `lbtune ipvs apply` as the full run (`--debug` keeps it from the record;
+  median of 3 each; lbtune's bytecode compiled first, as an installed package has it),
+  the repeated no-op answered from the record of the last full one (lbtune.host.ipvs_memo),
+  and the full no-op from a copy of the source without bytecode (every module compiled in
+  every run);
 - in one process, each phase of the no-op timed on its own (median of 3): config parse,
   host facts, the netlink dump (bytes only), decoding the replies, the full table read,
   the planner's targets, the plan (every target compared, as `plan -v`; and without rows
@@ -77,9 +79,15 @@ def guest(services: int, reals: int) -> dict[str, Any]:
         "imports of the apply path": _proc([sys.executable, "-c",
                                             "import lbtune.cli.main, lbtune.cli.ipvs, "
                                             "lbtune.ipvs.reconcile, lbtune.ipvs.config"]),
+        # --debug (tracebacks on errors: nothing else) keeps the full run: a plain repeated
+        # no-op is answered from the record of the last full one
         "lbtune ipvs apply (no-op), whole process": _proc(
-            [*lbtune, "ipvs", "apply", cfg_path, "--json"]),
+            [*lbtune, "ipvs", "apply", cfg_path, "--json", "--debug"]),
     }
+    subprocess.run([*lbtune, "ipvs", "apply", cfg_path, "--json"], check=True,
+                   capture_output=True)  # a full no-op: it records
+    fresh["lbtune ipvs apply (repeated no-op, from the record), whole process"] = _proc(
+        [*lbtune, "ipvs", "apply", cfg_path, "--json"])
     # The same from a copy of the source without bytecode: every module compiled each run
     # (as this bench measured before it compiled lbtune's bytecode first).
     copy = "/tmp/nobytecode"
@@ -90,8 +98,8 @@ def guest(services: int, reals: int) -> dict[str, Any]:
     if not probe.stdout.startswith(f"{copy}/"):
         raise RuntimeError(f"the copy without bytecode is not the one imported: {probe.stdout}")
     fresh["lbtune ipvs apply (no-op), whole process, no bytecode"] = _median_ms(
-        lambda: subprocess.run([*lbtune, "ipvs", "apply", cfg_path, "--json"], check=True,
-                               capture_output=True, cwd=copy))
+        lambda: subprocess.run([*lbtune, "ipvs", "apply", cfg_path, "--json", "--debug"],
+                               check=True, capture_output=True, cwd=copy))
 
     from lbtune.host.host import Host
     from lbtune.host.ipvs import (
@@ -146,6 +154,15 @@ def guest(services: int, reals: int) -> dict[str, Any]:
         return make_plan(host, "ipvs profile",
                          desired_targets(cfg, table, drain, in_place(cfg, table)))
 
+    def memo_digest() -> str:
+        from lbtune.host import ipvs_memo
+
+        nl = ipvs_memo._Netlink(ipvs_memo._NETLINK_GENERIC)
+        try:
+            return ipvs_memo.read_digest(nl, ipvs_memo._ipvs_family(nl))
+        finally:
+            nl.close()
+
     def lock_journal() -> None:
         with state.lock():
             apply_plan(host, empty, state)
@@ -161,6 +178,8 @@ def guest(services: int, reals: int) -> dict[str, Any]:
         "plan without rows for services in place (in_place + make_plan)":
             _median_ms(short_plan),
         "lock + journal check (apply_plan, empty)": _median_ms(lock_journal),
+        "the record's check: table digest (dump + settings cut, ipvs_memo.read_digest)":
+            _median_ms(memo_digest),
     }
     sock.close()
 
