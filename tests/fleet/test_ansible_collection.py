@@ -57,6 +57,16 @@ def sysctl(ns: str, key: str) -> str:
     return " ".join(out.split())
 
 
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    """lbtune's journals and lock in the test's directory (the playbooks' modules inherit
+    the environment), never the host's /var/lib/lbtune: a namespace's journal directory
+    there outlived the namespace."""
+    state = tmp_path / "lbtune-state"
+    monkeypatch.setenv("LBTUNE_STATE_DIR", str(state))
+    return state
+
+
 @pytest.fixture
 def namespaces() -> Iterator[list[str]]:
     names = [f"lbt-ans{os.getpid()}-{next(_ids)}" for _ in range(2)]
@@ -81,7 +91,8 @@ def profile_task(profile: pathlib.Path, state: str = "present") -> str:
 """
 
 
-def test_check_apply_idempotent_rollback(tmp_path: pathlib.Path, namespaces: list[str]) -> None:
+def test_check_apply_idempotent_rollback(tmp_path: pathlib.Path, namespaces: list[str],
+                                         state_dir: pathlib.Path) -> None:
     prof = tmp_path / "fleet-web.toml"
     prof.write_text(PROFILE)
     before = {n: (sysctl(n, "net.core.somaxconn"), sysctl(n, "net.ipv4.tcp_fin_timeout"))
@@ -111,6 +122,10 @@ def test_check_apply_idempotent_rollback(tmp_path: pathlib.Path, namespaces: lis
         assert res["r"][n]["journal"]
         assert sysctl(n, "net.core.somaxconn") == "8192"
         assert sysctl(n, "net.ipv4.tcp_fin_timeout") == "20"
+
+    # The journals are in the test's state directory, not the host's.
+    assert len(list(state_dir.glob("hosts/*/netns-lbt-ans*/journal/*.json"))) == 2
+    assert not any(os.path.exists(f"/var/lib/lbtune/netns-{n}") for n in namespaces)
 
     # Idempotence: the second run changes nothing.
     res = playbook(tmp_path / "again", profile_task(prof), namespaces)
