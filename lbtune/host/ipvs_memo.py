@@ -33,8 +33,13 @@ import os
 import sys
 from collections.abc import Callable
 
+TYPE_CHECKING = False  # typing costs an import here; mypy reads this name as typing's
+if TYPE_CHECKING:
+    from lbtune.host.fs import HostFS
+
+# SHA-256 from the interpreter's own module, as lbtune.host.identity (hashlib loads OpenSSL)
 try:
-    from _sha256 import sha256  # type: ignore[import-not-found]  # Python 3.11 (hashlib would load OpenSSL: ~40 ms here)
+    from _sha256 import sha256  # type: ignore[import-not-found]  # Python 3.11
 except ImportError:  # pragma: no cover - 3.12 and later
     from _sha2 import sha256  # type: ignore[import-not-found]
 
@@ -46,10 +51,12 @@ _MAX_CONFIG = 4 << 20  # lbtune.ipvs.config.MAX_BYTES (tests/unit check they agr
 
 # The modules whose code decides what a config means and what the kernel must hold: a memo
 # recorded by other code (an upgrade, an edit) is not trusted (tests/unit lists them).
+# The answer's own code (entry, environment check, the output it copies) counts too.
 CODE = ("__init__.py", "host/ipvs_memo.py", "ipvs/config.py", "ipvs/plaintoml.py",
         "ipvs/reconcile.py", "tune/plan.py", "tune/engine.py", "tune/journal.py",
         "tune/knobs/ipvs.py", "tune/knobs/sysctl.py", "host/ipvs.py", "host/ipvs_wire.py",
-        "host/addr.py", "cli/ipvs.py")  # fmt: skip
+        "host/addr.py", "cli/ipvs.py", "cli/ipvscommon.py", "cli/output.py", "cli/entry.py",
+        "environ.py")  # fmt: skip
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # include/uapi/linux/netlink.h, genetlink.h, ip_vs.h, rtnetlink.h, if_addr.h
@@ -311,7 +318,7 @@ def modules_signature() -> tuple[object, ...]:
     return tuple(out)
 
 
-def record(fs: object, base: str, *, source: str, config_sha256: str, table: str,
+def record(fs: HostFS, base: str, *, source: str, config_sha256: str, table: str,
            modules: object, sysctls: tuple[tuple[str, str], ...],
            timeouts: tuple[tuple[str, int], ...], vips: tuple[tuple[str, str, int], ...],
            local: tuple[str, ...], unchanged: int) -> None:
@@ -322,7 +329,7 @@ def record(fs: object, base: str, *, source: str, config_sha256: str, table: str
     address, prefix) and `local` (service VIPs the host must hold) as the config wants."""
     import posixpath
 
-    where = fs.path(base)  # type: ignore[attr-defined]
+    where = fs.path(base)
     dir_fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         journals = listing(dir_fd, "journal")
@@ -334,17 +341,16 @@ def record(fs: object, base: str, *, source: str, config_sha256: str, table: str
         "sysctls": tuple((f"/proc/sys/{k.replace('.', '/')}", v) for k, v in sysctls),
         "timeouts": timeouts, "vips": vips, "local": local, "unchanged": unchanged,
     }  # fmt: skip
-    fs.write_file(posixpath.join(base, MEMO), marshal.dumps(memo), 0o600,  # type: ignore[attr-defined]
-                  follow=False)
+    fs.write_file(posixpath.join(base, MEMO), marshal.dumps(memo), 0o600, follow=False)
 
 
-def forget(fs: object, base: str) -> None:
+def forget(fs: HostFS, base: str) -> None:
     """Remove the record (an apply that changes something: it describes a table gone)."""
     import contextlib
     import posixpath
 
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(fs.path(posixpath.join(base, MEMO)))  # type: ignore[attr-defined]
+        os.unlink(fs.path(posixpath.join(base, MEMO)))
 
 
 # ------------------------------------------------------------------------------ the check
@@ -401,12 +407,14 @@ def _read_config(path: str) -> str:
         st = os.fstat(fd)
         if (st.st_mode & 0o170000) != 0o100000 or st.st_size > _MAX_CONFIG:
             raise _Miss("not a regular file of a config's size")
-        chunks = []
-        while True:
+        chunks: list[bytes] = []
+        size = 0
+        while size <= _MAX_CONFIG:  # a file that grows while read stops at the limit
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 break
             chunks.append(chunk)
+            size += len(chunk)
         data = b"".join(chunks)
     finally:
         os.close(fd)
