@@ -52,6 +52,11 @@ from lbtune.lab.uml import LabKernel, LabUnavailable, run_in_lab
 RUN_DIR = "/run/lbtune-lab/failover"
 MAX_KILLS = 50
 POLL = 0.1
+# Before a kill with sync on, the longest wait for the backup to hold the keep-alive
+# connections: the master's sync thread sends what it buffered at least every 2 s
+# (IPVS_SYNC_FLUSH_TIME); a connection it never sent is lost in a real pair too, and the
+# experiment measures what sync keeps, not that race (seen on a loaded 2-CPU host).
+SYNC_WAIT = 10.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,7 @@ class FailoverConfig:
     def budget(self) -> float:
         """Generous seconds for the whole run in the guest (boot excluded)."""
         per_kill = 2 * (self.master_down() + self.settle) + self.preempt_delay + 15
+        per_kill += SYNC_WAIT if self.sync else 0
         return 90 + self.kills * per_kill
 
 
@@ -207,6 +213,22 @@ class _Failover:
                 return macs[word]
         return ""
 
+    def synced(self, node: Node) -> int:
+        """Established connections to the VIP in node's IPVS connection table."""
+        out = self.shell.run(["ipvsadm", "-L", "-n", "-c"], node.netns)
+        vip = f"{self.topo.vip}:{HTTP_PORT}"
+        return sum(1 for line in out.stdout.splitlines()
+                   if line.split()[2:3] == ["ESTABLISHED"] and line.split()[4:5] == [vip])
+
+    def wait_synced(self, node: Node, want: int, timeout: float) -> Optional[float]:
+        """Seconds until node holds `want` established connections (None: not in time)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.synced(node) >= want:
+                return time.monotonic() - t0
+            time.sleep(POLL)
+        return None
+
     def die(self, d: _Director) -> None:
         d.kill()
         self.shell.check(["ip", "link", "set", d.node.bridge_port, "down"])
@@ -312,6 +334,13 @@ def run_failover(
             time.sleep(config.settle + 1.0)  # the prober's start-up, then steady traffic
             run.check_prober()
         for k in range(1, config.kills + 1):
+            if config.sync and config.keepalive:
+                took = run.wait_synced(d2.node, config.keepalive, SYNC_WAIT)
+                run.progress("sync", INFO,
+                             f"dir2 holds the {config.keepalive} keep-alive connection(s) "
+                             f"after {took:.1f} s" if took is not None else
+                             f"dir2 holds {run.synced(d2.node)} of the {config.keepalive} "
+                             f"keep-alive connection(s) after {SYNC_WAIT:g} s; killing dir1")
             run.die(d1)
             t = time.monotonic()  # the cable is out: the outage starts here
             took = run.wait_vip(d2.node, timeout)
