@@ -71,10 +71,6 @@ def _rows(plan: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _unchanged(plan: Any) -> int:
-    return sum(1 for c in plan.changes if c.action.value == "ok")
-
-
 # A plan longer than this is summarised (counts per operation, then the first rows); -v
 # prints every row. 10,000 rows help nobody read, and rendering them costs seconds.
 _LONG = 100
@@ -132,7 +128,7 @@ def plan_command(ctx: click.Context, config: str, teardown: bool) -> int:
                                 targets_of=teardown_targets if teardown else desired_targets)
     if runtime_of(ctx).json:
         emit_json({"config": cfg.source, "operations": len(planned.plan.to_apply),
-                   "unchanged": _unchanged(planned.plan) + planned.in_place,
+                   "unchanged": planned.plan.unchanged + planned.in_place,
                    "changes": _rows(planned.plan), "warnings": planned.warnings})
     else:
         _print_plan(planned.plan, verbose, f"plan: {cfg.source}", planned.in_place)
@@ -153,7 +149,7 @@ def _applied(ctx: click.Context, done: Any, source: str, verb: str) -> int:
     if s.json:
         emit_json({"config": source, "journal": done.journal.id if done.journal else None,
                    "operations": len(done.plan.to_apply),
-                   "unchanged": _unchanged(done.plan) + done.in_place,
+                   "unchanged": done.plan.unchanged + done.in_place,
                    "changes": _rows(done.plan), "cut": cut, "warnings": done.warnings})
         return 0
     out = console()
@@ -367,7 +363,7 @@ def _rs_apply(ctx: click.Context, spec: Any, targets: list[Any], verb: str) -> i
     if runtime_of(ctx).json:
         emit_json({"vips": spec.vips, "iface": spec.iface, "dev": spec.dev,
                    "journal": journal.id if journal else None,
-                   "operations": len(plan.to_apply), "unchanged": _unchanged(plan),
+                   "operations": len(plan.to_apply), "unchanged": plan.unchanged,
                    "changes": _rows(plan)})
     elif journal is None:
         console().print(f"{spec.name}: nothing to change")

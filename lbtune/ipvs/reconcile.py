@@ -293,7 +293,7 @@ def apply_director(
             journal = apply_plan(host, planned.plan, state, fault=fault)
         if (memo and journal is None and digest is not None and not planned.warnings
                 and not planned.drain.cut and cfg.text_sha256):
-            _record(state, cfg, digest, planned.in_place + _unchanged(planned.plan), modules)
+            _record(state, cfg, digest, planned.in_place + planned.plan.unchanged, modules)
     return Applied(planned.plan, journal, dict(planned.drain.cut), planned.warnings,
                    planned.in_place)
 
@@ -310,10 +310,6 @@ def _record(state: StateDir, cfg: DirectorConfig, digest: str, unchanged: int,
         local=tuple(sorted(a for a in cfg.service_addresses() if a not in placed)),
         unchanged=unchanged,
     )
-
-
-def _unchanged(plan: Plan) -> int:
-    return sum(1 for c in plan.changes if c.action.value == "ok")
 
 
 def require_services(cfg: DirectorConfig) -> None:

@@ -60,6 +60,11 @@ class Plan:
         return tuple(c for c in self.changes if c.action is Action.CHANGE)
 
     @property
+    def unchanged(self) -> int:
+        """Knobs already at their target (the plan's ok rows)."""
+        return sum(1 for c in self.changes if c.action is Action.OK)
+
+    @property
     def needs_reboot(self) -> bool:
         return any(c.knob.note == "reboot required" for c in self.to_apply)
 
