@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
 from lbtune.errors import BadInput, NeedsPrivilege
 from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
+from lbtune.host.ipvs_memo import MODULE_LISTS
 from lbtune.host.ipvs_wire import (
     CMD_ATTR_DAEMON,
     CMD_ATTR_TIMEOUT_TCP,
@@ -366,10 +367,11 @@ class Ipvs:
         self._queue: list[Op] = []
         self._batching = 0
         self.failed: set[tuple[Optional[ServiceKey], Optional[DestKey]]] = set()
-        # `tap()` makes each whole-table read digest the replies (`digest`): a reconcile
-        # that plans nothing records it for the next run (lbtune.host.ipvs_memo)
+        # `tap()` makes each whole-table read digest the replies: `digest` is that of the
+        # cached table as read whole, None after any change sent or partial re-read (a
+        # reconcile that plans nothing records it for the next run: lbtune.host.ipvs_memo)
         self.tap: Optional[Callable[[], Tap]] = None
-        self._digest: Optional[str] = None
+        self.digest: Optional[str] = None
 
     # -- connection ----------------------------------------------------------------------
 
@@ -413,18 +415,12 @@ class Ipvs:
         """Take `table` as what the kernel holds, without reading it (tests, and planning
         against a recorded table); cleared by the next change."""
         self._table = {s.key: s for s in table}
-        self._digest = None
+        self.digest = None
         self._stale.clear()
         self._view = None
 
-    @property
-    def digest(self) -> Optional[str]:
-        """The digest (`tap`) of the cached table, as read whole and unchanged since; None
-        when there is none (no tap, a reply left out, a change or a partial re-read)."""
-        return self._digest if not self._stale and not self._queue else None
-
     def invalidate(self) -> None:
-        self._digest = None
+        self.digest = None
         self._table = None
         self._stale.clear()
         self._timeouts = None
@@ -440,7 +436,7 @@ class Ipvs:
                 return {}
             tap = self.tap() if self.tap is not None else None
             self._table = {s.key: s for s in read_table(self.socket(), counters, tap)}
-            self._digest = None if tap is None or tap.spoiled else tap.hexdigest()
+            self.digest = None if tap is None or tap.spoiled else tap.hexdigest()
             self._counters = counters
             self._stale.clear()
         return self._table
@@ -454,7 +450,7 @@ class Ipvs:
         if self._table is not None and key in self._stale and len(self._stale) <= _REREAD_ONE:
             # a few services changed: read those again rather than the whole table
             self._stale.discard(key)
-            self._digest = None
+            self.digest = None
             now = read_service(self.socket(), key)
             if now is None:
                 self._table.pop(key, None)
@@ -471,7 +467,7 @@ class Ipvs:
         if self._table is None:
             self.table()
             return
-        self._digest = None
+        self.digest = None
         if self.available():
             for key in keys:
                 now = read_service(self.socket(), key)
@@ -550,7 +546,7 @@ class Ipvs:
 
     def _send(self, ops: Sequence[Op]) -> None:
         # the kernel changes: cached reads of what the ops touch are stale, the view is not
-        self._digest = None
+        self.digest = None
         self._stale.update(op.svc for op in ops if op.svc is not None)
         if any(op.cmd == CMD_SET_CONFIG for op in ops):
             self._timeouts = None
@@ -613,7 +609,7 @@ def ipvs_loaded(fs: HostFS) -> bool:
 def module_available(fs: HostFS) -> bool:
     """The running kernel could load ip_vs (built in, or a module in modules.dep)."""
     release = (fs.read("/proc/sys/kernel/osrelease") or "").strip()
-    for name in ("modules.builtin", "modules.dep"):
+    for name in MODULE_LISTS:
         text = fs.read(f"/lib/modules/{release}/{name}") or ""
         if any(line.split(":", 1)[0].rsplit("/", 1)[-1].startswith("ip_vs.ko")
                for line in text.splitlines()):
@@ -736,7 +732,7 @@ def available_schedulers(fs: HostFS) -> Optional[frozenset[str]]:
     base = f"/lib/modules/{release}"
     found: set[str] = set()
     seen_any = False
-    for name in ("modules.builtin", "modules.dep"):
+    for name in MODULE_LISTS:
         text = fs.read(f"{base}/{name}")
         if text is None:
             continue

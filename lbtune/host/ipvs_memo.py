@@ -46,6 +46,8 @@ except ImportError:  # pragma: no cover - 3.12 and later
 FORMAT = 1
 MEMO = "ipvs-noop.memo"
 STATE_DIR = "/var/lib/lbtune"
+# What the running kernel can load, per /lib/modules/RELEASE (lbtune.host.ipvs reads them).
+MODULE_LISTS = ("modules.builtin", "modules.dep")
 _MAX_MEMO = 1 << 20
 _MAX_CONFIG = 4 << 20  # lbtune.ipvs.config.MAX_BYTES (tests/unit check they agree)
 
@@ -190,7 +192,12 @@ class TableDigest:
 
 
 class _Netlink:
-    """One netlink socket for requests and dumps; any error is a _Miss."""
+    """One netlink socket for requests and dumps; any error is a _Miss.
+
+    What `lbtune.host.netlink.dump` and `lbtune.host.ipvs.IpvsSocket` do, on `_socket`:
+    those import `socket` (its enum tables), `typing` and the IPVS dataclasses, which is
+    the start-up this module exists to skip (bench/ipvs_profile.py: the imports of the
+    full run cost more than the whole answer from the record)."""
 
     def __init__(self, protocol: int) -> None:
         self.sock = _socket.socket(_AF_NETLINK, _SOCK_RAW | _SOCK_CLOEXEC, protocol)
@@ -309,7 +316,7 @@ def modules_signature() -> tuple[object, ...]:
     with open("/proc/sys/kernel/osrelease", "rb") as f:
         release = f.read().strip().decode()
     out: list[object] = [release]
-    for name in ("modules.builtin", "modules.dep"):
+    for name in MODULE_LISTS:
         try:
             st = os.stat(f"/lib/modules/{release}/{name}")
             out.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
@@ -341,6 +348,7 @@ def record(fs: HostFS, base: str, *, source: str, config_sha256: str, table: str
         "sysctls": tuple((f"/proc/sys/{k.replace('.', '/')}", v) for k, v in sysctls),
         "timeouts": timeouts, "vips": vips, "local": local, "unchanged": unchanged,
     }  # fmt: skip
+    # atomic (temp, fsync, rename); the temp of a write killed midway goes with the next
     fs.write_file(posixpath.join(base, MEMO), marshal.dumps(memo), 0o600, follow=False)
 
 

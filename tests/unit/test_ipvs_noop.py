@@ -163,3 +163,29 @@ def test_a_missing_config_or_state_is_left_to_the_full_run(tmp_path, monkeypatch
     cfg = tmp_path / "d.toml"
     cfg.write_text("[director]\n")
     assert noop.try_noop(["ipvs", "apply", str(cfg), "--json"]) is None  # no state dir
+
+
+def test_the_record_is_root_only_and_a_killed_write_leaves_no_temp(tmp_path):
+    """A write killed mid-way (kill -9) leaves `ipvs-noop.memo.lbtune-tmp-PID`; the next
+    record removes it (HostFS.write_file clears a dead writer's temp)."""
+    import subprocess
+
+    from lbtune.host.fs import HostFS
+
+    fs = HostFS.create(str(tmp_path / "state"))
+    fs.makedirs("/b/journal", 0o700)
+    gone = subprocess.Popen(["true"])  # a pid that has exited
+    gone.wait()
+    leftover = tmp_path / "state" / "b" / f"{noop.MEMO}.lbtune-tmp-{gone.pid}"
+    leftover.write_bytes(b"half")
+    noop.record(fs, "/b", source="d.toml", config_sha256="0" * 64, table="1" * 64,
+                modules=("6.1",), sysctls=(), timeouts=(), vips=(), local=(), unchanged=3)
+    memo = tmp_path / "state" / "b" / noop.MEMO
+    assert memo.stat().st_mode & 0o777 == 0o600
+    assert not leftover.exists()
+    dir_fd = os.open(memo.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        got = noop._load_memo(dir_fd)  # as the check reads it: root's own, 0600
+    finally:
+        os.close(dir_fd)
+    assert got["state"] == str(tmp_path / "state" / "b") and got["unchanged"] == 3
