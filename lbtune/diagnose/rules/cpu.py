@@ -140,10 +140,12 @@ def irq_imbalance(ctx: Context) -> Iterator[Finding]:
         return
     cpu, top = max(per_cpu.items(), key=lambda kv: kv[1])
     share = top / total
+    if share < 0.5:
+        return  # the common case, decided before any per-NIC walk (a rule runs every tick)
     fired = _irqs_on(ctx, cpu)
     nics = sorted(fired)
     reach = _spread_reach(ctx, max(nics, key=fired.__getitem__) if nics else None)
-    if share < 0.5 or (reach and share < _IMBALANCE_OVER_EVEN / reach):
+    if reach and share < _IMBALANCE_OVER_EVEN / reach:
         return
     yield finding(
         ctx,
