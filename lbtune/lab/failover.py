@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from lbtune.errors import BadInput, LbtuneError
 from lbtune.host.signals import interruptible
@@ -57,6 +57,16 @@ POLL = 0.1
 # (IPVS_SYNC_FLUSH_TIME); a connection it never sent is lost in a real pair too, and the
 # experiment measures what sync keeps, not that race (seen on a loaded 2-CPU host).
 SYNC_WAIT = 10.0
+
+
+def _wait(done: Callable[[], bool], timeout: float) -> Optional[float]:
+    """Seconds until `done()` holds, polled every POLL (None: not within timeout)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if done():
+            return time.monotonic() - t0
+        time.sleep(POLL)
+    return None
 
 
 @dataclass(frozen=True)
@@ -197,12 +207,7 @@ class _Failover:
 
     def wait_vip(self, node: Node, timeout: float) -> Optional[float]:
         """Seconds until node holds the VIP (None: not within timeout)."""
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if self.has_vip(node):
-                return time.monotonic() - t0
-            time.sleep(POLL)
-        return None
+        return _wait(lambda: self.has_vip(node), timeout)
 
     def vip_owner(self) -> str:
         """Who the client's ARP entry for the VIP names (a director's fixed MAC)."""
@@ -217,17 +222,13 @@ class _Failover:
         """Established connections to the VIP in node's IPVS connection table."""
         out = self.shell.run(["ipvsadm", "-L", "-n", "-c"], node.netns)
         vip = f"{self.topo.vip}:{HTTP_PORT}"
-        return sum(1 for line in out.stdout.splitlines()
-                   if line.split()[2:3] == ["ESTABLISHED"] and line.split()[4:5] == [vip])
+        # pro expire state source virtual destination
+        rows = (line.split() for line in out.stdout.splitlines())
+        return sum(1 for f in rows if len(f) >= 5 and f[2] == "ESTABLISHED" and f[4] == vip)
 
     def wait_synced(self, node: Node, want: int, timeout: float) -> Optional[float]:
         """Seconds until node holds `want` established connections (None: not in time)."""
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if self.synced(node) >= want:
-                return time.monotonic() - t0
-            time.sleep(POLL)
-        return None
+        return _wait(lambda: self.synced(node) >= want, timeout)
 
     def die(self, d: _Director) -> None:
         d.kill()
