@@ -23,6 +23,11 @@ pytestmark = pytest.mark.lab
 FAST = ("--kills", "2", "--advert-int", "0.1", "--settle", "1.5", "--json")
 
 
+def _lost(r: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """Each switch as (kind, connections lost): which side of a run broke them."""
+    return [(w.get("kind"), w.get("lost")) for w in r.get("windows", [])]
+
+
 @pytest.fixture
 def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Work directories in a private temp dir, and no lab up from elsewhere."""
@@ -42,7 +47,7 @@ def test_backup_takes_the_vip_and_sync_keeps_established_connections(
     lab_kernel: LabKernel, private_tmp: Path
 ) -> None:
     code, r, err = _run(*FAST)
-    assert code == 0, (r.get("reason"), err[-2000:])
+    assert code == 0, (r.get("reason"), _lost(r), err[-2000:])
     assert r["ok"] and r["reason"] == ""
     windows = r["windows"]
     assert [w["kind"] for w in windows] == ["failover", "failback"] * 2
@@ -63,7 +68,7 @@ def test_without_sync_established_connections_break_at_the_switch(
     lab_kernel: LabKernel, private_tmp: Path
 ) -> None:
     code, r, err = _run("--no-sync", *FAST)
-    assert code == 0, (r.get("reason"), err[-2000:])
+    assert code == 0, (r.get("reason"), _lost(r), err[-2000:])
     assert "lvs_sync_daemon" not in r["configs"]["dir1"]
     failovers = [w for w in r["windows"] if w["kind"] == "failover"]
     assert all(w["arp"] == "dir2" and w["recovered"] for w in failovers)
@@ -77,7 +82,7 @@ def test_failover_runs_in_a_lab_that_is_up(lab_kernel: LabKernel, private_tmp: P
     assert up.exit_code == 0, up.stderr
     try:
         code, r, err = _run("--kills", "1", "--advert-int", "0.1", "--settle", "1", "--json")
-        assert code == 0, (r.get("reason"), err[-2000:])
+        assert code == 0, (r.get("reason"), _lost(r), err[-2000:])
         assert [w["kind"] for w in r["windows"]] == ["failover", "failback"]
         # the same guest still serves a plain lab run afterwards (the failover cleaned up)
         again = run_cli("lab", "run", "--duration", "2", "--no-diagnose", "--json")
