@@ -192,7 +192,10 @@ def session(flagdir: str, host_mac: str, n_closed: int, m_rcvbuf: int, per_queue
             r.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
             r.bind((GUEST_IP, RX_PORT))
             # rx: the host injects now, into the tap
-            (flags / "guest.json").write_text(json.dumps({"mac": mac}))
+            # written whole, then renamed: the host polls for the name over the shared
+            # directory and must never read it half written (CI read it empty once)
+            (flags / "guest.json.tmp").write_text(json.dumps({"mac": mac}))
+            os.replace(flags / "guest.json.tmp", flags / "guest.json")
             _wait(lambda: (flags / "sent").exists(), 300, "the host's frames")
             r.settimeout(10)
             got = 0

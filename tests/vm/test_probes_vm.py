@@ -139,6 +139,7 @@ def probes(vm: VmGuest) -> dict[str, Any]:
     while not ready.exists() and t.is_alive() and time.monotonic() < deadline:
         time.sleep(0.2)
     if ready.exists():
+        # the guest renames a whole file into place; read it once and fail loudly if not
         inject(vm.netns, json.loads(ready.read_text())["mac"], N_RX)
         (flags / "sent").write_text("")
     t.join(600)
