@@ -172,6 +172,7 @@ class _Failover:
         self.dirs = [_Director(n, self.shell) for n in self.topo.directors]
         self.web: list[WebServer] = []
         self.prober: Optional[subprocess.Popen[bytes]] = None
+        self.ports_file = os.path.join(RUN_DIR, "prober.ports")
 
     def export(self, me: Node, peer: Node, role: str, toml: str) -> str:
         args = ["ipvs", "export", toml, "--format", "keepalived", "--peer", peer.address,
@@ -218,17 +219,57 @@ class _Failover:
                 return macs[word]
         return ""
 
-    def synced(self, node: Node) -> int:
-        """Established connections to the VIP in node's IPVS connection table."""
+    def ka_ports(self) -> frozenset[int]:
+        """The client ports of the prober's serving keep-alive connections (its --ports)."""
+        try:
+            with open(self.ports_file, encoding="utf-8") as fh:
+                return frozenset(int(p) for p in json.load(fh)["ports"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return frozenset()
+
+    def held(self, node: Node) -> tuple[int, int]:
+        """(held, serving): how many of the serving keep-alive connections node's IPVS
+        table holds as ESTABLISHED. Only those: a fresh probe is established for a few
+        ms and would make a table that lacks a keep-alive connection look complete."""
+        ports = self.ka_ports()
         out = self.shell.run(["ipvsadm", "-L", "-n", "-c"], node.netns)
         vip = f"{self.topo.vip}:{HTTP_PORT}"
+        client = f"{self.topo.client.address}:"
+        got = set()
         # pro expire state source virtual destination
-        rows = (line.split() for line in out.stdout.splitlines())
-        return sum(1 for f in rows if len(f) >= 5 and f[2] == "ESTABLISHED" and f[4] == vip)
+        for f in (line.split() for line in out.stdout.splitlines()):
+            if len(f) >= 5 and f[2] == "ESTABLISHED" and f[4] == vip and f[3].startswith(client):
+                with contextlib.suppress(ValueError):
+                    got.add(int(f[3][len(client):]))
+        return len(ports & got), len(ports)
 
     def wait_synced(self, node: Node, want: int, timeout: float) -> Optional[float]:
-        """Seconds until node holds `want` established connections (None: not in time)."""
-        return _wait(lambda: self.synced(node) >= want, timeout)
+        """Seconds until node holds all `want` keep-alive connections (None: not in time)."""
+
+        def done() -> bool:
+            held, serving = self.held(node)
+            return serving >= want and held == serving
+
+        return _wait(done, timeout)
+
+    def wait_back(self, node: Node, timeout: float,
+                  watch_sync: bool) -> tuple[Optional[float], Optional[float]]:  # fmt: skip
+        """Wait for the returning master to hold the VIP: (seconds until it did, seconds
+        until it, still backup, first held every keep-alive connection), each None when it
+        did not happen (the second only watched with sync). Both count from the call."""
+        full: Optional[float] = None
+        t0 = time.monotonic()
+
+        def back() -> bool:
+            nonlocal full
+            if watch_sync and full is None:
+                held, serving = self.held(node)
+                if serving and held == serving:
+                    full = time.monotonic() - t0
+            return self.has_vip(node)
+
+        took = _wait(back, timeout)
+        return took, full
 
     def die(self, d: _Director) -> None:
         d.kill()
@@ -251,7 +292,7 @@ class _Failover:
             "nice", "-n", "-10", sys.executable, "-m", "lbtune.lab.prober",
             "--vip", self.topo.vip, "--port", str(HTTP_PORT),
             "--interval", f"{self.config.interval:g}", "--keepalive", str(self.config.keepalive),
-            "--stop", stop, "--out", out])  # fmt: skip
+            "--stop", stop, "--out", out, "--ports", self.ports_file])  # fmt: skip
         self.prober = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -322,7 +363,7 @@ def run_failover(
                 run.web.append(web)
         sync = "sync on" if config.sync else "sync off"
         with run.step("keepalived", f"advert_int {config.advert_int:g} s, {sync}"):
-            for path in (stop, out):
+            for path in (stop, out, run.ports_file):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
             configs = run.configure()
@@ -334,18 +375,21 @@ def run_failover(
             run.start_prober(stop, out)
             time.sleep(config.settle + 1.0)  # the prober's start-up, then steady traffic
             run.check_prober()
+        watch_sync = config.sync and config.keepalive > 0
         for k in range(1, config.kills + 1):
-            if config.sync and config.keepalive:
+            held: Optional[int] = None
+            if watch_sync:
                 took = run.wait_synced(d2.node, config.keepalive, SYNC_WAIT)
+                held, serving = run.held(d2.node)
                 run.progress("sync", INFO,
-                             f"dir2 holds the {config.keepalive} keep-alive connection(s) "
+                             f"dir2 holds the {serving} keep-alive connection(s) "
                              f"after {took:.1f} s" if took is not None else
-                             f"dir2 holds {run.synced(d2.node)} of the {config.keepalive} "
-                             f"keep-alive connection(s) after {SYNC_WAIT:g} s; killing dir1")
+                             f"dir2 holds {held} of the {serving} keep-alive "
+                             f"connection(s) after {SYNC_WAIT:g} s; killing dir1")  # fmt: skip
             run.die(d1)
             t = time.monotonic()  # the cable is out: the outage starts here
             took = run.wait_vip(d2.node, timeout)
-            events.append(Event(t, "failover", "dir2", took))
+            events.append(Event(t, "failover", "dir2", took, held=held))
             if took is None:
                 reason = f"kill {k}: dir2 did not take the VIP within {timeout:g} s"
                 break
@@ -356,16 +400,22 @@ def run_failover(
             events[-1] = dataclasses.replace(events[-1], arp=owner)
             t = time.monotonic()
             run.reboot(d1)
-            took = run.wait_vip(d1.node, timeout + 5)
-            events.append(Event(t, "failback", "dir1", took))
+            took, full = run.wait_back(d1.node, timeout + 5, watch_sync)
+            # what sync had carried to dir1 by the time it preempted (its table is read
+            # within a poll of the takeover; a connection it lacked is reset, never added)
+            held, serving = run.held(d1.node) if watch_sync and took is not None else (None, 0)
+            events.append(Event(t, "failback", "dir1", took, held=held))
             if took is None:
                 reason = f"kill {k}: dir1 did not take the VIP back: {d1.log_tail()}"
                 break
             time.sleep(config.settle)
             owner = run.vip_owner()
             events[-1] = dataclasses.replace(events[-1], arp=owner)
+            synced = "" if held is None else (
+                f", holding {held} of {serving} keep-alive conn(s)"
+                + (f" (all since {full:.1f} s)" if full is not None else ""))
             run.progress("kill", INFO, f"{k}/{config.kills}: dir1 back, took the VIP after "
-                         f"{took:.2f} s; client ARP -> {owner or '?'}")  # fmt: skip
+                         f"{took:.2f} s{synced}; client ARP -> {owner or '?'}")  # fmt: skip
         end = time.monotonic()
         with run.step("collect"):
             record = run.stop_prober(stop, out)

@@ -8,7 +8,11 @@ event times (lbtune.lab.failover), both CLOCK_MONOTONIC in the same guest:
   probe failed). Probes every 20 ms: the resolution is about one interval;
 * failed requests: the failed probes of the window;
 * keep-alive connections: those established (answered at least once) before the switch and
-  still open then, and how many of them broke during the window.
+  still open then, and how many of them broke during the window;
+* held (sync on): how many of the serving keep-alive connections the new master's IPVS
+  table held when it took over (failover: when the master died, after the wait for sync;
+  failback: when the returning master had the VIP). A connection it lacked is reset; one it
+  held and still lost is sync failing, not timing.
 
 A switch's window runs from its event to the next event (the last to the end of the run),
 both moved back by the probe timeout: a probe started just before the kill can fail
@@ -34,6 +38,7 @@ class Event:
     to: str
     took_s: Optional[float]
     arp: str = ""
+    held: Optional[int] = None  # keep-alive connections the new master held (sync on)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class Window:
     recovered: bool  # a probe succeeded after the window's last failure
     reasons: tuple[str, ...] = ()
     max_gap_s: float = 0.0  # longest pause between probe starts: the resolution achieved
+    held: Optional[int] = None  # keep-alive connections the new master held at the switch
 
 
 def switch_windows(
@@ -98,7 +104,8 @@ def switch_windows(
         gap = max((b - a for a, b in zip(starts, starts[1:])), default=0.0)
         out.append(Window(i + 1, ev.kind, ev.to, took, ev.arp, round(loss, 3),
                           len(failed), len(probes), len(open_at), len(lost), recovered,
-                          tuple(sorted({c.reason for c in lost})), round(gap, 3)))  # fmt: skip
+                          tuple(sorted({c.reason for c in lost})), round(gap, 3),
+                          ev.held))  # fmt: skip
     return tuple(out)
 
 
@@ -153,12 +160,33 @@ class FailoverResult:
             elif wrong:
                 reason = f"switch {wrong[0]}: the client's ARP entry names the wrong director"
             elif config.get("sync") and any(w.lost for w in windows):
-                lost = sum(w.lost for w in windows)
-                reason = f"{lost} established connection(s) broke although sync was on"
+                reason = _sync_reason(windows, config)
         return cls(config, not reason, reason, tuple(windows), summary, configs, kernel)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _sync_reason(windows: Sequence[Window], config: Mapping[str, Any]) -> str:
+    """Why established connections broke with sync on: sync losing what the new master
+    held, or timing (the new master took over before sync carried them)."""
+    broke_held = [w for w in windows if w.lost and (w.held is None or w.lost > w.established
+                                                     - w.held)]  # fmt: skip
+    if broke_held:
+        lost = sum(w.lost for w in broke_held)
+        where = ", ".join(f"{w.switch} ({w.kind})" for w in broke_held)
+        return (f"{lost} established connection(s) broke although sync was on and the new "
+                f"master held them: switch {where}")
+    w = next(w for w in windows if w.lost)
+    if w.kind == "failback":
+        return (f"switch {w.switch} (failback): {w.to} took the VIP back holding {w.held} of "
+                f"{w.established} keep-alive connection(s), and {w.lost} it lacked broke: "
+                f"sync needs longer than preempt_delay {config.get('preempt_delay', 0):g} s "
+                f"(a busy connection is re-sent every 50 packets, net.ipv4.vs.sync_threshold); "
+                f"raise --preempt-delay")
+    return (f"switch {w.switch} (failover): {w.to} held {w.held} of {w.established} keep-alive "
+            f"connection(s) when the master died, and {w.lost} it lacked broke: sync had not "
+            f"sent them within the wait")
 
 
 def result_from_json(data: Mapping[str, Any]) -> FailoverResult:

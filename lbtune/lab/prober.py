@@ -11,7 +11,10 @@ namespace until FILE `--stop` exists, then writes what it saw as JSON to `--out`
 * `--keepalive N` connections, each sending a request every `--ka-interval` seconds on the
   same connection. One that is reset, closed or unanswered for `--ka-timeout` (10 s, longer
   than any failover, so TCP retransmission gets its chance) is recorded as broken, with the
-  time, and replaced by a new one.
+  time, and replaced by a new one. With `--ports FILE` the client ports of the keep-alive
+  connections that are serving are written there (JSON, renamed into place) whenever that
+  set changes: the orchestrator asks each director's connection table for exactly these,
+  not for any established connection (a fresh probe is established for a few ms too).
 
 Times are CLOCK_MONOTONIC, which every namespace of the guest shares with the orchestrator
 (lbtune.lab.failover), so its kill times and these probes are on one time line.
@@ -46,6 +49,7 @@ class KeepAlive:
     reason: str = ""
     requests: int = 0
     server: str = ""
+    port: int = 0  # the client's local port
 
 
 @dataclass(eq=False)  # hashed by identity: flows live in a set
@@ -90,7 +94,7 @@ class Prober:
     """The event loop: fresh probes on a fixed schedule plus the keep-alive connections."""
 
     def __init__(self, vip: str, port: int, interval: float, timeout: float, keepalive: int,
-                 ka_interval: float, ka_timeout: float) -> None:  # fmt: skip
+                 ka_interval: float, ka_timeout: float, ports_file: str = "") -> None:  # fmt: skip
         self.addr = (vip, port)
         self.interval, self.timeout = interval, timeout
         self.ka_interval, self.ka_timeout = ka_interval, ka_timeout
@@ -100,6 +104,17 @@ class Prober:
         self.flows: set[_Flow] = set()
         self.want_ka = keepalive
         self.reopen_at: list[float] = []
+        self.ports_file = ports_file
+
+    def _write_ports(self) -> None:
+        """The serving keep-alive connections' client ports, for the orchestrator."""
+        if not self.ports_file:
+            return
+        ports = sorted(c.port for c in self.conns if c.opened and c.broken is None)
+        tmp = self.ports_file + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"ports": ports}, fh)
+        os.replace(tmp, self.ports_file)
 
     def _connect(self, now: float, request: bytes, deadline: float) -> _Flow:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -133,6 +148,7 @@ class Prober:
         ka = flow.ka
         if ka.opened:  # an established connection broke: what failover must not do
             ka.broken, ka.reason = round(now, 4), reason
+            self._write_ports()
         else:  # never served: count as a failed fresh connection, drop it
             self.probes.append([round(flow.started, 4), 0, 0.0])
             self.conns.remove(ka)
@@ -148,7 +164,10 @@ class Prober:
             return
         ka = flow.ka
         ka.requests += 1
-        ka.opened = ka.opened or round(now, 4)
+        if not ka.opened:
+            ka.opened = round(now, 4)
+            ka.port = flow.sock.getsockname()[1]
+            self._write_ports()
         ka.server = ka.server or server
         flow.busy, flow.next_at = False, now + self.ka_interval
         self.sel.modify(flow.sock, selectors.EVENT_READ, flow)
@@ -241,9 +260,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--ka-timeout", type=float, default=10.0)
     p.add_argument("--stop", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--ports", default="", help="keep the serving keep-alive connections' "
+                   "client ports in this file (JSON)")
     a = p.parse_args(argv)
     prober = Prober(a.vip, a.port, a.interval, a.timeout, a.keepalive, a.ka_interval,
-                    a.ka_timeout)  # fmt: skip
+                    a.ka_timeout, a.ports)  # fmt: skip
     prober.run(a.stop)
     tmp = a.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:

@@ -23,9 +23,11 @@ pytestmark = pytest.mark.lab
 FAST = ("--kills", "2", "--advert-int", "0.1", "--settle", "1.5", "--json")
 
 
-def _lost(r: dict[str, Any]) -> list[tuple[Any, Any]]:
-    """Each switch as (kind, connections lost): which side of a run broke them."""
-    return [(w.get("kind"), w.get("lost")) for w in r.get("windows", [])]
+def _lost(r: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Each switch as (kind, connections lost, held by the new master, reasons): which side
+    of a run broke them, and whether sync had carried them."""
+    return [(w.get("kind"), w.get("lost"), w.get("held"), w.get("reasons"))
+            for w in r.get("windows", [])]  # fmt: skip
 
 
 @pytest.fixture
@@ -55,6 +57,8 @@ def test_backup_takes_the_vip_and_sync_keeps_established_connections(
         assert w["took_s"] is not None and w["arp"] == w["to"], w
         assert w["recovered"] and w["probes"] > 0, w
         assert w["established"] == 4 and w["lost"] == 0, w
+        # the new master's table held each keep-alive connection (by its client port)
+        assert w["held"] == 4, w
     # the directors ran what `ipvs export --peer` wrote: VRRPv3, unicast, the sync daemon
     conf = r["configs"]["dir1"]
     assert "lvs_sync_daemon eth0 lbtune_51 id 51" in conf and "version 3" in conf
@@ -70,6 +74,7 @@ def test_without_sync_established_connections_break_at_the_switch(
     code, r, err = _run("--no-sync", *FAST)
     assert code == 0, (r.get("reason"), _lost(r), err[-2000:])
     assert "lvs_sync_daemon" not in r["configs"]["dir1"]
+    assert all(w["held"] is None for w in r["windows"])  # nothing to hold without sync
     failovers = [w for w in r["windows"] if w["kind"] == "failover"]
     assert all(w["arp"] == "dir2" and w["recovered"] for w in failovers)
     # the new master has no entry for them: its stack answers with a reset

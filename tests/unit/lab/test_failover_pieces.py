@@ -118,3 +118,82 @@ def test_report_shows_every_switch_and_the_kept_connections(capsys):
     assert " 1  failover dir2    0.34 s  0.30 s     15" in out
     assert "failover x1: loss window median 0.30 s" in out and "kept 1 of 2" in out
     assert out.rstrip().endswith("OK")
+
+
+def _held_windows(held: int, lost: int, kind: str = "failback"):
+    """One switch with 4 serving keep-alive connections, `lost` of them broken in it."""
+    conns = tuple(Conn(1.0, 10.3 if i < lost else None, "reset") for i in range(4))
+    rec = ProbeRecord(_probes(0, 20), conns)
+    return switch_windows(rec, [Event(10.0, kind, "dir1", 3.9, "dir1", held=held)], 20.0)
+
+
+def test_sync_reason_tells_timing_from_sync_losing_what_it_held():
+    cfg = {"sync": True, "preempt_delay": 3.0}
+    # the returning master lacked two: those two broke, which is timing (preempt_delay)
+    short = FailoverResult.build(cfg, _held_windows(held=2, lost=2), "", {}, "6.1")
+    assert not short.ok and short.windows[0].held == 2
+    assert "holding 2 of 4" in short.reason and "raise --preempt-delay" in short.reason
+    assert "preempt_delay 3 s" in short.reason
+    # it held all four and one broke anyway: sync did not keep what it carried
+    broke = FailoverResult.build(cfg, _held_windows(held=4, lost=1), "", {}, "6.1")
+    assert "the new master held them: switch 1 (failback)" in broke.reason
+    # more broke than it lacked: also sync's fault
+    more = FailoverResult.build(cfg, _held_windows(held=3, lost=2), "", {}, "6.1")
+    assert "held them" in more.reason
+    # a failover whose wait for sync ran out
+    kill = FailoverResult.build(cfg, _held_windows(held=3, lost=1, kind="failover"), "", {}, "")
+    assert "held 3 of 4" in kill.reason and "within the wait" in kill.reason
+    # all held, none lost: fine; and the held count survives the JSON round trip
+    fine = FailoverResult.build(cfg, _held_windows(held=4, lost=0), "", {}, "6.1")
+    assert fine.ok and result_from_json(fine.to_json()) == fine
+
+
+def test_prober_keeps_the_serving_keepalive_ports_in_its_ports_file(tmp_path):
+    """The real prober against a keep-alive HTTP server on loopback: the ports file names
+    exactly the client ports the server sees the keep-alive requests from."""
+    import http.server
+    import json
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    seen: set[int] = set()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            if self.headers.get("Connection", "").lower() != "close":
+                seen.add(self.client_address[1])
+            body = b"ok\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    stop, out, ports = tmp_path / "stop", tmp_path / "out.json", tmp_path / "ports.json"
+    proc = subprocess.Popen([sys.executable, "-m", "lbtune.lab.prober", "--vip", "127.0.0.1",
+                             "--port", str(srv.server_address[1]), "--keepalive", "3",
+                             "--interval", "0.05", "--stop", str(stop), "--out", str(out),
+                             "--ports", str(ports)])  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (
+                ports.exists() and len(json.loads(ports.read_text())["ports"]) == 3):
+            time.sleep(0.05)
+        got = json.loads(ports.read_text())["ports"]
+        stop.write_text("")
+        assert proc.wait(timeout=20) == 0
+    finally:
+        proc.kill()
+        srv.shutdown()
+        srv.server_close()
+    assert len(got) == 3 and set(got) == seen, (got, seen)
+    conns = json.loads(out.read_text())["conns"]
+    assert sorted(c["port"] for c in conns) == sorted(got)
