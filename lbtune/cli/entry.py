@@ -1,8 +1,9 @@
 """The console entry point (`lbtune`, `python -m lbtune`).
 
-A repeated `lbtune ipvs apply CONFIG [--json]` that the last full run recorded as a no-op is
-answered by lbtune.host.ipvs_memo before the command line (click) and the planner are imported;
-every other command, and every apply the record cannot vouch for, runs lbtune.cli.main."""
+A repeated `lbtune ipvs apply CONFIG [--json]` (or `ipvs plan CONFIG [--json]`) that the last
+full apply recorded as a no-op is answered by lbtune.host.ipvs_memo before the command line
+(click) and the planner are imported; every other command, and every run the record cannot
+vouch for, runs lbtune.cli.main."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 
 def main() -> None:
     args = sys.argv[1:]
-    if "apply" in args[:4]:  # `ipvs apply`, maybe after --json
+    if "apply" in args[:4] or "plan" in args[:4]:  # `ipvs apply|plan`, maybe after --json
         try:
             from lbtune.host.ipvs_memo import try_noop
 

@@ -15,9 +15,10 @@ directory's listing (no apply, rollback or interrupted run since); the files tha
 schedulers the kernel offers; and the lbtune code that planned it. A later run with the same
 arguments takes the same lock, checks every item against the host now, and only when all
 hold prints what the full run would ("CONFIG: nothing to change", or its --json document)
-and exits 0. Anything else (another config, a table one weight apart, a held lock, a memo
-that is missing, foreign or damaged, a terminal, other options) leaves it to the full run,
-which re-records.
+and exits 0. `ipvs plan CONFIG` is answered from the same record under the same checks (the
+empty plan): Ansible's check mode runs it. Anything else (another config, a table one
+weight apart, a held lock, a memo that is missing, foreign or damaged, a terminal, other
+options) leaves it to the full run, which re-records (an apply; a plan never records).
 
 Only the standard library's C modules are imported here: the point is to not pay for the
 imports (click, the planner) of the run it replaces.
@@ -364,16 +365,17 @@ def forget(fs: HostFS, base: str) -> None:
 # ------------------------------------------------------------------------------ the check
 
 
-def _args(argv: list[str]) -> tuple[str, bool] | None:
-    """(CONFIG, --json) of exactly `ipvs apply CONFIG`, with `--json` once anywhere (`lbtune
-    --json ipvs apply CONFIG` is how the Ansible collection runs it); None for anything
-    else (other options, `--`, other commands)."""
+def _args(argv: list[str]) -> tuple[str, str, bool] | None:
+    """(COMMAND, CONFIG, --json) of exactly `ipvs apply CONFIG` or `ipvs plan CONFIG`, with
+    `--json` once anywhere (`lbtune --json ipvs apply CONFIG` is how the Ansible collection
+    runs it, and `ipvs plan` in check mode); None for anything else (other options, `--`,
+    other commands)."""
     rest = [a for a in argv if a != "--json"]
-    if len(argv) - len(rest) > 1 or len(rest) != 3 or rest[:2] != ["ipvs", "apply"]:
+    if len(argv) - len(rest) > 1 or len(rest) != 3 or rest[0] != "ipvs":
         return None
-    if rest[2].startswith("-") or not rest[2]:
+    if rest[1] not in ("apply", "plan") or rest[2].startswith("-") or not rest[2]:
         return None
-    return rest[2], len(rest) != len(argv)
+    return rest[1], rest[2], len(rest) != len(argv)
 
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./@+=,-")
@@ -515,16 +517,26 @@ def _kernel_holds(memo: dict[str, object]) -> None:
         nl.close()
 
 
-def _say(source: str, as_json: bool, unchanged: int) -> None:
+def _say(command: str, source: str, as_json: bool, unchanged: int) -> None:
+    """What the full run prints for this no-op (lbtune.cli.ipvs: `_applied` for apply,
+    `plan_command` for plan; tests/lab/test_ipvs_noop_lab.py compares them byte for byte)."""
     if as_json:
         from _json import encode_basestring_ascii
 
-        doc = (f'{{\n  "config": {encode_basestring_ascii(source)},\n  "journal": null,\n'
-               f'  "operations": 0,\n  "unchanged": {unchanged},\n  "changes": [],\n'
-               '  "cut": [],\n  "warnings": []\n}\n')
+        name = encode_basestring_ascii(source)
+        if command == "plan":
+            doc = (f'{{\n  "config": {name},\n  "operations": 0,\n  "unchanged": {unchanged},'
+                   '\n  "changes": [],\n  "warnings": []\n}\n')
+        else:
+            doc = (f'{{\n  "config": {name},\n  "journal": null,\n  "operations": 0,\n'
+                   f'  "unchanged": {unchanged},\n  "changes": [],\n  "cut": [],\n'
+                   '  "warnings": []\n}\n')
         os.write(1, doc.encode())
         return
-    line = f"{source}: nothing to change"
+    if command == "plan":
+        line = f"0 operation(s), {unchanged} already in place"
+    else:
+        line = f"{source}: nothing to change"
     columns = os.environ.get("COLUMNS", "").strip()
     width = int(columns) if columns.isdigit() and 20 <= int(columns) <= 10_000 else 120
     if len(line) > width:  # the console would wrap it
@@ -533,12 +545,14 @@ def _say(source: str, as_json: bool, unchanged: int) -> None:
 
 
 def try_noop(argv: list[str]) -> int | None:
-    """Exit code 0 when `argv` is an `ipvs apply` the memo proves a no-op (its output
-    printed); None when the full run must decide (nothing printed, nothing changed)."""
+    """Exit code 0 when `argv` is an `ipvs apply` (or `ipvs plan`) the memo proves a no-op
+    (its output printed); None when the full run must decide (nothing printed, nothing
+    changed). A plan is checked under the apply's lock too: a table mid-apply is the full
+    run's to show."""
     parsed = _args(argv)
     if parsed is None or os.geteuid() != 0:
         return None
-    source, as_json = parsed
+    command, source, as_json = parsed
     from lbtune.environ import problem
 
     if os.environ.get("LBTUNE_ROOT") or problem(os.environ) is not None:
@@ -568,7 +582,7 @@ def try_noop(argv: list[str]) -> int | None:
         if type(unchanged) is not int:
             return None
         try:
-            _say(source, as_json, unchanged)
+            _say(command, source, as_json, unchanged)
         except BrokenPipeError:
             return 0  # as the full run: the reader went away, the answer stands
         return 0

@@ -39,6 +39,18 @@ def test_the_memo_answers_a_repeated_no_op_exactly_as_the_full_run(steps):
     assert steps["memo_mode"] == ["0o600"]
 
 
+@pytest.mark.parametrize("form", ["json", "text", "json_first"])
+def test_the_record_answers_a_plan_exactly_as_the_full_plan(steps, form):
+    memo, full = steps[f"plan_{form}_memo"], steps[f"plan_{form}_full"]
+    assert memo["memo"] and not full["memo"], (memo["err"], full["err"])
+    assert memo["code"] == full["code"] == 0 and memo["err"] == ""
+    assert memo["out"] == full["out"]  # byte for byte
+    if form == "text":
+        assert memo["out"].startswith("0 operation(s), ") and "already in place" in memo["out"]
+    else:
+        assert ops(memo) == 0 and json.loads(memo["out"])["unchanged"] > 30
+
+
 def test_connection_counts_are_not_settings(steps):
     assert "8001" in steps["conns_table"]
     assert steps["with_connection"]["memo"]
@@ -48,6 +60,8 @@ def test_connection_counts_are_not_settings(steps):
 @pytest.mark.parametrize("what", ["weight", "sysctl", "timeout", "vip", "scheduler",
                                   "server_added"])
 def test_drift_is_repaired_by_the_full_run_and_then_recorded_again(steps, what):
+    plan = steps[f"{what}_plan"]  # the plan in between is the full one, and shows it
+    assert not plan["memo"] and ops(plan) >= 1, what
     repair = steps[f"{what}_repair"]
     assert not repair["memo"] and ops(repair) >= 1, what
     after = steps[f"{what}_after"]

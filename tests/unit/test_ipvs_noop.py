@@ -19,22 +19,28 @@ from tests.unit.test_ipvs_decode_fast import body, kernel_dest
 
 
 @pytest.mark.parametrize("argv,want", [
-    (["ipvs", "apply", "d.toml"], ("d.toml", False)),
-    (["ipvs", "apply", "d.toml", "--json"], ("d.toml", True)),
-    (["ipvs", "apply", "--json", "d.toml"], ("d.toml", True)),
+    (["ipvs", "apply", "d.toml"], ("apply", "d.toml", False)),
+    (["ipvs", "apply", "d.toml", "--json"], ("apply", "d.toml", True)),
+    (["ipvs", "apply", "--json", "d.toml"], ("apply", "d.toml", True)),
     (["ipvs", "apply", "d.toml", "--json", "--json"], None),
     (["ipvs", "apply", "d.toml", "-v"], None),
     (["ipvs", "apply", "--root", "/x", "d.toml"], None),
     (["ipvs", "apply", "--", "d.toml"], None),
     (["ipvs", "apply"], None),
     (["ipvs", "apply", ""], None),
-    (["ipvs", "plan", "d.toml"], None),
-    (["--json", "ipvs", "apply", "d.toml"], ("d.toml", True)),  # the Ansible collection's
-    (["ipvs", "--json", "apply", "d.toml"], ("d.toml", True)),
+    (["ipvs", "plan", "d.toml"], ("plan", "d.toml", False)),
+    (["--json", "ipvs", "plan", "d.toml"], ("plan", "d.toml", True)),  # check mode's
+    (["ipvs", "plan", "d.toml", "--teardown"], None),
+    (["ipvs", "plan", "--teardown", "d.toml"], None),
+    (["ipvs", "teardown", "d.toml"], None),
+    (["ipvs", "status", "d.toml"], None),
+    (["--json", "ipvs", "apply", "d.toml"], ("apply", "d.toml", True)),  # the collection's
+    (["ipvs", "--json", "apply", "d.toml"], ("apply", "d.toml", True)),
     (["apply", "d.toml"], None),
+    (["plan", "d.toml"], None),  # `lbtune plan PROFILE`: a host profile, not IPVS
     (["ipvs", "apply", "a.toml", "b.toml"], None),
 ])  # fmt: skip
-def test_only_a_plain_apply_is_answered(argv, want):
+def test_only_a_plain_apply_or_plan_is_answered(argv, want):
     assert noop._args(argv) == want
 
 
@@ -189,3 +195,22 @@ def test_the_record_is_root_only_and_a_killed_write_leaves_no_temp(tmp_path):
     finally:
         os.close(dir_fd)
     assert got["state"] == str(tmp_path / "state" / "b") and got["unchanged"] == 3
+
+
+@pytest.mark.parametrize("source", ["d.toml", "/etc/lbtune/dr+1@x.toml"])
+def test_the_memos_json_is_what_the_cli_emits_for_the_same_no_op(capfd, source):
+    """The documents lbtune.cli.ipvs builds for a no-op apply and plan, through emit_json,
+    against the memo's hand-written ones (the lab test compares whole runs too)."""
+    from lbtune.cli.output import emit_json
+
+    docs = {
+        "apply": {"config": source, "journal": None, "operations": 0, "unchanged": 41,
+                  "changes": [], "cut": [], "warnings": []},
+        "plan": {"config": source, "operations": 0, "unchanged": 41, "changes": [],
+                 "warnings": []},
+    }  # fmt: skip
+    for command, doc in docs.items():
+        emit_json(doc)
+        want = capfd.readouterr().out
+        noop._say(command, source, True, 41)
+        assert capfd.readouterr().out == want, command

@@ -44,12 +44,13 @@ def config(weight: int = 3) -> str:
     return "".join(out)
 
 
-def lbtune(path: str, *extra: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+def lbtune(path: str, *extra: str, env: dict[str, str] | None = None,
+           cmd: str = "apply") -> dict[str, Any]:
     head = ["--json"] if path == "--json" else []  # `lbtune --json ipvs apply CONFIG`
     if head:
         path, extra = extra[0], extra[1:]
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "lbtune", *head, "ipvs",
-                        "apply", path, *extra], capture_output=True, text=True, timeout=300,
+                        cmd, path, *extra], capture_output=True, text=True, timeout=300,
                        env=env)  # fmt: skip
     err = [ln for ln in p.stderr.splitlines() if not ln.startswith("import time:")]
     return {"code": p.returncode, "out": p.stdout, "err": "\n".join(err),
@@ -76,6 +77,11 @@ def run(state: str) -> dict[str, Any]:
     out["memo"] = lbtune(path, "--json")
     out["memo_text"] = lbtune(path)
     out["memo_json_first"] = lbtune("--json", path)
+    # `ipvs plan` (Ansible's check mode) from the same record; --debug forces the full run
+    for name, head, extra in (("json", (path,), ("--json",)), ("text", (path,), ()),
+                              ("json_first", ("--json", path), ())):  # fmt: skip
+        out[f"plan_{name}_memo"] = lbtune(*head, *extra, cmd="plan")
+        out[f"plan_{name}_full"] = lbtune(*head, *extra, "--debug", cmd="plan")
     memo_files = glob.glob(f"{state}/hosts/*/ipvs-noop.memo")
     out["memo_mode"] = [oct(os.stat(p).st_mode & 0o777) for p in memo_files]
 
@@ -89,6 +95,7 @@ def run(state: str) -> dict[str, Any]:
 
     def drift(name: str, *argv: str) -> None:
         subprocess.run(list(argv), check=True)
+        out[f"{name}_plan"] = lbtune(path, "--json", cmd="plan")  # shows it, changes nothing
         out[f"{name}_repair"] = lbtune(path, "--json")
         out[f"{name}_after"] = lbtune(path, "--json")
         out[f"{name}_memo"] = lbtune(path, "--json")
