@@ -79,6 +79,9 @@ def test_a_held_lock_is_reported_by_the_full_run(steps):
     locked = steps["locked"]
     assert locked["code"] == 6 and not locked["memo"]
     assert "another lbtune run holds" in locked["err"]
+    # a plan while an apply holds the lock: the full plan (which takes no lock) answers
+    plan = steps["locked_plan"]
+    assert not plan["memo"] and ops(plan) == 0
     assert steps["unlocked"]["memo"]
 
 

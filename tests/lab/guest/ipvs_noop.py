@@ -120,6 +120,7 @@ def run(state: str) -> dict[str, Any]:
     fd = os.open(lock, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
     out["locked"] = lbtune(path, "--json")
+    out["locked_plan"] = lbtune(path, "--json", cmd="plan")  # the full plan takes no lock
     os.close(fd)
     out["unlocked"] = lbtune(path, "--json")
 
