@@ -15,8 +15,9 @@ directory's listing (no apply, rollback or interrupted run since); the files tha
 schedulers the kernel offers; and the lbtune code that planned it. A later run with the same
 arguments takes the same lock, checks every item against the host now, and only when all
 hold prints what the full run would ("CONFIG: nothing to change", or its --json document)
-and exits 0. `ipvs plan CONFIG` is answered from the same record under the same checks (the
-empty plan): Ansible's check mode runs it. Anything else (another config, a table one
+and exits 0. `ipvs plan CONFIG` is answered from the same record under the same checks but
+without the lock, which the full plan does not take either (the empty plan): Ansible's
+check mode runs it. Anything else (another config, a table one
 weight apart, a held lock, a memo that is missing, foreign or damaged, a terminal, other
 options) leaves it to the full run, which re-records (an apply; a plan never records).
 
@@ -547,8 +548,11 @@ def _say(command: str, source: str, as_json: bool, unchanged: int) -> None:
 def try_noop(argv: list[str]) -> int | None:
     """Exit code 0 when `argv` is an `ipvs apply` (or `ipvs plan`) the memo proves a no-op
     (its output printed); None when the full run must decide (nothing printed, nothing
-    changed). A plan is checked under the apply's lock too: a table mid-apply is the full
-    run's to show."""
+    changed). An apply is checked under the apply's lock, as the full apply runs; a plan
+    takes no lock, as the full plan takes none: a plan holding it, even for a moment,
+    would make an apply that starts then fail (exit 6). Without it, every item is still
+    read from the host now, so an answer is what the table was when it was read, as the
+    full plan's is; an apply's change in between makes an item differ (the full plan)."""
     parsed = _args(argv)
     if parsed is None or os.geteuid() != 0:
         return None
@@ -569,7 +573,8 @@ def try_noop(argv: list[str]) -> int | None:
             if (memo.get("source") != source or memo.get("config") != config
                     or memo.get("state") != base or memo.get("code") != code_signature()):
                 return None
-            lock = _lock(dir_fd)
+            if command == "apply":
+                lock = _lock(dir_fd)
             if listing(dir_fd, "journal") != memo["journals"]:
                 return None
         finally:

@@ -79,9 +79,11 @@ def test_a_held_lock_is_reported_by_the_full_run(steps):
     locked = steps["locked"]
     assert locked["code"] == 6 and not locked["memo"]
     assert "another lbtune run holds" in locked["err"]
-    # a plan while an apply holds the lock: the full plan (which takes no lock) answers
+    # a plan while an apply holds the lock: answered from the record without taking it
+    # (the full plan takes none either; a plan holding it would make that apply fail)
     plan = steps["locked_plan"]
-    assert not plan["memo"] and ops(plan) == 0
+    assert plan["memo"] and ops(plan) == 0
+    assert steps["lock_untouched"]  # the holder's pid is still what the lock file says
     assert steps["unlocked"]["memo"]
 
 

@@ -120,7 +120,9 @@ def run(state: str) -> dict[str, Any]:
     fd = os.open(lock, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
     out["locked"] = lbtune(path, "--json")
-    out["locked_plan"] = lbtune(path, "--json", cmd="plan")  # the full plan takes no lock
+    holder = os.pread(fd, 64, 0)
+    out["locked_plan"] = lbtune(path, "--json", cmd="plan")  # neither plan takes the lock
+    out["lock_untouched"] = os.pread(fd, 64, 0) == holder
     os.close(fd)
     out["unlocked"] = lbtune(path, "--json")
 
