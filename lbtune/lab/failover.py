@@ -243,14 +243,19 @@ class _Failover:
                     got.add(int(f[3][len(client):]))
         return len(ports & got), len(ports)
 
-    def wait_synced(self, node: Node, want: int, timeout: float) -> Optional[float]:
-        """Seconds until node holds all `want` keep-alive connections (None: not in time)."""
+    def wait_synced(self, node: Node, want: int,
+                    timeout: float) -> tuple[Optional[float], int, int]:  # fmt: skip
+        """Wait until node holds all `want` keep-alive connections: (seconds it took, None
+        when not in time; and the last reading, held and serving)."""
+        last = (0, 0)
 
         def done() -> bool:
-            held, serving = self.held(node)
-            return serving >= want and held == serving
+            nonlocal last
+            last = self.held(node)
+            return last[1] >= want and last[0] == last[1]
 
-        return _wait(done, timeout)
+        took = _wait(done, timeout)
+        return took, last[0], last[1]
 
     def wait_back(self, node: Node, timeout: float,
                   watch_sync: bool) -> tuple[Optional[float], Optional[float]]:  # fmt: skip
@@ -379,8 +384,7 @@ def run_failover(
         for k in range(1, config.kills + 1):
             held: Optional[int] = None
             if watch_sync:
-                took = run.wait_synced(d2.node, config.keepalive, SYNC_WAIT)
-                held, serving = run.held(d2.node)
+                took, held, serving = run.wait_synced(d2.node, config.keepalive, SYNC_WAIT)
                 run.progress("sync", INFO,
                              f"dir2 holds the {serving} keep-alive connection(s) "
                              f"after {took:.1f} s" if took is not None else

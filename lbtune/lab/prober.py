@@ -90,6 +90,14 @@ def _response_done(buf: bytes, closing: bool) -> Optional[tuple[int, str, int]]:
     return (status, server, end) if len(buf) >= end else None
 
 
+def _write_json(path: str, doc: object) -> None:
+    """Written whole and renamed into place: the orchestrator never reads half a file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    os.replace(tmp, path)
+
+
 class Prober:
     """The event loop: fresh probes on a fixed schedule plus the keep-alive connections."""
 
@@ -111,10 +119,7 @@ class Prober:
         if not self.ports_file:
             return
         ports = sorted(c.port for c in self.conns if c.opened and c.broken is None)
-        tmp = self.ports_file + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"ports": ports}, fh)
-        os.replace(tmp, self.ports_file)
+        _write_json(self.ports_file, {"ports": ports})
 
     def _connect(self, now: float, request: bytes, deadline: float) -> _Flow:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -266,10 +271,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     prober = Prober(a.vip, a.port, a.interval, a.timeout, a.keepalive, a.ka_interval,
                     a.ka_timeout, a.ports)  # fmt: skip
     prober.run(a.stop)
-    tmp = a.out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(prober.result(), fh)
-    os.replace(tmp, a.out)
+    _write_json(a.out, prober.result())
     return 0
 
 
