@@ -20,7 +20,13 @@ from tests.conftest import run_cli
 
 pytestmark = pytest.mark.lab
 
-FAST = ("--kills", "2", "--advert-int", "0.1", "--settle", "1.5", "--json")
+# --preempt-delay 8 (the default is 3): the returning master must hold every keep-alive
+# connection before it preempts. IPVS re-sends a busy connection every 50 packets
+# (sync_threshold 3 50: ~2.5 s at the prober's ~20 packets/s) and the master thread sends a
+# partial buffer 2-3 s after its first entry; the 4 connections run in lockstep, so they
+# arrive together or not at all. The suite once saw dir1 preempt after 3 s holding 0 of 4.
+PREEMPT = ("--preempt-delay", "8")
+FAST = ("--kills", "2", "--advert-int", "0.1", "--settle", "1.5", *PREEMPT, "--json")
 
 
 def _lost(r: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -86,7 +92,8 @@ def test_failover_runs_in_a_lab_that_is_up(lab_kernel: LabKernel, private_tmp: P
     up = run_cli("lab", "up", "--json")
     assert up.exit_code == 0, up.stderr
     try:
-        code, r, err = _run("--kills", "1", "--advert-int", "0.1", "--settle", "1", "--json")
+        code, r, err = _run("--kills", "1", "--advert-int", "0.1", "--settle", "1", *PREEMPT,
+                            "--json")
         assert code == 0, (r.get("reason"), _lost(r), err[-2000:])
         assert [w["kind"] for w in r["windows"]] == ["failover", "failback"]
         # the same guest still serves a plain lab run afterwards (the failover cleaned up)
