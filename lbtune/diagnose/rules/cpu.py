@@ -261,9 +261,12 @@ def irq_placement(ctx: Context) -> Iterator[Finding]:
             current = sorted(
                 set().union(*((qi.effective or qi.affinity or set()) for qi, _, _ in group))
             )
-            if ctx.window.cumulative and current and set(current) <= needed:
-                # Counted since boot, but placed right now (irqbalance or an earlier tune
-                # moved them): history, nothing to fix.
+            if current and set(current) <= needed:
+                # Placed right now, where the fix would put them: the interrupts counted
+                # elsewhere came before a move (an apply, irqbalance, by hand; since boot, or
+                # a stray one in a live window while the move took effect). History: there is
+                # nothing to fix. IRQs that keep being moved back show in a window that
+                # ends while they are misplaced.
                 continue
             yield finding(
                 ctx,

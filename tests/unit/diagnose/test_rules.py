@@ -337,6 +337,44 @@ def test_irq_imbalance_is_judged_against_the_cpus_the_fix_can_use(conf: dict[str
     assert _spread(conf, -1, {0: 2500, 1: 2500, 2: 2500, 3: 2500}) == []
 
 
+def _placement(conf: dict[str, str], effective: Optional[frozenset[int]],
+               cumulative: bool = False) -> list[Finding]:
+    """eth0 on node 1 (CPUs 2-3); its queue IRQs fired only on CPU 1 (node 0) in the window,
+    and their effective affinity is now `effective`."""
+    from lbtune.host.interrupts import IrqLine
+
+    topo, nics = _two_node_vm(1)
+    eth0 = nics["eth0"]
+    nics["eth0"] = dataclasses.replace(eth0, irqs=tuple(
+        dataclasses.replace(q, affinity=effective, effective=effective) for q in eth0.irqs))
+
+    def at(t: float, k: int) -> Sample:
+        irq = {30 + q: IrqLine(30 + q, {0: 0, 1: k * 50, 2: 0, 3: 0}, "PCI-MSI",
+                               (f"virtio3-input.{q}",)) for q in range(4)}  # fmt: skip
+        return sample(t, interrupts=irq)
+
+    before = None if cumulative else at(0, 0)
+    return [f for f in run(conf, before, at(2, 1), topology=topo, nics=nics)
+            if f.rule == "irq-placement"]  # fmt: skip
+
+
+def test_irq_placement_finds_remote_irqs_and_skips_ones_already_placed(
+    conf: dict[str, str],
+) -> None:
+    # misplaced now: a finding, and its fix moves them to the NIC's node
+    (f,) = _placement(conf, frozenset({1}))
+    assert "remote NUMA node" in f.title and f.count == 200
+    (fx,) = f.fixes
+    assert (fx.current, fx.desired) == ("1", "2-3")
+    # placed now where the fix would put them, in a live window as since boot: the counts
+    # came before the move, and a finding without a fix is not one
+    assert _placement(conf, frozenset({2})) == []
+    assert _placement(conf, frozenset({2, 3}), cumulative=True) == []
+    # partly placed: still misplaced, so still found
+    (f,) = _placement(conf, frozenset({1, 2}))
+    assert f.fixes[0].current == "1-2"
+
+
 def test_cumulative_window_uses_uptime(conf: dict[str, str]) -> None:
     b = sample(0, snmp={"TcpExt.TCPReqQFullDrop": 2000}, uptime=1000.0)
     f = one(run(conf, None, b), "syn-queue-full")
