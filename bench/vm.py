@@ -4,7 +4,9 @@
 Usage: python bench/vm.py [--rounds N] [--out FILE]     (root; make setup prepared the image)
 
 Each round boots a fresh guest (lbtune.lab.vm.VmGuest), times `python3 -c pass`,
-`lbtune show --json` and a reboot, then powers it off. The host's load at the start of each
+`lbtune show --json`, a test helper call (`VmGuest.call`, median of 5 interleaved pairs: forked
+from the guest agent's fork server, and `fresh=True`, a new `python -m lbtune.lab.guest`)
+and a reboot, then powers it off. The host's load at the start of each
 round is recorded beside it: under TCG on a shared 2-core machine the times follow the load,
 so read them as "what this machine gave at that moment", not as a property of the VM.
 
@@ -37,7 +39,13 @@ class Round:
     boot_s: float  # qemu start -> guest agent ready
     python_s: float  # `python3 -c pass` in the guest, host-measured round trip
     show_s: float  # `lbtune show --json` in the guest
+    call_forked_s: float  # VmGuest.call of a trivial target, forked (median of CALLS)
+    call_fresh_s: float  # the same call in a new interpreter (fresh=True)
     reboot_s: float  # guest reboot -> agent ready again
+
+
+CALLS = 5
+TARGET = "tests.vm.loop_targets:queue_irqs"  # a real test helper: eth0's queue IRQs from /proc
 
 
 def _timed(g: VmGuest, argv: list[str]) -> tuple[float, str]:
@@ -46,6 +54,17 @@ def _timed(g: VmGuest, argv: list[str]) -> tuple[float, str]:
     if r.returncode != 0:
         raise SystemExit(f"{argv[0]} failed in the guest: {r.stderr.strip()}")
     return time.monotonic() - t, r.stdout
+
+
+def _calls(g: VmGuest) -> tuple[float, float]:
+    """Median seconds of a helper call forked and fresh, CALLS interleaved pairs."""
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(CALLS):
+        for fresh in (False, True):
+            t = time.monotonic()
+            g.call(TARGET, ["eth0"], fresh=fresh)
+            times[fresh].append(time.monotonic() - t)
+    return statistics.median(times[False]), statistics.median(times[True])
 
 
 def main() -> int:
@@ -63,9 +82,11 @@ def main() -> int:
             python_s, _ = _timed(g, ["python3", "-c", "pass"])
             show_s, _ = _timed(g, ["lbtune", "show", "--json"])
             _, show_text = _timed(g, ["env", "COLUMNS=100", "lbtune", "show"])
+            forked_s, fresh_s = _calls(g)
             describe = g.describe()
             g.reboot()
-            rounds.append(Round(load1, g.accel, boot_s, python_s, show_s, g.boot_seconds))
+            rounds.append(Round(load1, g.accel, boot_s, python_s, show_s, forked_s, fresh_s,
+                                g.boot_seconds))
         print(rounds[-1], flush=True)
     meta = run_meta(args.rounds, guest=describe)
     write_json(args.out, meta, rounds)
@@ -74,9 +95,12 @@ def main() -> int:
         return f"{statistics.median(values):.1f}"
 
     rows = [[f"{r.load1:.1f}", r.accelerator, f"{r.boot_s:.1f}", f"{r.python_s:.1f}",
-             f"{r.show_s:.1f}", f"{r.reboot_s:.1f}"] for r in rounds]  # fmt: skip
+             f"{r.show_s:.1f}", f"{r.call_forked_s:.2f}", f"{r.call_fresh_s:.2f}",
+             f"{r.reboot_s:.1f}"] for r in rounds]  # fmt: skip
     rows.append(["median", "", med([r.boot_s for r in rounds]),
                  med([r.python_s for r in rounds]), med([r.show_s for r in rounds]),
+                 f"{statistics.median([r.call_forked_s for r in rounds]):.2f}",
+                 f"{statistics.median([r.call_fresh_s for r in rounds]):.2f}",
                  med([r.reboot_s for r in rounds])])  # fmt: skip
     heading = [
         "# VM lab: boot and command times (bench/vm.py)",
@@ -86,7 +110,8 @@ def main() -> int:
         f"{describe.get('accelerator')} ({describe.get('accelerator_reason')}). Seconds.",
     ]
     cols = [("host load", "r"), ("accel", "l"), ("boot", "r"), ("python -c pass", "r"),
-            ("lbtune show --json", "r"), ("reboot", "r")]  # fmt: skip
+            ("lbtune show --json", "r"), ("call, forked", "r"), ("call, fresh", "r"),
+            ("reboot", "r")]  # fmt: skip
     write_markdown(args.out, heading, cols, rows)
     md = args.out.with_suffix(".md")
     with md.open("a", encoding="utf-8") as fh:

@@ -15,8 +15,16 @@ Requests (JSON objects):
   ``{"returncode": N, "stdout": "...", "stderr": "..."}`` (returncode -9 on timeout)
 * ``{"kind": "call", "target": "pkg.mod:func", "args": [...], "timeout": S}`` -> the payload
   of lbtune.lab.guest (``{"ok": true, "value": ...}`` or the error and guest traceback); the
-  target runs in its own Python process, with ``LBTUNE_LAB_WORKDIR`` set to
-  ``WORKDIR/calls/<id>`` (its progress file, lbtune.lab.progress, is read there by the host).
+  target runs in its own process, with ``LBTUNE_LAB_WORKDIR`` set to ``WORKDIR/calls/<id>``
+  (its progress file, lbtune.lab.progress, is read there by the host). That process is
+  forked from a fork server that has the interpreter and lbtune.lab.guest loaded already
+  (multiprocessing's ``forkserver``: a new single-threaded interpreter started once per
+  boot, so a fork never copies a lock another thread held, as forking the threaded agent
+  could). Under TCG a fresh Python spends seconds starting (bench/vm.py: 2.2 s for a call
+  made fresh, 0.6 s forked), and a test makes dozens of calls. A call with ``"netns"`` runs
+  ``ip netns exec NS python -m lbtune.lab.guest`` (that also gives it the namespace's
+  ``/sys``), as does a call with ``"fresh": true`` and every call when the fork server
+  cannot start or fork.
 * ``{"kind": "stop", "reboot": bool}`` -> the agent exits; the boot script syncs, then powers the
   guest off or reboots it.
 
@@ -27,6 +35,7 @@ NICs with their drivers and channel counts).
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -38,6 +47,10 @@ from typing import Any, Optional, Sequence
 from lbtune.lab.uml import ENV_WORKDIR
 
 POLL = 0.1  # seconds between scans of the request directory (9p has no inotify)
+# What the fork server imports once, for every call it forks: the call's runner and the
+# standard modules the guest targets use (each target imports its own module itself).
+PRELOAD = ("lbtune.lab.guest", "lbtune.lab.progress", "json", "re", "socket", "subprocess",
+           "pathlib", "typing", "errno", "traceback")
 
 
 def write_json(path: Path, payload: Any) -> None:
@@ -127,22 +140,74 @@ def run_argv(req: dict[str, Any], env: Optional[dict[str, str]] = None) -> dict[
     return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
-def run_call(req: dict[str, Any], workdir: Path, rid: str) -> dict[str, Any]:
+class Forker:
+    """The fork server calls are forked from (see the module doc); `None` from `run` when it
+    cannot fork, and the caller runs a fresh process instead."""
+
+    def __init__(self, preload: Sequence[str] = PRELOAD) -> None:
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(list(preload))
+        self.failed: Optional[str] = None
+
+    def start(self) -> None:
+        """Start the server now (the first call would otherwise wait for it)."""
+        try:
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+        except Exception as exc:  # calls fall back to fresh processes
+            self.failed = f"{type(exc).__name__}: {exc}"
+
+    def run(self, argv: Sequence[str], calldir: Path, timeout: float) -> Optional[dict[str, Any]]:
+        """``lbtune.lab.guest`` with `argv` (target, JSON args, result file) in a forked
+        child: ``{"returncode", "stdout", "stderr"}`` as run_argv gives them."""
+        if self.failed:
+            return None
+        out, err = calldir / "stdout", calldir / "stderr"
+        from lbtune.lab.guest import forked_call
+
+        try:
+            child = self._ctx.Process(
+                target=forked_call, args=(*argv, str(calldir), str(out), str(err)),
+                name=f"lbtune-call-{calldir.name}", daemon=False)  # fmt: skip
+            child.start()
+        except Exception as exc:  # this call and the next run fresh
+            self.failed = f"{type(exc).__name__}: {exc}"
+            sys.stderr.write(f"lbtune-vm: fork server failed ({self.failed}): fresh processes\n")
+            return None
+        child.join(timeout)
+        timed_out = child.exitcode is None
+        if timed_out:
+            child.kill()
+            child.join()
+        code = -9 if timed_out else int(child.exitcode or 0)
+        texts = []
+        for path in (out, err):
+            try:
+                texts.append(path.read_text(encoding="utf-8", errors="replace"))
+                path.unlink()
+            except OSError:
+                texts.append("")
+        if timed_out:
+            texts[1] += f"\nlbtune-vm: timed out after {timeout:g} s"
+        return {"returncode": code, "stdout": texts[0], "stderr": texts[1]}
+
+
+def run_call(req: dict[str, Any], workdir: Path, rid: str,
+             forker: Optional[Forker] = None) -> dict[str, Any]:
     calldir = workdir / "calls" / rid
     calldir.mkdir(parents=True, exist_ok=True)
     result = calldir / "result.json"
-    argv = [
-        sys.executable,
-        "-m",
-        "lbtune.lab.guest",
-        str(req["target"]),
-        json.dumps(req.get("args", [])),
-        str(result),
-    ]
-    proc = run_argv(
-        {"argv": argv, "netns": req.get("netns"), "timeout": req.get("timeout")},
-        env={ENV_WORKDIR: str(calldir)},
-    )
+    args = [str(req["target"]), json.dumps(req.get("args", [])), str(result)]
+    proc = None
+    if forker is not None and not req.get("netns") and not req.get("fresh"):
+        proc = forker.run(args, calldir, float(req.get("timeout") or 120))
+    if proc is None:
+        proc = run_argv(
+            {"argv": [sys.executable, "-m", "lbtune.lab.guest", *args],
+             "netns": req.get("netns"), "timeout": req.get("timeout")},
+            env={ENV_WORKDIR: str(calldir)},
+        )  # fmt: skip
     try:
         with open(result, encoding="utf-8") as fh:
             payload: dict[str, Any] = json.load(fh)
@@ -158,12 +223,12 @@ def run_call(req: dict[str, Any], workdir: Path, rid: str) -> dict[str, Any]:
     return payload
 
 
-def _serve(workdir: Path, rid: str, req: dict[str, Any]) -> None:
+def _serve(workdir: Path, rid: str, req: dict[str, Any], forker: Optional[Forker]) -> None:
     try:
         if req.get("kind") == "argv":
             out = run_argv(req)
         elif req.get("kind") == "call":
-            out = run_call(req, workdir, rid)
+            out = run_call(req, workdir, rid, forker)
         else:
             out = {"error": f"unknown request kind {req.get('kind')!r}"}
     except Exception as exc:  # the host must get an answer, whatever happened
@@ -171,7 +236,7 @@ def _serve(workdir: Path, rid: str, req: dict[str, Any]) -> None:
     write_json(workdir / "res" / f"{rid}.json", out)
 
 
-def serve(workdir: Path) -> bool:
+def serve(workdir: Path, forker: Optional[Forker] = None) -> bool:
     """Serve requests until a stop request; True when that request asked for a reboot."""
     req_dir = workdir / "req"
     (workdir / "res").mkdir(exist_ok=True)
@@ -189,7 +254,8 @@ def serve(workdir: Path) -> bool:
             if req.get("kind") == "stop":
                 return bool(req.get("reboot"))
             rid = name[: -len(".json")]
-            threading.Thread(target=_serve, args=(workdir, rid, req), daemon=True).start()
+            threading.Thread(target=_serve, args=(workdir, rid, req, forker),
+                             daemon=True).start()
         time.sleep(POLL)
 
 
@@ -200,10 +266,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     workdir = Path(args[0])
     (workdir / "req").mkdir(exist_ok=True)
+    forker = Forker()
+    # Started beside the first requests, not before ready: it is a new interpreter (exec'd,
+    # so starting it from a thread is safe), and a call that comes first waits for it.
+    threading.Thread(target=forker.start, daemon=True).start()
     facts = guest_facts()
     facts["agent_started"] = time.time()
     write_json(workdir / "ready.json", facts)
-    reboot = serve(workdir)
+    reboot = serve(workdir, forker)
     (workdir / "reboot").write_text("1" if reboot else "0", encoding="utf-8")
     return 0
 

@@ -104,6 +104,29 @@ def write_result(path: str, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def forked_call(target: str, json_args: str, result_file: str, workdir: str, out: str,
+                err: str) -> None:
+    """`main` in a child forked by the VM agent's fork server (lbtune.lab.agent): as
+    ``python -m lbtune.lab.guest`` would run, with stdin from /dev/null, stdout and stderr
+    into the files `out` and `err`, and `$LBTUNE_LAB_WORKDIR` set to `workdir`. Exits with
+    main's code."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, out), (2, err)):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(f, fd)
+        os.close(f)
+    os.close(null)
+    os.environ["LBTUNE_LAB_WORKDIR"] = workdir  # lbtune.lab.uml.ENV_WORKDIR
+    code = 1
+    try:
+        code = main([target, json_args, result_file])
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3:

@@ -696,10 +696,13 @@ class VmGuest(Guest):
         timeout: float = 300,
         netns: Optional[str] = None,
         watch: Optional[Watch] = None,
+        fresh: bool = False,
     ) -> Any:
         """Call ``target(*args)`` ("pkg.mod:func") in a guest Python process; its JSON value,
         or LabError carrying the guest traceback. ``watch(directory)`` is called while it
-        runs with the directory the target finds in ``$LBTUNE_LAB_WORKDIR``."""
+        runs with the directory the target finds in ``$LBTUNE_LAB_WORKDIR``. The process is
+        forked from the agent's fork server (lbtune.lab.agent); `fresh` (or `netns`) starts a
+        new interpreter instead."""
         from lbtune.lab.guest import split_target
 
         split_target(target)
@@ -711,6 +714,7 @@ class VmGuest(Guest):
                 "args": list(args),
                 "timeout": timeout,
                 "netns": netns,
+                "fresh": fresh,
             }
         )
         out = self._answer(rid, timeout + 30, watch)

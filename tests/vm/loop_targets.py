@@ -292,6 +292,22 @@ def vmxnet3_up() -> dict[str, Any]:
     raise RuntimeError("modprobe vmxnet3 made no interface")
 
 
+def carrier_back(dev: str, timeout: float = 60) -> float:
+    """Wait until `dev` has carrier again (a ring change resets the NIC: the e1000e's
+    watchdog reports the link back only seconds later under TCG); the seconds it took."""
+    start = time.monotonic()
+    while True:
+        try:
+            carrier = Path(f"/sys/class/net/{dev}/carrier").read_text().strip()
+        except OSError:  # EINVAL while the interface is down
+            carrier = "0"
+        if carrier == "1":
+            return round(time.monotonic() - start, 2)
+        if time.monotonic() - start > timeout:
+            raise RuntimeError(f"{dev}: no carrier {timeout:g} s after the change")
+        time.sleep(0.1)
+
+
 def rx_ring_counters(dev: str) -> dict[str, int]:
     """The kernel's receive counters of dev: the netdev's rx_packets and rx_dropped, and the
     sum over its queues of vmxnet3's `pkts rx OOB` (a frame found the ring without a buffer),
