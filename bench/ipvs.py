@@ -12,10 +12,14 @@ each case is measured against `ipvsadm -R` of the same table in the same run:
   pipelined changes, read-back); the apply again (the level-triggered no-op, 0
   operations: the full run, which records the no-op); a third time (the repeated no-op,
   answered from that record by lbtune.host.ipvs_memo; checked: the record is not rewritten);
-  one weight edit (a config differing in one real server's weight: 1
+  `lbtune ipvs plan` of the same config (what the Ansible collection runs in check mode),
+  answered from the record (checked once per case by an untimed run under `-X importtime`:
+  click, which the full run imports, must not be imported) and the full plan (forced with
+  `--debug`); one weight edit (a config differing in one real server's weight: 1
   operation); `python3 -c pass`, the start-up floor;
 - 10,000 services x 5 real servers (60,000 objects, kube-proxy's scale), `--big-rounds`
-  rounds of the same steps; the apply process's peak memory (ru_maxrss) is reported;
+  rounds of the same steps; each process's peak memory (ru_maxrss) is reported, with the
+  floor a child of the spawner that starts them reports (see `_SPAWNER`);
 - one `adapt` poll round at 1,000 x 10 (in process, agent reports injected: one server
   says down), counted by tests/lab/guest/adapt_rounds.py: the round that changes a weight
   and the round after it that changes nothing, against adapt's default 2 s interval.
@@ -36,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -97,23 +100,69 @@ def compile_bytecode() -> None:
         raise RuntimeError("compileall failed for lbtune")
 
 
-def _run(argv: list[str], stdin: Optional[str] = None) -> tuple[float, str, int]:
-    """Run `argv`: (wall ms, stdout, peak resident KiB of the process)."""
-    with tempfile.TemporaryFile("w+") as fin, tempfile.TemporaryFile("w+") as fout, \
-            tempfile.TemporaryFile("w+") as ferr:
-        fin.write(stdin or "")
-        fin.seek(0)
-        t0 = time.perf_counter()
-        p = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr)
-        _pid, status, usage = os.wait4(p.pid, 0)
+# The measured processes are started by this small process, not by the bench: a child's
+# ru_maxrss starts at the resident size of the process it was forked from (Linux carries the
+# old memory's high-water mark through exec), and the bench holds 60,000-line tables, so
+# children it forked itself reported its size (109 MiB for ipvsadm -S). This one stays at a
+# few MiB (`python3 -S`, nothing imported but json); `floor_kib` is what a child of it reports
+# at least (`/bin/true`), so a peak at the floor means "at most that".
+_SPAWNER = r"""
+import json, os, sys, time
+for line in sys.stdin:
+    req = json.loads(line)
+    fds = [os.open(req["stdin"], os.O_RDONLY), os.open(req["stdout"], os.O_WRONLY),
+           os.open(req["stderr"], os.O_WRONLY)]
+    acts = [(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds)]
+    t0 = time.perf_counter()
+    try:
+        pid = os.posix_spawnp(req["argv"][0], req["argv"], os.environ, file_actions=acts)
+    except OSError as exc:
+        os.write(fds[2], str(exc).encode())
+        ms, code, rss = 0.0, 127, 0
+    else:
+        _, status, usage = os.wait4(pid, 0)
         ms = (time.perf_counter() - t0) * 1000
-        p.returncode = os.waitstatus_to_exitcode(status)
-        fout.seek(0)
-        ferr.seek(0)
-        out, err = fout.read(), ferr.read()
-    if p.returncode != 0:
-        raise RuntimeError(f"{argv[:3]}: exit {p.returncode}: {err[:300]}")
-    return ms, out, int(usage.ru_maxrss)
+        code, rss = os.waitstatus_to_exitcode(status), usage.ru_maxrss
+    for fd in fds:
+        os.close(fd)
+    print(json.dumps([ms, code, rss]), flush=True)
+"""
+_spawner: Optional[subprocess.Popen[str]] = None
+
+
+def _spawn(argv: list[str], fin: str, fout: str, ferr: str) -> tuple[float, int, int]:
+    global _spawner
+    if _spawner is None:
+        _spawner = subprocess.Popen([sys.executable, "-S", "-c", _SPAWNER],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert _spawner.stdin is not None and _spawner.stdout is not None
+    _spawner.stdin.write(json.dumps({"argv": argv, "stdin": fin, "stdout": fout,
+                                     "stderr": ferr}) + "\n")  # fmt: skip
+    _spawner.stdin.flush()
+    line = _spawner.stdout.readline()
+    if not line:
+        raise RuntimeError("the spawner died")
+    ms, code, kib = json.loads(line)
+    return float(ms), int(code), int(kib)
+
+
+def _run(argv: list[str], stdin: Optional[str] = None) -> tuple[float, str, int]:
+    """Run `argv` (through the spawner): (wall ms, stdout, peak resident KiB)."""
+    with tempfile.TemporaryDirectory() as d:
+        fin, fout, ferr = (os.path.join(d, n) for n in ("in", "out", "err"))
+        pathlib.Path(fin).write_text(stdin or "")
+        pathlib.Path(fout).touch()
+        pathlib.Path(ferr).touch()
+        ms, code, kib = _spawn(argv, fin, fout, ferr)
+        out, err = pathlib.Path(fout).read_text(), pathlib.Path(ferr).read_text()
+    if code != 0:
+        raise RuntimeError(f"{argv[:3]}: exit {code}: {err[:300]}")
+    return ms, out, kib
+
+
+def floor_kib() -> int:
+    """The least peak a child of the spawner reports: /bin/true's."""
+    return min(_run(["/bin/true"])[2] for _ in range(3))
 
 
 def _edited(config: str) -> str:
@@ -129,14 +178,15 @@ def table_case(services: int, reals: int, rounds: int) -> dict[str, Any]:
     pathlib.Path(edit).write_text(_edited(text))
     rules = restore_lines(services, reals)
     lbtune = [sys.executable, "-m", "lbtune"]
-    steps = ("ipvsadm", "apply", "noop", "memo", "edit", "floor")
+    steps = ("ipvsadm", "apply", "noop", "memo", "plan", "plan_full", "edit", "floor")
+    lbtune_steps = ("apply", "noop", "memo", "plan", "plan_full", "edit")
     times: dict[str, list[float]] = {k: [] for k in steps}
-    ops: dict[str, list[int]] = {k: [] for k in ("apply", "noop", "memo", "edit")}
-    rss: dict[str, list[int]] = {k: [] for k in ("ipvsadm", "apply", "noop", "memo", "edit")}
+    ops: dict[str, list[int]] = {k: [] for k in lbtune_steps}
+    rss: dict[str, list[int]] = {k: [] for k in ("ipvsadm", *lbtune_steps)}
     answered: list[bool] = []  # the repeated no-op came from the record (not rewritten)
 
-    def lb(step: str, path: str) -> None:
-        ms, out, kib = _run([*lbtune, "ipvs", "apply", path, "--json"])
+    def lb(step: str, path: str, command: str = "apply", *extra: str) -> None:
+        ms, out, kib = _run([*lbtune, "ipvs", command, path, "--json", *extra])
         times[step].append(ms)
         rss[step].append(kib)
         ops[step].append(json.loads(out)["operations"])
@@ -154,6 +204,10 @@ def table_case(services: int, reals: int, rounds: int) -> dict[str, Any]:
         before = _memo_stat()
         lb("memo", cfg)  # the repeated no-op: answered from the record
         answered.append(before is not None and _memo_stat() == before)
+        lb("plan", cfg, "plan")  # Ansible's check mode: from the record
+        lb("plan_full", cfg, "plan", "--debug")  # the full plan (--debug skips the record)
+        if len(answered) == 1:
+            _plan_from_record(cfg)
         lb("edit", edit)
         _run([*lbtune, "ipvs", "apply", cfg])  # back to the table (not timed)
         times["floor"].append(_run([sys.executable, "-c", "pass"])[0])
@@ -164,6 +218,17 @@ def table_case(services: int, reals: int, rounds: int) -> dict[str, Any]:
         raise RuntimeError(f"the repeated no-op was not answered from its record: {answered}")
     return {"times": times, "ops": ops, "rss_kib": rss, "services": services,
             "dests": services * reals, "reals": reals, "rounds": rounds}
+
+
+def _plan_from_record(cfg: str) -> None:
+    """An untimed `ipvs plan` under `-X importtime`: the record answered it when click (the
+    command line, which the full run imports first) was never imported."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "lbtune", "ipvs", "plan",
+                        cfg, "--json"], capture_output=True, text=True, check=True)  # fmt: skip
+    imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()
+                if line.startswith("import time:")}  # fmt: skip
+    if "click" in imported or "lbtune.host.ipvs_memo" not in imported:
+        raise RuntimeError("`ipvs plan` was not answered from the record (click imported)")
 
 
 def _memo_stat() -> Optional[tuple[int, int]]:
@@ -190,7 +255,8 @@ def adapt_case(services: int, reals: int) -> dict[str, Any]:
 def guest(rounds: int, big_rounds: int) -> dict[str, Any]:
     """Inside the lab: the timings, and what each lbtune run reported."""
     lab_setup(10_000 if big_rounds else 1000)
-    out = {"cases": [table_case(1000, REALS, rounds)], "kernel": os.uname().release}
+    out = {"cases": [table_case(1000, REALS, rounds)], "kernel": os.uname().release,
+           "floor_kib": floor_kib()}
     if big_rounds:
         out["cases"].append(table_case(10_000, 5, big_rounds))
     out["adapt"] = adapt_case(1000, REALS)
@@ -224,6 +290,8 @@ def _rows(case: dict[str, Any]) -> list[Row]:
         row("lbtune ipvs apply (empty table)", "apply"),
         row("lbtune ipvs apply again (no-op: the full run, which records it)", "noop"),
         row("lbtune ipvs apply a third time (repeated no-op: from the record)", "memo"),
+        row("lbtune ipvs plan (check mode: from the record)", "plan"),
+        row("lbtune ipvs plan --debug (the full plan)", "plan_full"),
         row("lbtune ipvs apply, one weight edit", "edit"),
         row("python3 -c pass (start-up floor)", "floor", ops=False),
     ]
@@ -233,7 +301,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     # as bench/results/ipvs.* (tests/unit/test_bench_settings.py)
     ap.add_argument("--rounds", type=int, default=4, help="rounds at 1,000 x 10")
-    ap.add_argument("--big-rounds", type=int, default=1, help="rounds at 10,000 x 5 (0: none)")
+    ap.add_argument("--big-rounds", type=int, default=3, help="rounds at 10,000 x 5 (0: none)")
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "ipvs.json")
     args = ap.parse_args()
     from bench.results_io import run_meta, write_json
@@ -251,12 +319,15 @@ def main() -> None:
     meta = run_meta(args.rounds, big_rounds=args.big_rounds, lab_kernel=v["kernel"],
                     cases=[{k: c[k] for k in ("services", "dests", "rounds", "times", "ops",
                                               "rss_kib")} for c in v["cases"]],
-                    adapt=adapt, host_load_1min=load)  # fmt: skip
+                    adapt=adapt, host_load_1min=load,
+                    peak_floor_kib=v["floor_kib"])  # fmt: skip
     write_json(args.out, meta, rows)
     md = [f"IPVS reconcile vs `ipvsadm -R` of the same table, lab kernel {v['kernel']}; "
           f"{args.rounds} rounds at 1000x10 (11,000 objects), {args.big_rounds} at 10000x5 "
           "(60,000 objects); medians, fresh process per step, both sides in the same run. "
-          "Peak memory is the process's ru_maxrss. lbtune's bytecode compiled before the run "
+          "Peak memory is the process's ru_maxrss, started by a small spawner (a child of it "
+          f"reports at least {v['floor_kib'] / 1024:.1f} MiB, `/bin/true`'s: a value at that "
+          "floor means at most that). lbtune's bytecode compiled before the run "
           "(as `pip install` does). Host load average (1 min) before/after the "
           f"run: {load[0]}/{load[1]} on {os.cpu_count()} CPUs.", "",
           "| case | median ms | ratio | baseline | operations | peak MiB |",

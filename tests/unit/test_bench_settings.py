@@ -21,7 +21,7 @@ SETTINGS = {
     "diagnose.py": ("diagnose.json", {"rounds": "rounds", "ticks": "ticks_per_round"}),
     "lab.py": ("lab.json", {"rounds": "rounds", "duration": "duration", "servers": "servers"}),
     "probes.py": ("probes.json", {"rounds": "rounds", "seconds": "seconds"}),
-    "ipvs.py": ("ipvs.json", {"rounds": "rounds"}),
+    "ipvs.py": ("ipvs.json", {"rounds": "rounds", "big-rounds": "big_rounds"}),
     "monitor.py": ("monitor.json", {"seconds": "seconds", "warmup": "warmup", "rate": "udp_rate"}),
     "adapt.py": (
         "adapt.json",
