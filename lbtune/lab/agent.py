@@ -163,7 +163,7 @@ class Forker:
         child: ``{"returncode", "stdout", "stderr"}`` as run_argv gives them."""
         if self.failed:
             return None
-        out, err = calldir / "stdout", calldir / "stderr"
+        out, err = calldir / ".call-stdout", calldir / ".call-stderr"
         from lbtune.lab.guest import forked_call
 
         try:
