@@ -103,9 +103,9 @@ def compile_bytecode() -> None:
 # The measured processes are started by this small process, not by the bench: a child's
 # ru_maxrss starts at the resident size of the process it was forked from (Linux carries the
 # old memory's high-water mark through exec), and the bench holds 60,000-line tables, so
-# children it forked itself reported its size (109 MiB for ipvsadm -S). This one stays at a
-# few MiB (`python3 -S`, nothing imported but json); `floor_kib` is what a child of it reports
-# at least (`/bin/true`), so a peak at the floor means "at most that".
+# children it forked itself reported its size (109 MiB for ipvsadm -R). This one stays small
+# (`python3 -S`, nothing imported but json); `floor_kib` is what a child of it reports at
+# least (`/bin/true`: 9.5 MiB in the lab), so a peak at the floor means "at most that".
 _SPAWNER = r"""
 import json, os, sys, time
 for line in sys.stdin:
