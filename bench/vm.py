@@ -5,7 +5,8 @@ Usage: python bench/vm.py [--rounds N] [--out FILE]     (root; make setup prepar
 
 Each round boots a fresh guest (lbtune.lab.vm.VmGuest), times `python3 -c pass`,
 `lbtune show --json`, a test helper call (`VmGuest.call`, median of 5 interleaved pairs: forked
-from the guest agent's fork server, and `fresh=True`, a new `python -m lbtune.lab.guest`)
+from the guest agent's fork server (`VmGuest.fork_calls(True)`), and `fresh=True`, a new
+`python -m lbtune.lab.guest`)
 and a reboot, then powers it off. The host's load at the start of each
 round is recorded beside it: under TCG on a shared 2-core machine the times follow the load,
 so read them as "what this machine gave at that moment", not as a property of the VM.
@@ -58,6 +59,7 @@ def _timed(g: VmGuest, argv: list[str]) -> tuple[float, str]:
 
 def _calls(g: VmGuest) -> tuple[float, float]:
     """Median seconds of a helper call forked and fresh, CALLS interleaved pairs."""
+    g.fork_calls(True)
     times: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(CALLS):
         for fresh in (False, True):

@@ -16,15 +16,18 @@ Requests (JSON objects):
 * ``{"kind": "call", "target": "pkg.mod:func", "args": [...], "timeout": S}`` -> the payload
   of lbtune.lab.guest (``{"ok": true, "value": ...}`` or the error and guest traceback); the
   target runs in its own process, with ``LBTUNE_LAB_WORKDIR`` set to ``WORKDIR/calls/<id>``
-  (its progress file, lbtune.lab.progress, is read there by the host). That process is
-  forked from a fork server that has the interpreter and lbtune.lab.guest loaded already
-  (multiprocessing's ``forkserver``: a new single-threaded interpreter started once per
-  boot, so a fork never copies a lock another thread held, as forking the threaded agent
-  could). Under TCG a fresh Python spends seconds starting (bench/vm.py: 2.2 s for a call
-  made fresh, 0.6 s forked), and a test makes dozens of calls. A call with ``"netns"`` runs
-  ``ip netns exec NS python -m lbtune.lab.guest`` (that also gives it the namespace's
-  ``/sys``), as does a call with ``"fresh": true`` and every call when the fork server
-  cannot start or fork.
+  (its progress file, lbtune.lab.progress, is read there by the host). The process is
+  ``python -m lbtune.lab.guest`` (under ``ip netns exec NS`` with ``"netns"``, which also
+  gives it the namespace's ``/sys``). While ``WORKDIR/fork-calls`` exists (the host's
+  ``VmGuest.fork_calls(True)``), it is instead forked from a fork server that has the
+  interpreter and lbtune.lab.guest loaded already (multiprocessing's ``forkserver``: a new
+  single-threaded interpreter, started at the first such call, so a fork never copies a
+  lock another thread held, as forking the threaded agent could). Under TCG a fresh Python
+  spends seconds starting (bench/vm.py: 2.2 s for a call made fresh, 0.7 s forked). Calls
+  with ``"netns"`` or ``"fresh": true`` are never forked, nor any call once the fork server
+  failed to start or fork. It is off by default: in its one full suite run the vm tier was
+  about a minute faster (of 30), and a plain ``run`` right after a reboot went unanswered
+  for 150 s, a failure not yet explained or reproduced.
 * ``{"kind": "stop", "reboot": bool}`` -> the agent exits; the boot script syncs, then powers the
   guest off or reboots it.
 
@@ -223,12 +226,28 @@ def run_call(req: dict[str, Any], workdir: Path, rid: str,
     return payload
 
 
-def _serve(workdir: Path, rid: str, req: dict[str, Any], forker: Optional[Forker]) -> None:
+FORK_CALLS = "fork-calls"  # in WORKDIR: fork calls from the fork server (see the module doc)
+_forker: Optional[Forker] = None
+_forker_lock = threading.Lock()
+
+
+def _call_forker(workdir: Path) -> Optional[Forker]:
+    """The fork server while the host asks for forked calls (made at the first one)."""
+    global _forker
+    if not (workdir / FORK_CALLS).exists():
+        return None
+    with _forker_lock:
+        if _forker is None:
+            _forker = Forker()
+        return _forker
+
+
+def _serve(workdir: Path, rid: str, req: dict[str, Any]) -> None:
     try:
         if req.get("kind") == "argv":
             out = run_argv(req)
         elif req.get("kind") == "call":
-            out = run_call(req, workdir, rid, forker)
+            out = run_call(req, workdir, rid, _call_forker(workdir))
         else:
             out = {"error": f"unknown request kind {req.get('kind')!r}"}
     except Exception as exc:  # the host must get an answer, whatever happened
@@ -236,7 +255,7 @@ def _serve(workdir: Path, rid: str, req: dict[str, Any], forker: Optional[Forker
     write_json(workdir / "res" / f"{rid}.json", out)
 
 
-def serve(workdir: Path, forker: Optional[Forker] = None) -> bool:
+def serve(workdir: Path) -> bool:
     """Serve requests until a stop request; True when that request asked for a reboot."""
     req_dir = workdir / "req"
     (workdir / "res").mkdir(exist_ok=True)
@@ -254,8 +273,7 @@ def serve(workdir: Path, forker: Optional[Forker] = None) -> bool:
             if req.get("kind") == "stop":
                 return bool(req.get("reboot"))
             rid = name[: -len(".json")]
-            threading.Thread(target=_serve, args=(workdir, rid, req, forker),
-                             daemon=True).start()
+            threading.Thread(target=_serve, args=(workdir, rid, req), daemon=True).start()
         time.sleep(POLL)
 
 
@@ -266,14 +284,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     workdir = Path(args[0])
     (workdir / "req").mkdir(exist_ok=True)
-    forker = Forker()
-    # Started beside the first requests, not before ready: it is a new interpreter (exec'd,
-    # so starting it from a thread is safe), and a call that comes first waits for it.
-    threading.Thread(target=forker.start, daemon=True).start()
     facts = guest_facts()
     facts["agent_started"] = time.time()
     write_json(workdir / "ready.json", facts)
-    reboot = serve(workdir, forker)
+    reboot = serve(workdir)
     (workdir / "reboot").write_text("1" if reboot else "0", encoding="utf-8")
     return 0
 

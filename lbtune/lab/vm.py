@@ -655,6 +655,23 @@ class VmGuest(Guest):
         os.replace(tmp, self.workdir / "req" / f"{rid}.json")
         return rid
 
+    def _no_answer(self, rid: str, timeout: float) -> str:
+        """Why a request went unanswered, as far as the host can tell: whether the agent
+        claimed it, and the last lines of the agent's log and of the guest console."""
+        claimed = not (self.workdir / "req" / f"{rid}.json").exists()
+
+        def tail(path: Path) -> str:
+            try:
+                lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                return "(none)"
+            return " | ".join(lines[-6:]) or "(empty)"
+
+        return (f"the VM guest did not answer request {rid} in {timeout:g} s "
+                f"({'claimed by the agent' if claimed else 'never claimed by the agent'}); "
+                f"agent.log: {tail(self.workdir / 'agent.log')}; "
+                f"console: {tail(self.console_path)}")  # fmt: skip
+
     def _answer(self, rid: str, timeout: float, watch: Optional[Watch] = None) -> dict[str, Any]:
         path = self.workdir / "res" / f"{rid}.json"
         calldir = self.workdir / "calls" / rid
@@ -663,7 +680,7 @@ class VmGuest(Guest):
         while not path.exists():
             self._alive()
             if time.monotonic() > deadline:
-                raise LabError(f"the VM guest did not answer request {rid} in {timeout:g} s")
+                raise LabError(self._no_answer(rid, timeout))
             if watch is not None and time.monotonic() - last_watch >= WATCH_INTERVAL:
                 watch(calldir)
                 last_watch = time.monotonic()
@@ -700,9 +717,9 @@ class VmGuest(Guest):
     ) -> Any:
         """Call ``target(*args)`` ("pkg.mod:func") in a guest Python process; its JSON value,
         or LabError carrying the guest traceback. ``watch(directory)`` is called while it
-        runs with the directory the target finds in ``$LBTUNE_LAB_WORKDIR``. The process is
-        forked from the agent's fork server (lbtune.lab.agent); `fresh` (or `netns`) starts a
-        new interpreter instead."""
+        runs with the directory the target finds in ``$LBTUNE_LAB_WORKDIR``. A new
+        interpreter, or with `fork_calls(True)` a child of the agent's fork server
+        (lbtune.lab.agent) unless `fresh` or `netns` is given."""
         from lbtune.lab.guest import split_target
 
         split_target(target)
@@ -725,6 +742,17 @@ class VmGuest(Guest):
                 exc_type=str(out.get("exc_type", "")),
             )
         return out.get("value")
+
+    def fork_calls(self, on: bool) -> None:
+        """Have the guest agent fork calls from its fork server (True) or start a new
+        interpreter for each (False, the default); see lbtune.lab.agent."""
+        from lbtune.lab.agent import FORK_CALLS
+
+        flag = self.workdir / FORK_CALLS
+        if on:
+            flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
 
     def describe(self) -> dict[str, Any]:
         """Kernel version, accelerator, CPUs, NUMA nodes, NICs and boot seconds."""

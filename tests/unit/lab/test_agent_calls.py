@@ -141,3 +141,14 @@ def test_a_call_in_a_netns_is_not_forked(tmp_path: Path) -> None:
     # run through `ip netns exec`, which refuses the namespace: no result, ip's message
     assert got["ok"] is False and "without a result" in got["error"]
     assert "lbtune-no-such-netns" in got["output"]
+
+
+def test_calls_are_forked_only_while_the_host_asks(tmp_path: Path) -> None:
+    from lbtune.lab import agent
+
+    assert agent._call_forker(tmp_path) is None  # the default: a new interpreter per call
+    (tmp_path / agent.FORK_CALLS).touch()
+    first = agent._call_forker(tmp_path)
+    assert isinstance(first, Forker) and agent._call_forker(tmp_path) is first
+    (tmp_path / agent.FORK_CALLS).unlink()
+    assert agent._call_forker(tmp_path) is None
