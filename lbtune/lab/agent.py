@@ -152,15 +152,6 @@ class Forker:
         self._ctx.set_forkserver_preload(list(preload))
         self.failed: Optional[str] = None
 
-    def start(self) -> None:
-        """Start the server now (the first call would otherwise wait for it)."""
-        try:
-            from multiprocessing import forkserver
-
-            forkserver.ensure_running()
-        except Exception as exc:  # calls fall back to fresh processes
-            self.failed = f"{type(exc).__name__}: {exc}"
-
     def run(self, argv: Sequence[str], calldir: Path, timeout: float) -> Optional[dict[str, Any]]:
         """``lbtune.lab.guest`` with `argv` (target, JSON args, result file) in a forked
         child: ``{"returncode", "stdout", "stderr"}`` as run_argv gives them."""
