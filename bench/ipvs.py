@@ -16,7 +16,10 @@ each case is measured against `ipvsadm -R` of the same table in the same run:
   answered from the record (checked once per case by an untimed run under `-X importtime`:
   click, which the full run imports, must not be imported) and the full plan (forced with
   `--debug`); one weight edit (a config differing in one real server's weight: 1
-  operation); `python3 -c pass`, the start-up floor;
+  operation); `python3 -c pass`, the start-up floor; then, with `lbtune ipvs serve`
+  running (the resident reconciler), as many rounds of: the edit, the edit back, the
+  no-op, each a fresh `lbtune ipvs apply` process that hands its work to the server
+  (checked: the server's log answers each), and the server's peak memory;
 - 10,000 services x 5 real servers (60,000 objects, kube-proxy's scale), `--big-rounds`
   rounds of the same steps; each process's peak memory (ru_maxrss) is reported, with the
   floor a child of the spawner that starts them reports (see `_SPAWNER`);
@@ -178,8 +181,10 @@ def table_case(services: int, reals: int, rounds: int) -> dict[str, Any]:
     pathlib.Path(edit).write_text(_edited(text))
     rules = restore_lines(services, reals)
     lbtune = [sys.executable, "-m", "lbtune"]
-    steps = ("ipvsadm", "apply", "noop", "memo", "plan", "plan_full", "edit", "floor")
-    lbtune_steps = ("apply", "noop", "memo", "plan", "plan_full", "edit")
+    steps = ("ipvsadm", "apply", "noop", "memo", "plan", "plan_full", "edit", "floor",
+             "serve_edit", "serve_noop")
+    lbtune_steps = ("apply", "noop", "memo", "plan", "plan_full", "edit", "serve_edit",
+                    "serve_noop")
     times: dict[str, list[float]] = {k: [] for k in steps}
     ops: dict[str, list[int]] = {k: [] for k in lbtune_steps}
     rss: dict[str, list[int]] = {k: [] for k in ("ipvsadm", *lbtune_steps)}
@@ -213,11 +218,53 @@ def table_case(services: int, reals: int, rounds: int) -> dict[str, Any]:
         times["floor"].append(_run([sys.executable, "-c", "pass"])[0])
         if not same:
             raise RuntimeError("lbtune and ipvsadm -R built different tables")
-    _run(["ipvsadm", "-C"])
     if not all(answered):
         raise RuntimeError(f"the repeated no-op was not answered from its record: {answered}")
+    server_kib = _serve_rounds(cfg, edit, rounds, lb)
+    _run(["ipvsadm", "-C"])
     return {"times": times, "ops": ops, "rss_kib": rss, "services": services,
-            "dests": services * reals, "reals": reals, "rounds": rounds}
+            "dests": services * reals, "reals": reals, "rounds": rounds,
+            "server_kib": server_kib}
+
+
+SERVE_LOG = "/tmp/serve-bench.log"
+
+
+def _served() -> int:
+    return pathlib.Path(SERVE_LOG).read_text().count("lbtune ipvs serve: apply ")
+
+
+def _serve_rounds(cfg: str, edit: str, rounds: int, lb: Any) -> int:
+    """The same edit and no-op handed to `lbtune ipvs serve` (started here, warmed by one
+    untimed apply: the first request reads every section and decodes the table): per round
+    the edit, the edit back (both 1 operation) and the no-op. Checked: the server answered
+    every one (its log). Returns the server's peak resident KiB (VmHWM)."""
+    import signal
+    import time
+
+    pathlib.Path(SERVE_LOG).write_text("")
+    with open(SERVE_LOG, "ab") as err:
+        server = subprocess.Popen([sys.executable, "-m", "lbtune", "ipvs", "serve"],
+                                  stderr=err, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while "listening on" not in pathlib.Path(SERVE_LOG).read_text():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"lbtune ipvs serve: {pathlib.Path(SERVE_LOG).read_text()}")
+            time.sleep(0.1)
+        _run([sys.executable, "-m", "lbtune", "ipvs", "apply", cfg])  # warm, not timed
+        for _ in range(rounds):
+            lb("serve_edit", edit)
+            lb("serve_edit", cfg)
+            lb("serve_noop", cfg)
+        if _served() != 1 + 3 * rounds:
+            raise RuntimeError(f"the server did not answer every run: {_served()} answers")
+        status = pathlib.Path(f"/proc/{server.pid}/status").read_text()
+        hwm = next(ln for ln in status.splitlines() if ln.startswith("VmHWM:"))
+        return int(hwm.split()[1])
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
 
 
 def _plan_from_record(cfg: str) -> None:
@@ -255,8 +302,9 @@ def adapt_case(services: int, reals: int) -> dict[str, Any]:
 def guest(rounds: int, big_rounds: int) -> dict[str, Any]:
     """Inside the lab: the timings, and what each lbtune run reported."""
     lab_setup(10_000 if big_rounds else 1000)
-    out = {"cases": [table_case(1000, REALS, rounds)], "kernel": os.uname().release,
-           "floor_kib": floor_kib()}
+    out: dict[str, Any] = {"cases": [table_case(1000, REALS, rounds)],
+                           "kernel": os.uname().release,
+                           "floor_kib": floor_kib()}
     if big_rounds:
         out["cases"].append(table_case(10_000, 5, big_rounds))
     out["adapt"] = adapt_case(1000, REALS)
@@ -293,6 +341,8 @@ def _rows(case: dict[str, Any]) -> list[Row]:
         row("lbtune ipvs plan (check mode: from the record)", "plan"),
         row("lbtune ipvs plan --debug (the full plan)", "plan_full"),
         row("lbtune ipvs apply, one weight edit", "edit"),
+        row("lbtune ipvs apply, one weight edit, through lbtune ipvs serve", "serve_edit"),
+        row("lbtune ipvs apply (no-op) through lbtune ipvs serve", "serve_noop"),
         row("python3 -c pass (start-up floor)", "floor", ops=False),
     ]
 
@@ -318,7 +368,7 @@ def main() -> None:
     changed, quiet = adapt["rounds"][0], adapt["rounds"][1]
     meta = run_meta(args.rounds, big_rounds=args.big_rounds, lab_kernel=v["kernel"],
                     cases=[{k: c[k] for k in ("services", "dests", "rounds", "times", "ops",
-                                              "rss_kib")} for c in v["cases"]],
+                                              "rss_kib", "server_kib")} for c in v["cases"]],
                     adapt=adapt, host_load_1min=load,
                     peak_floor_kib=v["floor_kib"])  # fmt: skip
     write_json(args.out, meta, rows)
@@ -336,6 +386,9 @@ def main() -> None:
         n = "" if r.operations is None else str(r.operations)
         mib = "" if r.peak_mib is None else str(r.peak_mib)
         md.append(f"| {r.case} | {r.median_ms} | {r.ratio} | {r.baseline} | {n} | {mib} |")
+    md += ["", "Peak resident memory of `lbtune ipvs serve` (VmHWM) after its rounds: "
+           + ", ".join(f"{c['services']}x{c['reals']}: {c['server_kib'] / 1024:.1f} MiB"
+                       for c in v["cases"]) + "."]
     md += ["", f"`adapt` poll round at {adapt['objects']} objects (in process, agents "
            "injected; interval 2000 ms):", "",
            "| round | ms | table reads | per-service reads | weights written | locks |",

@@ -448,4 +448,5 @@ def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], d
 # VRRP pair) live in modules of their own, imported when one of them runs (or for help).
 _LAZY = {"agent": ("lbtune.cli.ipvs_adapt", "agent_command"),
          "adapt": ("lbtune.cli.ipvs_adapt", "adapt_command"),
-         "export": ("lbtune.cli.ipvs_export", "export_command")}  # fmt: skip
+         "export": ("lbtune.cli.ipvs_export", "export_command"),
+         "serve": ("lbtune.cli.ipvs_serve", "serve_command")}  # fmt: skip

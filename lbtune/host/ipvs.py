@@ -341,7 +341,8 @@ def _error_of(body: bytes, flags: int) -> tuple[int, str]:
 
 # ------------------------------------------------------------------------------ the session
 
-_View = dict[ServiceKey, tuple[ServiceSettings, dict[DestKey, DestSettings]]]
+_Entry = Optional[tuple[ServiceSettings, dict[DestKey, DestSettings]]]
+_View = dict[ServiceKey, _Entry]
 
 
 class Ipvs:
@@ -364,6 +365,7 @@ class Ipvs:
         self._counters = False  # the cached table has statistics
         self._timeouts: Optional[Timeouts] = None
         self._view: Optional[_View] = None
+        self._base: dict[ServiceKey, Service] = {}  # the table the view started from
         self._queue: list[Op] = []
         self._batching = 0
         self.failed: set[tuple[Optional[ServiceKey], Optional[DestKey]]] = set()
@@ -500,33 +502,39 @@ class Ipvs:
 
     # -- what the kernel will hold -------------------------------------------------------
 
-    def _planned(self) -> _View:
+    def _entry(self, key: ServiceKey) -> _Entry:
+        """What the kernel will hold of one service (None: none). The view starts as the
+        table when first asked (a snapshot), and each service's entry is made from that
+        snapshot when first asked for: a change to one service of 1,000 makes one entry."""
         if self._view is None:
-            self._view = {
-                k: (s.settings, {d.key: d.settings for d in s.destinations})
-                for k, s in self.table().items()
-            }
-        return self._view
+            self._view = {}
+            self._base = dict(self.table())
+        if key not in self._view:
+            s = self._base.get(key)
+            self._view[key] = (None if s is None else
+                               (s.settings, {d.key: d.settings for d in s.destinations}))
+        return self._view[key]
 
     def planned_service(self, key: ServiceKey) -> Optional[ServiceSettings]:
-        entry = self._planned().get(key)
+        entry = self._entry(key)
         return None if entry is None else entry[0]
 
     def planned_dest(self, svc: ServiceKey, key: DestKey) -> Optional[DestSettings]:
-        entry = self._planned().get(svc)
+        entry = self._entry(svc)
         return None if entry is None else entry[1].get(key)
 
     def _note(self, op: Op) -> None:
-        view = self._planned()
         if op.svc is None:
             return
+        old = self._entry(op.svc)
+        view = self._view
+        assert view is not None
         if op.cmd in (CMD_NEW_SERVICE, CMD_SET_SERVICE) and op.svc_settings is not None:
-            old = view.get(op.svc)
             view[op.svc] = (op.svc_settings, old[1] if old else {})
         elif op.cmd == CMD_DEL_SERVICE:
-            view.pop(op.svc, None)
-        elif op.dest is not None and op.svc in view:
-            dests = view[op.svc][1]
+            view[op.svc] = None
+        elif op.dest is not None and old is not None:
+            dests = old[1]
             if op.cmd == CMD_DEL_DEST:
                 dests.pop(op.dest, None)
             elif op.dest_settings is not None:
@@ -626,6 +634,11 @@ class Tap(Protocol):
 
     def hexdigest(self) -> str: ...
 
+    def known(self, key: ServiceKey) -> Optional[Service]:
+        """The service as decoded before, when the replies just added are ones it can vouch
+        for (`lbtune ipvs serve`: lbtune.ipvs.resident); None: decode them."""
+        ...
+
 
 def read_services(sock: IpvsSocket, counters: bool = True) -> list[Service]:
     return [s for s in (decode_service(b, counters) for b in sock.dump(CMD_GET_SERVICE))
@@ -647,15 +660,16 @@ def read_service(sock: IpvsSocket, key: ServiceKey) -> Optional[Service]:
     return None
 
 
-def _with_dests(sock: IpvsSocket, svc: Service, counters: bool = True,
-                tap: Optional[Tap] = None, body: bytes = b"") -> Service:
-    bodies = sock.dump(CMD_GET_DEST, service_attrs(svc.key))
+def _with_dests(sock: IpvsSocket, svc: Service, counters: bool = True) -> Service:
+    return _decoded(svc, sock.dump(CMD_GET_DEST, service_attrs(svc.key)), counters)
+
+
+def _decoded(svc: Service, bodies: list[bytes], counters: bool,
+             tap: Optional[Tap] = None) -> Service:
     dests = [d for d in (decode_dest(b, svc.key.family, counters) for b in bodies)
              if d is not None]  # fmt: skip
-    if tap is not None:
-        tap.add(body, bodies)
-        if len(dests) != len(bodies):
-            tap.spoiled = True
+    if tap is not None and len(dests) != len(bodies):
+        tap.spoiled = True
     return replace(svc, destinations=tuple(sorted(dests, key=_dest_order)))
 
 
@@ -675,7 +689,11 @@ def read_table(sock: IpvsSocket, counters: bool = True,
         if svc is None:
             tap.spoiled = True  # a reply the table leaves out: not what a digest vouches for
             continue
-        out.append(_with_dests(sock, svc, counters, tap, body))
+        bodies = sock.dump(CMD_GET_DEST, service_attrs(svc.key))
+        tap.add(body, bodies)
+        known = tap.known(svc.key)
+        out.append(known if known is not None else
+                   _decoded(svc, bodies, counters, tap))
     return sorted(out, key=_service_order)
 
 

@@ -60,7 +60,7 @@ CODE = ("__init__.py", "host/ipvs_memo.py", "ipvs/config.py", "ipvs/plaintoml.py
         "ipvs/reconcile.py", "tune/plan.py", "tune/engine.py", "tune/journal.py",
         "tune/knobs/ipvs.py", "tune/knobs/sysctl.py", "host/ipvs.py", "host/ipvs_wire.py",
         "host/addr.py", "cli/ipvs.py", "cli/ipvscommon.py", "cli/output.py", "cli/entry.py",
-        "environ.py")  # fmt: skip
+        "environ.py", "host/ipvs_serve.py")  # fmt: skip
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # include/uapi/linux/netlink.h, genetlink.h, ip_vs.h, rtnetlink.h, if_addr.h
@@ -183,14 +183,24 @@ class TableDigest:
         self.spoiled = False  # a reply the full run left out: nothing may be recorded
 
     def add(self, service: bytes, dests: list[bytes]) -> None:
-        update = self._hash.update
-        self._services.feed(service, update)
+        self._hash.update(self.cut(service, dests))
+
+    def cut(self, service: bytes, dests: list[bytes]) -> bytes:
+        """One service's replies cut to their settings, as the digest takes them."""
+        parts: list[bytes] = []
+        keep = parts.append
+        self._services.feed(service, keep)
         feed = self._dests.feed
         for body in dests:
-            feed(body, update)
+            feed(body, keep)
+        return b"".join(parts)
 
     def hexdigest(self) -> str:
         return str(self._hash.hexdigest())
+
+    def known(self, key: object) -> None:
+        """Nothing decoded before: every reply is decoded (lbtune.host.ipvs.Tap)."""
+        return None
 
 
 class _Netlink:

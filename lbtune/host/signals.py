@@ -59,11 +59,13 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def hold_after_decided() -> None:
+def hold_after_decided(on: bool = True) -> None:
     """Process mode (the CLI's entry point): after a decided outcome, signals stay recorded
-    until the process exits instead of going back to their default action."""
+    until the process exits instead of going back to their default action. `on=False`
+    (`lbtune ipvs serve`, which runs many commands in one process): the handlers are put
+    back after each block, and a held signal is delivered to them."""
     global _hold
-    _hold = True
+    _hold = on
 
 
 def late_signals() -> list[str]:

@@ -134,6 +134,10 @@ def load_config(path: str) -> DirectorConfig:
 
 
 def parse_config_text(text: str, source: str = "<config>") -> DirectorConfig:
+    if resident is not None:  # `lbtune ipvs serve`: sections it read before are not read again
+        cfg = resident.parse(text, source)
+        if cfg is not None:
+            return cfg
     data = plaintoml.loads(text)  # the plain subset, faster; None: anything else
     if data is not None:
         return parse_config(data, source)
@@ -149,6 +153,67 @@ def parse_config_text(text: str, source: str = "<config>") -> DirectorConfig:
     except RecursionError:  # thousands of nested arrays or tables
         raise BadInput(f"{source}: invalid TOML: nested too deeply") from None
     return parse_config(data, source)
+
+
+_SECTION = "\n[[service]]\n"  # the line that opens a [[service]] section, as written
+
+
+class SectionCache:
+    """The config read section by section, each `[[service]]` section's validated service
+    kept by its text: `lbtune ipvs serve` reads an edited 1,000-service config by reading
+    only the sections that changed (docs/ipvs.md, "The resident reconciler").
+
+    `parse` returns exactly what `parse_config_text` returns for the same text, or None
+    when it cannot tell (the caller then reads the whole document). The text is cut at each
+    line that is exactly `[[service]]`; what precedes the first is the rest of the document.
+    Each section is read with `plaintoml` and must read as one `[[service]]` table and
+    nothing else (a `[director]` or `[[vip]]` after it, a header written another way, a
+    construct outside the plain subset, make it None); the rest is read with `plaintoml`
+    or, outside its subset, tomllib, and must have no `service` key; no service may be
+    listed twice; any error is None too, for the whole read to word. (A cut inside a
+    multi-line string or array can only come after the rest opened one, which then does
+    not read: None.) Only the sections of the last text read are kept."""
+
+    def __init__(self) -> None:
+        self._services: dict[str, VirtualService] = {}
+        self.read = 0  # [[service]] sections validated by the last parse
+        self.kept = 0  # ... and taken from the cache
+
+    def parse(self, text: str, source: str) -> Optional[DirectorConfig]:
+        try:
+            return self._parse(text, source)
+        except Exception:  # the whole read decides, and words the error
+            return None
+
+    def _parse(self, text: str, source: str) -> Optional[DirectorConfig]:
+        pieces = ("\n" + text).split(_SECTION)
+        known, fresh = self._services, {}
+        services: list[VirtualService] = []
+        read = 0
+        for piece in pieces[1:]:
+            svc = known.get(piece)
+            if svc is None:
+                data = plaintoml.loads("[[service]]\n" + piece)
+                if data is None or data.keys() != {"service"} or len(data["service"]) != 1:
+                    return None
+                svc = _service(data["service"][0], source, len(services))
+                read += 1
+            fresh[piece] = svc
+            services.append(svc)
+        data = plaintoml.loads(pieces[0])
+        if data is None:  # the rest in full TOML (a quoted key...): tomllib reads it
+            data = importlib.import_module(_TOML).loads(pieces[0])
+        if "service" in data:
+            return None
+        if len({s.key for s in services}) != len(services):
+            return None
+        cfg = parse_config(data, source)
+        self._services, self.read, self.kept = fresh, read, len(services) - read
+        return replace(cfg, services=tuple(services))
+
+
+# Set by `lbtune ipvs serve` (lbtune.cli.ipvs_serve): configs are read through it.
+resident: Optional[SectionCache] = None
 
 
 # ------------------------------------------------------------------------------ checking

@@ -18,7 +18,7 @@ itself), so the engine can call it under its lock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, Container, Mapping, Optional
 
 from lbtune.errors import BadInput
 from lbtune.host import addr as addrs
@@ -44,6 +44,9 @@ from lbtune.tune.knobs.ipvs import (
 )
 from lbtune.tune.knobs.sysctl import SysctlKnob
 from lbtune.tune.plan import Plan, Target, make_plan
+
+if TYPE_CHECKING:
+    from lbtune.ipvs.resident import ResidentTable
 
 
 def plan_name(cfg: DirectorConfig) -> str:
@@ -78,13 +81,19 @@ def _removal(svc: Service, d_key: DestKey, active: int, drain: Drain) -> list[Ta
     ]
 
 
-def in_place(cfg: DirectorConfig, table: Mapping[ServiceKey, Service]) -> frozenset[ServiceKey]:
+def in_place(cfg: DirectorConfig, table: Mapping[ServiceKey, Service],
+             trusted: Container[ServiceKey] = frozenset()) -> frozenset[ServiceKey]:
     """Config services the kernel holds exactly: the same settings and the same real
     servers with the same settings (values compared as the kernel reports them, no text).
     Their knobs would all plan as ok: a reconcile of a table that needs nothing skips
-    building 11,000 knobs to find that out."""
+    building 11,000 knobs to find that out. `trusted`: services known to be in place
+    without comparing (`lbtune ipvs serve`: lbtune.ipvs.resident, the same replies and
+    the same config object as when they were found in place)."""
     out = []
     for svc in cfg.services:
+        if svc.key in trusted:
+            out.append(svc.key)
+            continue
         now = table.get(svc.key)
         if now is None or now.settings != svc.settings:
             continue
@@ -193,6 +202,9 @@ class DirectorPlan:
     drain: Drain = field(compare=False)
     warnings: tuple[str, ...] = ()
     in_place: int = 0
+    placed: frozenset[ServiceKey] = field(default=frozenset(), compare=False)  # their keys
+    table: Mapping[ServiceKey, Service] = field(default_factory=dict, compare=False,
+                                                repr=False)  # as read for the plan
 
 
 EXPIRE_NODEST = "net.ipv4.vs.expire_nodest_conn"
@@ -215,6 +227,9 @@ def plan_warnings(host: Host, cfg: DirectorConfig, plan: Plan) -> list[str]:
     return out
 
 
+# Set by `lbtune ipvs serve` (lbtune.cli.ipvs_serve): what it keeps of the table between applies.
+resident: Optional[ResidentTable] = None
+
 Planner = Callable[[DirectorConfig, Mapping[ServiceKey, Service], Drain], list[Target]]
 
 
@@ -224,6 +239,7 @@ def plan_director(
     facts: Optional[HostFacts] = None,
     targets_of: Planner = desired_targets,
     every_row: bool = True,
+    trusted: Container[ServiceKey] = frozenset(),
 ) -> DirectorPlan:
     """Validate `cfg` against the host and plan it against the kernel's table now.
 
@@ -235,13 +251,14 @@ def plan_director(
     table = ipvs_of(host).table()
     skip: frozenset[ServiceKey] = frozenset()
     if not every_row and targets_of is desired_targets:
-        skip = in_place(cfg, table)
+        skip = in_place(cfg, table, trusted)
         targets = desired_targets(cfg, table, drain, skip)
     else:
         targets = targets_of(cfg, table, drain)
     plan = make_plan(host, plan_name(cfg), targets)
     n = sum(1 + len(s.servers) for s in cfg.services if s.key in skip)
-    return DirectorPlan(plan, drain, tuple(plan_warnings(host, cfg, plan)), n)
+    return DirectorPlan(plan, drain, tuple(plan_warnings(host, cfg, plan)), n, skip,
+                        table)
 
 
 @dataclass(frozen=True)
@@ -279,13 +296,17 @@ def apply_director(
         facts = host_facts(host)
         check_host(cfg, facts)  # a config the host cannot take loads no module
         session.load()
+        keep = resident if memo else None
         if memo:
-            session.tap = memo_.TableDigest
+            session.tap = memo_.TableDigest if keep is None else keep.reader(cfg)
         try:
             planned = plan_director(host, cfg, facts, targets_of=targets_of,
-                                    every_row=every_row)
+                                    every_row=every_row,
+                                    trusted=keep.trusted if keep is not None else frozenset())
         finally:
             session.tap = None
+        if keep is not None:
+            keep.remember(cfg, planned.table, planned.placed)
         digest = session.digest
         if memo and planned.plan.to_apply:
             memo_.forget(state.fs, state.base)
