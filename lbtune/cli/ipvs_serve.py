@@ -74,12 +74,21 @@ def read_request(sock: Any, deadline: float) -> Request:
     """A request as the protocol frames it (lbtune.host.ipvs_serve); Declined for anything
     else, proto.Gone when the client goes away, TimeoutError past `deadline`."""
 
+    buf = bytearray()  # read in large pieces: one recv per field would be ~100 syscalls
+
     def recv(n: int) -> bytes:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request took too long")
-        sock.settimeout(left)
-        return proto.recv_exact(sock, n)
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request took too long")
+            sock.settimeout(left)
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise proto.Gone("connection closed")
+            buf.extend(chunk)
+        out = bytes(buf[:n])
+        del buf[:n]
+        return out
 
     if recv(len(proto.MAGIC)) != proto.MAGIC:
         raise Declined("not an lbtune ipvs serve request of this version")
@@ -260,14 +269,14 @@ class Server:
 
         sections, table = config.resident, reconcile.resident
         assert sections is not None and table is not None
-        sections.read = sections.kept = table.reused = table.services = 0
+        sections.read = sections.kept = table.reused = table.decoded = 0
         try:
             with _as_client(req) as (out, err):
                 code = invoke(req.argv)
         except OSError as e:  # the directory went away between the check and now
             return 2, b"", f"lbtune: {req.cwd}: {e.strerror}\n".encode(), "not run"
         note = (f"config sections read {sections.read} of {sections.read + sections.kept}, "
-                f"services decoded {table.services - table.reused} of {table.services}")
+                f"services decoded {table.decoded} of {table.decoded + table.reused}")
         enc = ("utf-8", "surrogateescape")
         return code, out.getvalue().encode(*enc), err.getvalue().encode(*enc), note
 

@@ -634,9 +634,15 @@ class Tap(Protocol):
 
     def hexdigest(self) -> str: ...
 
-    def known(self, key: ServiceKey) -> Optional[Service]:
-        """The service as decoded before, when the replies just added are ones it can vouch
-        for (`lbtune ipvs serve`: lbtune.ipvs.resident); None: decode them."""
+    def service(self, body: bytes) -> Optional[Service]:
+        """A service reply decoded before (its settings; no real servers), when this is the
+        same reply less its statistics (`lbtune ipvs serve`: lbtune.ipvs.resident); None:
+        decode it."""
+        ...
+
+    def known(self, service: Service) -> Optional[Service]:
+        """The service with its real servers as decoded before, when the replies just added
+        are ones it can vouch for (lbtune.ipvs.resident); None: decode them."""
         ...
 
 
@@ -685,13 +691,15 @@ def read_table(sock: IpvsSocket, counters: bool = True,
                        for svc in read_services(sock, counters)), key=_service_order)
     out = []
     for body in sock.dump(CMD_GET_SERVICE):
-        svc = decode_service(body, counters)
+        svc = None if counters else tap.service(body)
+        if svc is None:
+            svc = decode_service(body, counters)
         if svc is None:
             tap.spoiled = True  # a reply the table leaves out: not what a digest vouches for
             continue
         bodies = sock.dump(CMD_GET_DEST, service_attrs(svc.key))
         tap.add(body, bodies)
-        known = tap.known(svc.key)
+        known = tap.known(svc)
         out.append(known if known is not None else
                    _decoded(svc, bodies, counters, tap))
     return sorted(out, key=_service_order)

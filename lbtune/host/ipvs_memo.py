@@ -187,18 +187,29 @@ class TableDigest:
 
     def cut(self, service: bytes, dests: list[bytes]) -> bytes:
         """One service's replies cut to their settings, as the digest takes them."""
+        return self.cut_service(service) + self.cut_dests(dests)
+
+    def cut_service(self, body: bytes) -> bytes:
+        parts: list[bytes] = []
+        self._services.feed(body, parts.append)
+        return b"".join(parts)
+
+    def cut_dests(self, dests: list[bytes]) -> bytes:
         parts: list[bytes] = []
         keep = parts.append
-        self._services.feed(service, keep)
         feed = self._dests.feed
         for body in dests:
             feed(body, keep)
         return b"".join(parts)
 
+    def service(self, body: bytes) -> None:
+        """Nothing decoded before: every reply is decoded (lbtune.host.ipvs.Tap)."""
+        return None
+
     def hexdigest(self) -> str:
         return str(self._hash.hexdigest())
 
-    def known(self, key: object) -> None:
+    def known(self, service: object) -> None:
         """Nothing decoded before: every reply is decoded (lbtune.host.ipvs.Tap)."""
         return None
 

@@ -26,26 +26,33 @@ from lbtune.ipvs.config import DirectorConfig, VirtualService
 class _Read(memo_.TableDigest):
     """One table read: the digest the no-op record takes, and each service's cut replies."""
 
-    def __init__(self, kept: Mapping[ServiceKey, tuple[bytes, VirtualService, Service]],
-                 wanted: Mapping[ServiceKey, VirtualService], trusted: set[ServiceKey]) -> None:
+    def __init__(self, keep: ResidentTable, wanted: Mapping[ServiceKey, VirtualService]) -> None:
         super().__init__()
-        self._kept, self._wanted, self._trusted = kept, wanted, trusted
+        self._keep, self._wanted = keep, wanted
         self.cuts: dict[ServiceKey, bytes] = {}
-        self._last = b""
+        self.services: dict[bytes, Service] = {}  # service replies (cut) -> decoded
+        self._body, self._cut, self._last = b"", b"", b""
         self.reused = 0
 
+    def service(self, body: bytes) -> Optional[Service]:  # type: ignore[override]
+        self._body, self._cut = body, self.cut_service(body)
+        return self._keep.services.get(self._cut)
+
     def add(self, service: bytes, dests: list[bytes]) -> None:
-        self._last = self.cut(service, dests)
+        head = self._cut if service is self._body else self.cut_service(service)
+        self._last = head + self.cut_dests(dests)
         self._hash.update(self._last)
 
-    def known(self, key: object) -> Optional[Service]:  # type: ignore[override]
-        assert isinstance(key, ServiceKey)
+    def known(self, service: object) -> Optional[Service]:  # type: ignore[override]
+        assert isinstance(service, Service)
+        key = service.key
+        self.services[self._cut] = service
         self.cuts[key] = self._last
-        entry = self._kept.get(key)
+        entry = self._keep.kept.get(key)
         if entry is None or entry[0] != self._last or entry[1] is not self._wanted.get(key):
             return None
         self.reused += 1
-        self._trusted.add(key)
+        self._keep.trusted.add(key)
         return entry[2]
 
 
@@ -54,13 +61,16 @@ class ResidentTable:
     object, the decoded Service)."""
 
     def __init__(self) -> None:
-        self._kept: dict[ServiceKey, tuple[bytes, VirtualService, Service]] = {}
+        self.kept: dict[ServiceKey, tuple[bytes, VirtualService, Service]] = {}
+        # every service reply of the last read, cut to its settings, and its decoding (the
+        # service alone): a reply that comes again is not decoded again
+        self.services: dict[bytes, Service] = {}
         self._reads: list[_Read] = []
         # the services the read going on took from the kept ones: in place, with no need
         # to compare (lbtune.ipvs.reconcile.in_place)
         self.trusted: set[ServiceKey] = set()
-        self.reused = 0  # services the last read did not decode
-        self.services = 0
+        self.reused = 0  # services the last read did not decode ...
+        self.decoded = 0  # ... and did
 
     def reader(self, cfg: DirectorConfig) -> Callable[[], memo_.TableDigest]:
         """The tap for the table reads of one apply of `cfg`."""
@@ -69,10 +79,9 @@ class ResidentTable:
         self.trusted = set()
 
         def tap() -> memo_.TableDigest:
-            if self._reads:  # a second read: trust nothing (remember keeps nothing either)
-                self.trusted.clear()
+            if self._reads:  # a second read (a reconcile makes none): a plain digest
                 return memo_.TableDigest()
-            read = _Read(self._kept, wanted, self.trusted)
+            read = _Read(self, wanted)
             self._reads.append(read)
             return read
 
@@ -82,13 +91,14 @@ class ResidentTable:
                  placed: frozenset[ServiceKey]) -> None:
         """After planning: keep the services found in place, if the table was read once."""
         reads, self._reads = self._reads, []
-        self._kept = {}
+        self.kept = {}
         if len(reads) != 1:
             return
         read = reads[0]
+        self.services = read.services
         wanted = {s.key: s for s in cfg.services if s.key in placed}
-        self.reused, self.services = read.reused, len(read.cuts)
+        self.reused, self.decoded = read.reused, len(read.cuts) - read.reused
         for key, svc in wanted.items():
             cut, now = read.cuts.get(key), table.get(key)
             if cut is not None and now is not None:
-                self._kept[key] = (cut, svc, now)
+                self.kept[key] = (cut, svc, now)
