@@ -160,20 +160,6 @@ def _code_files() -> tuple[str, ...]:
     return tuple(sorted(f for f in files if f))
 
 
-def _code_signature(files: tuple[str, ...]) -> tuple[object, ...]:
-    """Size and time of each file (an upgrade or an edit changes one), as the no-op record
-    tells its own code (lbtune.host.ipvs_memo.code_signature)."""
-    out: list[object] = [sys.hexversion]
-    for f in files:
-        try:
-            st = os.stat(f)
-        except OSError:
-            out.append((f, None))
-            continue
-        out.append((f, st.st_size, st.st_mtime_ns))
-    return tuple(out)
-
-
 def _own_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(_ENV_OWN)}
 
@@ -182,11 +168,10 @@ class Server:
     """The listening socket, the caches, and the loop (`serve`)."""
 
     def __init__(self, state_path: str, log: Callable[[str], None]) -> None:
-        self.state_path = state_path
         self.path = os.path.join(state_path, proto.SOCKET)
         self.log = log
         self._code_files = _code_files()
-        self.code = _code_signature(self._code_files)
+        self.code = memo_.files_signature(self._code_files)
         self.env = _own_env(dict(os.environ))
         self.stopping = False
         self.served = 0
@@ -252,7 +237,7 @@ class Server:
     def _check(self, req: Request) -> None:
         if _own_env(req.env) != self.env:
             raise Declined("the client's LBTUNE_* variables are not the server's")
-        if _code_signature(self._code_files) != self.code:
+        if memo_.files_signature(self._code_files) != self.code:
             self.stopping = True
             raise Declined("lbtune's code changed since the server started: it exits")
         try:
@@ -329,7 +314,6 @@ def serve(state_path: str, log: Callable[[str], None], requests: Optional[int] =
             signal.signal(s, h)
     log(f"stopped after {server.served} request(s)")
     return 0
-
 
 
 @click.command("serve")

@@ -308,11 +308,22 @@ def read_digest(nl: _Netlink, family: int) -> str:
 
 
 def code_signature() -> tuple[object, ...]:
-    """The planning code's files as (name, size, mtime) and the interpreter's version."""
+    """The planning code's files as (path, size, mtime) and the interpreter's version."""
+    return files_signature(tuple(os.path.join(_PKG, name) for name in CODE))
+
+
+def files_signature(paths: tuple[str, ...]) -> tuple[object, ...]:
+    """Each file's (path, size, mtime; or None when it is gone) and the interpreter's
+    version: what an upgrade or an edit of the code changes (also `lbtune ipvs serve`'s
+    check of the modules it has loaded)."""
     out: list[object] = [sys.hexversion]
-    for name in CODE:
-        st = os.stat(os.path.join(_PKG, name))
-        out.append((name, st.st_size, st.st_mtime_ns))
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            out.append((path, None))
+            continue
+        out.append((path, st.st_size, st.st_mtime_ns))
     return tuple(out)
 
 

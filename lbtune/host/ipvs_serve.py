@@ -104,24 +104,22 @@ def try_serve(argv: list[str]) -> int | None:
     if parsed is None or parsed[0] != "apply" or os.geteuid() != 0:
         return None
     _command, source, as_json = parsed
-    from lbtune.environ import problem
-
-    if os.environ.get("LBTUNE_ROOT") or problem(os.environ) is not None:
-        return None  # another root is refused, garbage reported, by the full run
     if not set(source) <= memo._SAFE or (not as_json and os.isatty(1)):
         return None  # rich's markup, emoji codes and a terminal's width: the full run
-    try:
-        path = _socket_path()
-        cwd = os.getcwd()
-    except Exception:
-        return None
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     try:
         sock.settimeout(CLAIM_TIMEOUT)
         try:
-            sock.connect(path)
+            # first the server (nearly always none: one failed connect, and the record's
+            # check goes on), then what the full run checks of the environment
+            sock.connect(_socket_path())
             if peer_uid(sock) != 0:
                 return None  # not root's server: never talk to it
+            from lbtune.environ import problem
+
+            if os.environ.get("LBTUNE_ROOT") or problem(os.environ) is not None:
+                return None  # another root is refused, garbage reported, by the full run
+            cwd = os.getcwd()
             env = [f"{k}={v}".encode("utf-8", "surrogateescape") for k, v in os.environ.items()]
             fields = [b"apply", source.encode(), b"1" if as_json else b"0",
                       cwd.encode("utf-8", "surrogateescape"), *env]
@@ -130,8 +128,8 @@ def try_serve(argv: list[str]) -> int | None:
             if answer != b"A":
                 return None  # declined (or garbage): the full run
             sock.sendall(b"G")
-        except (OSError, Gone, ValueError):
-            return None  # no server, a busy one, a dead one: nothing ran there
+        except Exception:  # no server, a busy or dead one, no directory: nothing ran there
+            return None
         sock.settimeout(None)  # the apply may drain for minutes
         try:
             if recv_exact(sock, 1) != b"R":
