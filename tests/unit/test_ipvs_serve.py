@@ -379,6 +379,41 @@ def test_the_client_against_a_server_that_misbehaves(tmp_path, behave, code, wor
         fake.close()
 
 
+def test_the_client_never_talks_to_a_server_that_is_not_roots(tmp_path):
+    """A socket at the server's path whose listener is uid 65534 (the peer credentials of
+    a listening socket are taken at listen()): the client closes without sending."""
+    probe = subprocess.run([sys.executable, "-c", "from lbtune.host.ipvs_serve import "
+                            "_socket_path; print(_socket_path())"],
+                           capture_output=True, text=True, env=env_for(tmp_path / "state"),
+                           check=True)
+    path = probe.stdout.strip()
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: bind as root, listen as nobody
+        code = 1
+        try:
+            os.close(r)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(path)
+            os.setgid(65534)
+            os.setuid(65534)
+            s.listen(1)
+            os.write(w, b"1")
+            conn, _ = s.accept()
+            conn.settimeout(10)
+            code = 0 if conn.recv(1) == b"" else 3  # closed on, nothing sent
+        finally:
+            os._exit(code)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.close(r)
+    got = client(tmp_path, env_for(tmp_path / "state"))
+    assert got.returncode == 99 and got.stdout == "" and got.stderr == ""
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_the_client_passes_by_what_it_must_not_hand_over(tmp_path, server):
     base = server.env
     for argv, env in ((["ipvs", "plan", "x.toml"], base),

@@ -19,12 +19,17 @@ from typing import Any
 
 VIP = "10.77.0.1"
 CLICK = re.compile(r"^import time:.*\|\s+click$", re.M)  # click imported, at any depth
-CONFIG = f"""[director]
+
+
+def head(vip: str, dev: str) -> str:
+    """A director config's part before its services: VIP on `dev`, a sysctl, a timeout
+    (tests/lab/guest/ipvs_serve.py uses it too)."""
+    return f"""[director]
 drain_timeout = 0
 
 [[vip]]
-address = "{VIP}"
-dev = "noop0"
+address = "{vip}"
+dev = "{dev}"
 
 [sysctl]
 "net.ipv4.vs.expire_nodest_conn" = 1
@@ -32,6 +37,9 @@ dev = "noop0"
 [timeouts]
 tcp = 600
 """
+
+
+CONFIG = head(VIP, "noop0")
 
 
 def config(weight: int = 3) -> str:

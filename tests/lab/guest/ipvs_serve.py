@@ -25,22 +25,12 @@ import sys
 import time
 from typing import Any, Optional
 
+from tests.lab.guest.ipvs_noop import head
+
 VIP = "10.79.0.1"
 CLICK = re.compile(r"^import time:.*\|\s+click$", re.M)
 JOURNAL = re.compile(r"\b\d{6}-\d{8}T\d{6}\b")  # a journal's id (lbtune.tune.journal)
-HEAD = f"""[director]
-drain_timeout = 0
-
-[[vip]]
-address = "{VIP}"
-dev = "serve0"
-
-[sysctl]
-"net.ipv4.vs.expire_nodest_conn" = 1
-
-[timeouts]
-tcp = 600
-"""
+HEAD = head(VIP, "serve0")
 
 
 def config(weights: Optional[dict[tuple[int, int], int]] = None, services: int = 12,
