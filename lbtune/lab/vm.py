@@ -40,10 +40,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -81,6 +83,15 @@ OWNER = "owner.json"  # in a work directory: who runs it (reap_stale)
 LAST_BOOT = "last-boot.json"  # in the cache: what the most recent boot saw (lbtune doctor)
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _9P = "trans=virtio,version=9p2000.L,msize=262144"
+QMP_SOCKET = "qmp.sock"  # in the work directory: qemu's monitor, for vcpus()
+CONSOLE_LOOK = 2.0  # seconds between looks at the console while a request runs
+WEDGE_GRACE = 120.0  # a request unanswered this long after a kernel stall report fails
+# What the guest kernel prints when it stalls or breaks (RCU stall reports, the soft- and
+# hard-lockup watchdogs, a hung task, BUG/Oops, a panic).
+TROUBLE = re.compile(
+    r"rcu: INFO:|self-detected stall|soft lockup|hard LOCKUP|blocked for more than"
+    r"|\bBUG: |\bOops\b|Kernel panic"
+)
 
 
 @dataclass(frozen=True)
@@ -230,6 +241,8 @@ def qemu_argv(
         "-no-reboot",
         "-monitor",
         "none",
+        "-qmp",
+        f"unix:{workdir}/{QMP_SOCKET},server=on,wait=off",
         "-serial",
         f"file:{console}",
         "-m",
@@ -251,7 +264,7 @@ def qemu_argv(
         ]
     # no_timer_check: under TCG on a loaded host the kernel's IO-APIC timer check can miss its
     # window and panic ("IO-APIC + timer doesn't work"); seen once in a loaded run here.
-    cmdline = ["console=ttyS0", "panic=-1", "loglevel=4", "no_timer_check", "rdinit=/init",
+    cmdline = ["console=ttyS0", "panic=-1", "loglevel=5", "no_timer_check", "rdinit=/init",
                CMDLINE_MARK, *cmdline_extra]  # fmt: skip
     argv += ["-kernel", image.kernel, "-initrd", image.initrd, "-append", " ".join(cmdline)]
     argv += [
@@ -413,6 +426,115 @@ def vm_lab_status() -> dict[str, Any]:
 # --------------------------------------------------------------------------- the guest
 
 
+class ConsoleWatch:
+    """The guest console from where it stood when a request was made: the first line that
+    says the kernel is in trouble (TROUBLE), when it was seen, and the report it starts."""
+
+    LIMIT = 1 << 20  # bytes of console kept from the start
+
+    def __init__(self, path: Path, offset: Optional[int] = None) -> None:
+        self.path = path
+        self.offset = console_size(path) if offset is None else offset
+        self.text = ""
+        self.trouble: Optional[str] = None
+        self.trouble_at: Optional[float] = None
+
+    def look(self) -> None:
+        if len(self.text) >= self.LIMIT:
+            return
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read(self.LIMIT - len(self.text))
+        except OSError:
+            return
+        # only whole lines: a line the kernel is still printing is read on the next look
+        whole = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        self.text += whole.decode("utf-8", errors="replace")
+        if self.trouble is None:
+            for line in self.text.splitlines():
+                if TROUBLE.search(line):
+                    self.trouble = line.strip()
+                    self.trouble_at = time.monotonic()
+                    break
+
+    def report(self, lines: int = 80) -> str:
+        """The console from the trouble line on (at most `lines` lines)."""
+        if self.trouble is None:
+            return ""
+        text = self.text.splitlines()
+        start = next(i for i, ln in enumerate(text) if ln.strip() == self.trouble)
+        return "\n".join(text[start : start + lines])
+
+
+class GuestWedged(LabError):
+    """The guest kernel reported a stall (or worse) and then stopped answering requests.
+    ``report`` holds what the kernel printed from the first trouble line and where each
+    vCPU was, so a CI log says where the guest hung."""
+
+    def __init__(self, message: str, report: str) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def console_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def qmp_hmp(path: Path, command: str, timeout: float = 10.0) -> str:
+    """Run a human-monitor command through qemu's QMP socket; its text output."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        reader = sock.makefile("rb")
+
+        def reply() -> Any:
+            while True:
+                line = reader.readline(1 << 22)
+                if not line:
+                    raise ValueError("the monitor closed the connection")
+                msg = json.loads(line)
+                if "return" in msg or "error" in msg:
+                    return msg
+
+        greeting = json.loads(reader.readline(1 << 16) or b"{}")
+        if "QMP" not in greeting:
+            raise ValueError("not a QMP greeting")
+        for req in (
+            {"execute": "qmp_capabilities"},
+            {"execute": "human-monitor-command", "arguments": {"command-line": command}},
+        ):
+            sock.sendall(json.dumps(req).encode() + b"\n")
+            msg = reply()
+            if "error" in msg:
+                raise ValueError(str(msg["error"].get("desc", msg["error"])))
+        text = str(msg["return"])
+        if text.startswith("unknown command"):
+            raise ValueError(text.strip())
+        return text
+
+
+_REGS = re.compile(r"[RE]IP=([0-9a-f]+) [RE]FL=([0-9a-f]+)\b.*?CPL=(\d).*?HLT=(\d)")
+
+
+def vcpu_summary(text: str) -> str:
+    """`info registers -a` cut to what says where each vCPU is: its RIP, whether its
+    interrupts are on (RFL bit 9), its privilege level and whether it is halted."""
+    out = []
+    for block in re.split(r"^CPU#", text, flags=re.MULTILINE)[1:]:
+        cpu = block.split(None, 1)[0]
+        m = _REGS.search(" ".join(block.split()))
+        if m:
+            rip, rfl, cpl, hlt = m.groups()
+            irq = "on" if int(rfl, 16) & 0x200 else "off"
+            out.append(f"cpu{cpu} RIP={rip} irqs {irq} CPL={cpl}{' halted' if hlt == '1' else ''}")
+    return "; ".join(out)
+
+
 class VmGuest(Guest):
     """A running VM lab guest; use ``VmGuest.boot()`` as a context manager."""
 
@@ -433,6 +555,10 @@ class VmGuest(Guest):
         self.cmdline_extra: tuple[str, ...] = ()
         self.facts: dict[str, Any] = {}
         self._seq = 0
+        self.wedge_grace = WEDGE_GRACE
+        # set when a request went unanswered: every later request fails at once with it
+        self.broken: Optional[LabError] = None
+        self._marks: dict[str, int] = {}  # request id: the console's size when it was made
         self._netns_made = False
         self._closed = False
 
@@ -615,7 +741,8 @@ class VmGuest(Guest):
             return
         self._closed = True
         try:
-            if self.proc is not None and self.proc.poll() is None and not failed:
+            polite = not failed and self.broken is None
+            if self.proc is not None and self.proc.poll() is None and polite:
                 try:
                     self._request({"kind": "stop", "reboot": False})
                     self._stop_qemu(grace=30)
@@ -644,6 +771,12 @@ class VmGuest(Guest):
     # ---- requests
 
     def _alive(self) -> None:
+        if self.broken is not None:
+            first = str(self.broken).split(";", 1)[0]
+            msg = f"the VM guest is not asked any more: {first}"
+            if isinstance(self.broken, GuestWedged):
+                raise GuestWedged(msg, self.broken.report)
+            raise LabError(msg)
         if self._closed or self.proc is None or self.proc.poll() is not None:
             raise LabError(f"the VM lab guest is not running\n{self.console()[-2000:]}")
 
@@ -652,6 +785,7 @@ class VmGuest(Guest):
         rid = f"{self._seq:06d}"
         tmp = self.workdir / "req" / f".{rid}.tmp"
         tmp.write_text(json.dumps(req), encoding="utf-8")
+        self._marks[rid] = console_size(self.console_path)
         os.replace(tmp, self.workdir / "req" / f"{rid}.json")
         return rid
 
@@ -670,17 +804,46 @@ class VmGuest(Guest):
         return (f"the VM guest did not answer request {rid} in {timeout:g} s "
                 f"({'claimed by the agent' if claimed else 'never claimed by the agent'}); "
                 f"agent.log: {tail(self.workdir / 'agent.log')}; "
-                f"console: {tail(self.console_path)}")  # fmt: skip
+                f"console: {tail(self.console_path)}; vCPUs: {self.vcpus()}")  # fmt: skip
+
+    def _wedged(self, rid: str, console: ConsoleWatch, waited: float) -> GuestWedged:
+        """The guest kernel reported a stall (or worse) and the request stayed unanswered
+        for `wedge_grace` seconds after it: say what the kernel said and where each vCPU is."""
+        report = f"vCPUs: {self.vcpus()}\nkernel report (console.{self.boots}.log):\n"
+        report += console.report()
+        return GuestWedged(
+            f"the VM guest kernel wedged: request {rid} unanswered {waited:.0f} s after "
+            f"{console.trouble!r}; {report}",
+            report,
+        )
+
+    def vcpus(self) -> str:
+        """Where each vCPU is, from qemu's monitor (QMP): RIP, interrupts on/off, halted."""
+        try:
+            text = qmp_hmp(self.workdir / QMP_SOCKET, "info registers -a")
+        except (OSError, ValueError) as exc:
+            return f"(qemu monitor: {exc})"
+        return vcpu_summary(text) or "(qemu monitor: no registers)"
 
     def _answer(self, rid: str, timeout: float, watch: Optional[Watch] = None) -> dict[str, Any]:
         path = self.workdir / "res" / f"{rid}.json"
         calldir = self.workdir / "calls" / rid
         deadline = time.monotonic() + timeout
         last_watch = 0.0
+        console = ConsoleWatch(self.console_path, self._marks.pop(rid, None))
+        next_look = 0.0
         while not path.exists():
             self._alive()
-            if time.monotonic() > deadline:
-                raise LabError(self._no_answer(rid, timeout))
+            now = time.monotonic()
+            if now > deadline:
+                self.broken = LabError(self._no_answer(rid, timeout))
+                raise self.broken
+            if now >= next_look:
+                next_look = now + CONSOLE_LOOK
+                console.look()
+                if console.trouble_at is not None and now - console.trouble_at > self.wedge_grace:
+                    self.broken = self._wedged(rid, console, now - console.trouble_at)
+                    raise self.broken
             if watch is not None and time.monotonic() - last_watch >= WATCH_INTERVAL:
                 watch(calldir)
                 last_watch = time.monotonic()

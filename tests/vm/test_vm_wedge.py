@@ -1,0 +1,72 @@
+"""A guest kernel that wedges is reported as one: the harness's wedge detection against a real
+wedge of Debian's kernel in the VM lab (lbtune.lab.vm, tests/vm_tier.py).
+
+The wedge is made the way a kernel bug would look from outside: four SCHED_FIFO busy loops,
+one pinned to each vCPU, with RT throttling off, so nothing else runs in the guest again - not
+the agent, not the RCU grace-period kthread. The kernel then reports an RCU stall on the
+console (its stall timeout cut to 3 s first) and the request that started the loops is never
+answered. The harness must fail that request once the grace after the report is over, with
+the kernel's report and where each vCPU was (read from qemu's monitor), and fail every later
+request at once. The guest is this module's own, not the `vm` fixture's, so its deliberate
+wedge is not counted as one for tests/vm_tier.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from lbtune.lab.uml import LabUnavailable
+from lbtune.lab.vm import GuestWedged, VmGuest
+from tests.vm.conftest import BOOT_TIMEOUT
+
+pytestmark = pytest.mark.vm
+
+HOGS = """
+import os
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(99))
+for cpu in (1, 2, 3, 0):  # the parent, on CPU 0 last, holds the CPU it forks from
+    if cpu == 0 or os.fork() == 0:
+        os.sched_setaffinity(0, {cpu})
+        while True:
+            pass
+"""
+
+
+@pytest.fixture(scope="module")
+def guest() -> Iterator[VmGuest]:
+    try:
+        g = VmGuest.boot(timeout=BOOT_TIMEOUT)
+    except LabUnavailable as exc:
+        pytest.skip(f"VM lab unavailable: {exc}")
+    with g:
+        yield g
+
+
+def test_a_wedged_guest_fails_the_request_with_the_kernels_report(guest: VmGuest) -> None:
+    setup = (
+        "echo 3 > /sys/module/rcupdate/parameters/rcu_cpu_stall_timeout"
+        " && sysctl -q -w kernel.sched_rt_runtime_us=-1"
+    )
+    r = guest.run(["sh", "-c", setup], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert guest.run(["true"]).returncode == 0  # answered before the wedge
+    guest.wedge_grace = 20.0
+    with pytest.raises(GuestWedged) as exc:
+        guest.run(["python3", "-c", HOGS], timeout=600)
+    err = exc.value
+    message = str(err)
+    assert message.startswith("the VM guest kernel wedged: request "), message
+    assert "rcu: INFO: rcu_preempt detected stalls" in message, message
+    assert err.report in message
+    assert err.report.startswith("vCPUs: cpu0 RIP="), err.report
+    assert len(re.findall(r"\bcpu\d RIP=[0-9a-f]+ irqs (?:on|off) CPL=\d", err.report)) == 4
+    kernel = err.report.split("kernel report (console.1.log):\n", 1)[1]
+    assert kernel.splitlines()[0].endswith("rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:")
+
+
+def test_a_wedged_guest_is_not_asked_again(guest: VmGuest) -> None:
+    with pytest.raises(GuestWedged, match="not asked any more: the VM guest kernel wedged"):
+        guest.run(["true"], timeout=600)
