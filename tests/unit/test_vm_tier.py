@@ -17,7 +17,7 @@ from tests.vm_tier import rerun_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SUITE = '''
+SUITE = """
 import os, time
 import pytest
 from tests.vm import conftest as vm_conftest
@@ -43,9 +43,9 @@ def test_wedges():
 def test_after_the_wedge():
     if not SECOND or MODE == "wedge-twice":
         raise AssertionError("the VM guest is not asked any more")
-'''
+"""
 
-OTHER = '''
+OTHER = """
 import os
 import pytest
 pytestmark = pytest.mark.vm
@@ -53,7 +53,7 @@ pytestmark = pytest.mark.vm
 
 def test_elsewhere():
     assert os.environ["VM_TIER_MODE"] != "other-fails"
-'''
+"""
 
 
 def _suite(tmp_path: Path) -> Path:

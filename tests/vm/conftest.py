@@ -42,8 +42,8 @@ def vm(request: pytest.FixtureRequest) -> Iterator[VmGuest]:
     with guest:
         yield guest
         if isinstance(guest.broken, GuestWedged):
-            _wedged[request.node.nodeid] = str(guest.broken).split(";", 1)[0] + "\n" + (
-                guest.broken.report
+            _wedged[request.node.nodeid] = (
+                str(guest.broken).split(";", 1)[0] + "\n" + (guest.broken.report)
             )
 
 
