@@ -227,12 +227,13 @@ class Server:
             return
         code, out, err, note = self.run(req)
         self.served += 1
+        # logged before the answer goes out: a client that has its answer finds the line
+        ms = (time.monotonic() - t0) * 1000
+        self.log(f"{req.command} {req.source}: exit {code} in {ms:.0f} ms ({note})")
         reply = b"".join([b"R", proto.I32.pack(code), proto.U32.pack(len(out)), out,
                           proto.U32.pack(len(err)), err])
-        sent = self._send(conn, reply)
-        ms = (time.monotonic() - t0) * 1000
-        self.log(f"{req.command} {req.source}: exit {code} in {ms:.0f} ms ({note})"
-                 + ("" if sent else "; the client went away before the answer"))
+        if not self._send(conn, reply):
+            self.log(f"{req.command} {req.source}: the client went away before the answer")
 
     def _check(self, req: Request) -> None:
         if _own_env(req.env) != self.env:
