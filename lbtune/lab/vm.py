@@ -690,13 +690,22 @@ class VmGuest(Guest):
         (self.workdir / OWNER).write_text(json.dumps(owner), encoding="utf-8")
         ready = self.workdir / "ready.json"
         deadline = start + timeout
+        console = ConsoleWatch(self.console_path, 0)
+        next_look = 0.0
         while not ready.exists():
             if self.proc.poll() is not None:
                 raise LabError(self._boot_failure(f"qemu exited {self.proc.returncode}"))
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise LabTimeout(
                     self._boot_failure(f"no guest agent after {timeout:g} s"), pgid=self.proc.pid
                 )
+            if now >= next_look:
+                next_look = now + CONSOLE_LOOK
+                console.look()
+                if console.trouble_at is not None and now - console.trouble_at > self.wedge_grace:
+                    self.broken = self._wedged("boot", console, now - console.trouble_at)
+                    raise self.broken
             time.sleep(0.1)
         self.boot_seconds = time.monotonic() - start
         self.facts = json.loads(ready.read_text(encoding="utf-8"))
@@ -807,12 +816,16 @@ class VmGuest(Guest):
                 f"console: {tail(self.console_path)}; vCPUs: {self.vcpus()}")  # fmt: skip
 
     def _wedged(self, rid: str, console: ConsoleWatch, waited: float) -> GuestWedged:
-        """The guest kernel reported a stall (or worse) and the request stayed unanswered
-        for `wedge_grace` seconds after it: say what the kernel said and where each vCPU is."""
+        """The guest kernel reported a stall (or worse) and the request (or, with rid "boot",
+        the boot) stayed unanswered for `wedge_grace` seconds after it: say what the kernel
+        said and where each vCPU is."""
         report = f"vCPUs: {self.vcpus()}\nkernel report (console.{self.boots}.log):\n"
         report += console.report()
+        what = f"boot {self.boots} reached no guest agent" if rid == "boot" else (
+            f"request {rid} unanswered"
+        )
         return GuestWedged(
-            f"the VM guest kernel wedged: request {rid} unanswered {waited:.0f} s after "
+            f"the VM guest kernel wedged: {what} {waited:.0f} s after "
             f"{console.trouble!r}; {report}",
             report,
         )

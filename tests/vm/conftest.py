@@ -39,12 +39,18 @@ def vm(request: pytest.FixtureRequest) -> Iterator[VmGuest]:
         guest = VmGuest.boot(timeout=BOOT_TIMEOUT)
     except LabUnavailable as exc:
         pytest.skip(f"VM lab unavailable: {exc}")
+    except GuestWedged as exc:
+        _record(request.node.nodeid, exc)
+        raise
     with guest:
         yield guest
         if isinstance(guest.broken, GuestWedged):
-            _wedged[request.node.nodeid] = (
-                str(guest.broken).split(";", 1)[0] + "\n" + (guest.broken.report)
-            )
+            _record(request.node.nodeid, guest.broken)
+
+
+def _record(module: str, wedge: GuestWedged) -> None:
+    """The wedge of this module's guest: its first line, the kernel's report, the vCPUs."""
+    _wedged[module] = str(wedge).split(";", 1)[0] + "\n" + wedge.report
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
