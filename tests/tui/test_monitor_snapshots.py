@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lbtune.tui.app import MonitorApp
+from lbtune.tui.app import MonitorApp, PanelView
 from tests.conftest import DELL, KVM
 from tests.tui.conftest import FIXED_TIME, Script, ScriptedFeed, tick
 from tests.tui.test_monitor_pilot import _probes
@@ -31,9 +31,16 @@ def _loaded(name: str, hot: tuple[str, int], cpu: int, accept_queue: int) -> Mon
 
 
 async def _settle(pilot: Any) -> None:
+    """Both ticks' frames in, and every panel laid out for the second one's lines: on a
+    loaded machine the screen could be taken after the second frame but before the layout
+    it asked for (panel boxes still as tall as the first frame's lines)."""
     app = pilot.app
+
+    def laid_out() -> bool:
+        return all(p.size.height == p.content.plain.count("\n") + 1 for p in app.query(PanelView))
+
     for _ in range(300):
-        if app.frames >= 2:
+        if app.frames >= 2 and laid_out():
             break
         await pilot.pause(0.02)
     await pilot.pause()
