@@ -438,6 +438,16 @@ class ConsoleWatch:
         self.text = ""
         self.trouble: Optional[str] = None
         self.trouble_at: Optional[float] = None
+        self._start = 0  # where the trouble line starts in `text`
+        self._next = 0.0  # monotonic time of the next look (`due`)
+
+    def due(self, now: float) -> bool:
+        """Look at most every CONSOLE_LOOK seconds; True when this call looked."""
+        if now < self._next:
+            return False
+        self._next = now + CONSOLE_LOOK
+        self.look()
+        return True
 
     def look(self) -> None:
         if len(self.text) >= self.LIMIT:
@@ -451,21 +461,24 @@ class ConsoleWatch:
         # only whole lines: a line the kernel is still printing is read on the next look
         whole = chunk[: chunk.rfind(b"\n") + 1]
         self.offset += len(whole)
-        self.text += whole.decode("utf-8", errors="replace")
-        if self.trouble is None:
-            for line in self.text.splitlines():
-                if TROUBLE.search(line):
-                    self.trouble = line.strip()
-                    self.trouble_at = time.monotonic()
-                    break
+        new = whole.decode("utf-8", errors="replace")
+        if self.trouble is None:  # only the new lines are searched
+            m = TROUBLE.search(new)
+            if m:
+                self._start = len(self.text) + new.rfind("\n", 0, m.start()) + 1
+                self.trouble = new[self._start - len(self.text) :].split("\n", 1)[0].strip()
+                self.trouble_at = time.monotonic()
+        self.text += new
+
+    def stalled_for(self, grace: float, now: float) -> bool:
+        """Trouble was seen more than `grace` seconds before `now`."""
+        return self.trouble_at is not None and now - self.trouble_at > grace
 
     def report(self, lines: int = 80) -> str:
         """The console from the trouble line on (at most `lines` lines)."""
         if self.trouble is None:
             return ""
-        text = self.text.splitlines()
-        start = next(i for i, ln in enumerate(text) if ln.strip() == self.trouble)
-        return "\n".join(text[start : start + lines])
+        return "\n".join(self.text[self._start :].splitlines()[:lines])
 
 
 class GuestWedged(LabError):
@@ -691,7 +704,6 @@ class VmGuest(Guest):
         ready = self.workdir / "ready.json"
         deadline = start + timeout
         console = ConsoleWatch(self.console_path, 0)
-        next_look = 0.0
         while not ready.exists():
             if self.proc.poll() is not None:
                 raise LabError(self._boot_failure(f"qemu exited {self.proc.returncode}"))
@@ -700,12 +712,7 @@ class VmGuest(Guest):
                 raise LabTimeout(
                     self._boot_failure(f"no guest agent after {timeout:g} s"), pgid=self.proc.pid
                 )
-            if now >= next_look:
-                next_look = now + CONSOLE_LOOK
-                console.look()
-                if console.trouble_at is not None and now - console.trouble_at > self.wedge_grace:
-                    self.broken = self._wedged("boot", console, now - console.trouble_at)
-                    raise self.broken
+            self._check_wedge(console, "boot", now)
             time.sleep(0.1)
         self.boot_seconds = time.monotonic() - start
         self.facts = json.loads(ready.read_text(encoding="utf-8"))
@@ -815,6 +822,14 @@ class VmGuest(Guest):
                 f"agent.log: {tail(self.workdir / 'agent.log')}; "
                 f"console: {tail(self.console_path)}; vCPUs: {self.vcpus()}")  # fmt: skip
 
+    def _check_wedge(self, console: ConsoleWatch, rid: str, now: float) -> None:
+        """Raise (and keep as `broken`) GuestWedged once the console has shown trouble for
+        longer than `wedge_grace` while request `rid` (or "boot") waits."""
+        if console.due(now) and console.stalled_for(self.wedge_grace, now):
+            assert console.trouble_at is not None
+            self.broken = self._wedged(rid, console, now - console.trouble_at)
+            raise self.broken
+
     def _wedged(self, rid: str, console: ConsoleWatch, waited: float) -> GuestWedged:
         """The guest kernel reported a stall (or worse) and the request (or, with rid "boot",
         the boot) stayed unanswered for `wedge_grace` seconds after it: say what the kernel
@@ -844,19 +859,13 @@ class VmGuest(Guest):
         deadline = time.monotonic() + timeout
         last_watch = 0.0
         console = ConsoleWatch(self.console_path, self._marks.pop(rid, None))
-        next_look = 0.0
         while not path.exists():
             self._alive()
             now = time.monotonic()
             if now > deadline:
                 self.broken = LabError(self._no_answer(rid, timeout))
                 raise self.broken
-            if now >= next_look:
-                next_look = now + CONSOLE_LOOK
-                console.look()
-                if console.trouble_at is not None and now - console.trouble_at > self.wedge_grace:
-                    self.broken = self._wedged(rid, console, now - console.trouble_at)
-                    raise self.broken
+            self._check_wedge(console, rid, now)
             if watch is not None and time.monotonic() - last_watch >= WATCH_INTERVAL:
                 watch(calldir)
                 last_watch = time.monotonic()
