@@ -2,7 +2,8 @@
 
 Usage: python bench/adapt.py [--rounds N] [--duration S] [--rates M1,M2,M3] [--connections N]
 
-One lab boot (`lbtune lab run --adaptive`, lbtune/lab/adaptive.py): three nginx real servers
+One lab boot (`lbtune lab run --adaptive`, lbtune/lab/experiments/adaptive.py): three nginx real
+servers
 whose egress is limited by tbf to --rates Mbit/s (default 60,60,15: one server a quarter of
 the others), a mixed workload (wrk, one request per connection, 50% 1 KiB / 40% 256 KiB /
 10% 768 KiB: the ALBM paper's 50/40/10 mix of tiny, 5 MB and 15 MB scaled down), and the
@@ -30,7 +31,7 @@ from results_io import run_meta, write_json, write_markdown
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from lbtune.lab.adaptive import SCHEMES, AdaptiveConfig, rows, run_adaptive_lab  # noqa: E402
+from lbtune.lab.experiments.adaptive import SCHEMES, AdaptiveConfig, rows, run_adaptive_lab  # noqa: E402
 
 
 @dataclass(frozen=True)

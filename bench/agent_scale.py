@@ -66,7 +66,7 @@ class Result:
 
 
 def _old_established(fs: Any, port: int, limit: int) -> int:
-    """lbtune/ipvs/agent.py `established` before this change, with HostFS's cap as given."""
+    """lbtune/ipvs/nodeagent.py `established` before this change, with HostFS's cap as given."""
     want = f":{port:04X}"
     n = 0
     for path in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -82,10 +82,10 @@ def measure(rounds: int, truth: int, window: float) -> dict[str, Any]:
     """Inside the namespace: every way of counting, timed (JSON on stdout)."""
     sys.path.insert(0, str(ROOT))
     from lbtune.errors import MalformedHostFile
-    from lbtune.host import sockdiag
     from lbtune.host.fs import read_limit
     from lbtune.host.host import Host
-    from lbtune.ipvs import agent as ag
+    from lbtune.host.net import sockdiag
+    from lbtune.ipvs import nodeagent as ag
 
     host = Host.open("/")
     try:

@@ -57,7 +57,7 @@ def _children_cpu() -> float:
 
 def pick_iface() -> str:
     """The interface a user would look at: the first with a device and ethtool statistics."""
-    from lbtune.host.ethtool import LiveEthtool
+    from lbtune.host.net.ethtool import LiveEthtool
 
     eth = LiveEthtool()
     names = sorted(os.listdir("/sys/class/net"))

@@ -11,7 +11,7 @@ each case is measured against `ipvsadm -R` of the same table in the same run:
   an empty table (start-up, TOML parse and validation, kernel read, plan, journal,
   pipelined changes, read-back); the apply again (the level-triggered no-op, 0
   operations: the full run, which records the no-op); a third time (the repeated no-op,
-  answered from that record by lbtune.host.ipvs_memo; checked: the record is not rewritten);
+  answered from that record by lbtune.host.ipvs.memo; checked: the record is not rewritten);
   `lbtune ipvs plan` of the same config (what the Ansible collection runs in check mode),
   answered from the record (checked once per case by an untimed run under `-X importtime`:
   click, which the full run imports, must not be imported) and the full plan (forced with
@@ -274,7 +274,7 @@ def _plan_from_record(cfg: str) -> None:
                         cfg, "--json"], capture_output=True, text=True, check=True)  # fmt: skip
     imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()
                 if line.startswith("import time:")}  # fmt: skip
-    if "click" in imported or "lbtune.host.ipvs_memo" not in imported:
+    if "click" in imported or "lbtune.host.ipvs.memo" not in imported:
         raise RuntimeError("`ipvs plan` was not answered from the record (click imported)")
 
 
@@ -355,7 +355,7 @@ def main() -> None:
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "ipvs.json")
     args = ap.parse_args()
     from bench.results_io import run_meta, write_json
-    from lbtune.lab.uml import run_in_lab
+    from lbtune.lab.guests.uml import run_in_lab
 
     compile_bytecode()
     load_before = os.getloadavg()[0]

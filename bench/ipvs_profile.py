@@ -8,7 +8,7 @@ lbtune (so a journal of 11,000 records exists, as after a real first apply). The
 - fresh processes: `python3 -c pass` (the floor), the imports of the apply path, and the
   whole no-op `lbtune ipvs apply` as the full run (`--debug` keeps it from the record;
   median of 3 each; lbtune's bytecode compiled first, as an installed package has it),
-  the repeated no-op answered from the record of the last full one (lbtune.host.ipvs_memo),
+  the repeated no-op answered from the record of the last full one (lbtune.host.ipvs.memo),
   and the full no-op from a copy of the source without bytecode (every module compiled in
   every run);
 - in one process, each phase of the no-op timed on its own (median of 3): config parse,
@@ -77,7 +77,7 @@ def guest(services: int, reals: int) -> dict[str, Any]:
     fresh = {
         "python3 -c pass": _proc([sys.executable, "-c", "pass"]),
         "imports of the apply path": _proc([sys.executable, "-c",
-                                            "import lbtune.cli.main, lbtune.cli.ipvs, "
+                                            "import lbtune.cli.main, lbtune.cli.ipvs.commands, "
                                             "lbtune.ipvs.reconcile, lbtune.ipvs.config"]),
         # --debug (tracebacks on errors: nothing else) keeps the full run: a plain repeated
         # no-op is answered from the record of the last full one
@@ -102,7 +102,7 @@ def guest(services: int, reals: int) -> dict[str, Any]:
                                check=True, capture_output=True, cwd=copy))
 
     from lbtune.host.host import Host
-    from lbtune.host.ipvs import (
+    from lbtune.host.ipvs.table import (
         CMD_GET_DEST,
         CMD_GET_SERVICE,
         IpvsSocket,
@@ -155,7 +155,7 @@ def guest(services: int, reals: int) -> dict[str, Any]:
                          desired_targets(cfg, table, drain, in_place(cfg, table)))
 
     def memo_digest() -> str:
-        from lbtune.host import ipvs_memo
+        from lbtune.host.ipvs import memo as ipvs_memo
 
         nl = ipvs_memo._Netlink(ipvs_memo._NETLINK_GENERIC)
         try:
@@ -206,7 +206,7 @@ def main() -> None:
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "ipvs_profile.json")
     args = ap.parse_args()
     from bench.results_io import run_meta
-    from lbtune.lab.uml import run_in_lab
+    from lbtune.lab.guests.uml import run_in_lab
 
     compile_bytecode()
     v = run_in_lab("bench.ipvs_profile:guest", args.services, args.reals, timeout=3600,

@@ -27,9 +27,9 @@ from results_io import run_meta, write_json
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from lbtune.lab import session  # noqa: E402
-from lbtune.lab.runner import run_lab  # noqa: E402
-from lbtune.lab.scenario import ScenarioConfig  # noqa: E402
+from lbtune.lab.experiments.scenario import ScenarioConfig  # noqa: E402
+from lbtune.lab.guests import session  # noqa: E402
+from lbtune.lab.launch import run_lab  # noqa: E402
 
 THREADS = (1, 4)
 MODES = ("dr", "proxy")

@@ -3,10 +3,10 @@
 
 Usage: python bench/vm.py [--rounds N] [--out FILE]     (root; make setup prepared the image)
 
-Each round boots a fresh guest (lbtune.lab.vm.VmGuest), times `python3 -c pass`,
+Each round boots a fresh guest (lbtune.lab.guests.vm.VmGuest), times `python3 -c pass`,
 `lbtune show --json`, a test helper call (`VmGuest.call`, median of 5 interleaved pairs: forked
 from the guest agent's fork server (`VmGuest.fork_calls(True)`), and `fresh=True`, a new
-`python -m lbtune.lab.guest`)
+`python -m lbtune.lab.inguest.entry`)
 and a reboot, then powers it off. The host's load at the start of each
 round is recorded beside it: under TCG on a shared 2-core machine the times follow the load,
 so read them as "what this machine gave at that moment", not as a property of the VM.
@@ -30,7 +30,7 @@ from results_io import run_meta, write_json, write_markdown
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from lbtune.lab.vm import VmGuest  # noqa: E402
+from lbtune.lab.guests.vm import VmGuest  # noqa: E402
 
 
 @dataclass

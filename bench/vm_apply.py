@@ -1,6 +1,6 @@
 """Record a real `lbtune apply lb-dr` session in the VM lab guest for docs/tuning.md.
 
-Boots the VM lab (lbtune.lab.vm: Debian's 6.1 kernel, 4 CPUs on 2 nodes, eth0 a 4-queue
+Boots the VM lab (lbtune.lab.guests.vm: Debian's 6.1 kernel, 4 CPUs on 2 nodes, eth0 a 4-queue
 virtio-net, eth1 an e1000e), then runs in the guest: `lbtune apply lb-dr --iface eth0 -v`,
 traffic into eth0 from the host side of its tap so every remaining queue IRQ fires (x86 moves
 an IRQ at its next interrupt), the queue IRQ table, `lbtune verify`, a second apply,
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.vm, as the guest has it
 
-from lbtune.lab.vm import VmGuest
+from lbtune.lab.guests.vm import VmGuest
 from tests.vm.test_vm_apply import (
     GUEST_ADDR,
     HOST_ADDR,

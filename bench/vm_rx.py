@@ -1,6 +1,6 @@
 """The VM lab's receive side under host traffic: the numbers behind the VM fix loops' settings.
 
-Boots the VM lab (lbtune.lab.vm) once and measures, with traffic from the host side of the
+Boots the VM lab (lbtune.lab.guests.vm) once and measures, with traffic from the host side of the
 guest's taps (tests/vm/host_traffic.py: FLOWS sockets sent back to back, paced per second):
 
 - NET_RX softirqs per second on the CPU that takes every virtio rx queue IRQ, at 200, 2000
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.vm, as 
 
 from results_io import run_meta, write_json, write_markdown
 
-from lbtune.lab.vm import VmGuest
+from lbtune.lab.guests.vm import VmGuest
 from tests.vm.test_fix_loop_vm import GUEST0, GUEST2, HOST0, HOST2, T, host_flood, host_ip, host_mac
 
 HERE = Path(__file__).resolve().parent

@@ -4,7 +4,7 @@ Usage: python bench/vm_soak.py [--guests G] [--cycles N] [--load K] [--out FILE]
 
 CI lost a vm run to a guest whose CPU 0 stopped taking interrupts during `lbtune apply
 --persist` of test_vm_persist.py (docs/testing.md, "Rules"). This repeats that step: each of G
-fresh guests (lbtune.lab.vm.VmGuest) is made a Debian host with grub defaults and the
+fresh guests (lbtune.lab.guests.vm.VmGuest) is made a Debian host with grub defaults and the
 `update-grub` stand-in as that test does, then runs N cycles of `lbtune apply lb-dr-iso --iface
 eth0 --persist --yes` and `lbtune rollback` (which runs update-grub again). K busy processes
 on the host stand in for the tiers that share the machine with the vm tier in `make test`. A
@@ -30,8 +30,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from lbtune.lab.uml import LabError  # noqa: E402
-from lbtune.lab.vm import GuestWedged, VmGuest  # noqa: E402
+from lbtune.lab.guests.uml import LabError  # noqa: E402
+from lbtune.lab.guests.vm import GuestWedged, VmGuest  # noqa: E402
 
 DATA = ROOT / "tests" / "vm" / "data"
 PROFILE = str(DATA / "lb-dr-iso.toml")

@@ -2,7 +2,7 @@
 
 Checked before anything runs (lbtune.cli.main), so garbage is one line and exit 2, never a
 traceback or a half-run command. Standard library only, nothing imported: the memoized
-`ipvs apply` no-op (lbtune.host.ipvs_memo) checks the same before it answers."""
+`ipvs apply` no-op (lbtune.host.ipvs.memo) checks the same before it answers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The VM lab's boot files (lbtune.lab.vm): Debian's own kernel, its modules and a busybox
+# The VM lab's boot files (lbtune.lab.guests.vm): Debian's own kernel, its modules and a busybox
 # initramfs, prepared in a cache directory. Idempotent: a second run checks a stamp and exits.
 # Nothing is installed on the host: the kernel package is fetched with `apt-get download` and
 # unpacked with `dpkg-deb -x` into the cache; the host's kernels and boot config are untouched.
@@ -90,7 +90,7 @@ for m in "${BOOT_MODS[@]}"; do
   done
 done
 # The init stays generic: everything per-run is in stage1.sh on the run's work share
-# (9p tag "work"), written by lbtune.lab.vm.
+# (9p tag "work"), written by lbtune.lab.guests.vm.
 cat > "$ird/init" <<'EOF'
 #!/bin/sh
 export PATH=/bin

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from lbtune.ipvs.agentreport import AgentReport, judge
+from lbtune.ipvs.nodereport import AgentReport, judge
 
 # egress 25 of 100 Mbit/s, nothing else in use: headroom 75 %, misc-check exit 2 + 190
 REPORT = judge(AgentReport(

@@ -38,7 +38,7 @@ def capture_command(ctx: click.Context, output: str, force: bool) -> int:
     Reads only; secrets (tcp_fastopen_key, stable_secret) and unreadable files are skipped
     and listed in the tarball's lbtune-capture.json.
     """  # fmt: skip
-    from lbtune.host.capture import write_capture
+    from lbtune.host.capture.write import write_capture
 
     s = runtime_of(ctx)
     if s.root != "/" and os.path.realpath(s.root) != "/":

@@ -94,7 +94,7 @@ def compare_command(ctx: click.Context, captures: tuple[str, ...], against: Opti
     """Which hosts differ from a template host or a profile, knob by knob: sysctls, rings,
     channels, txqueuelen, IRQ placement shape, RPS/XPS, isolated CPUs, irqbalance and the
     IPVS table. CAPTURE is a `lbtune capture` tarball or a host tree. Exit 1 on any drift."""
-    from lbtune.host.ifname import check_ifname
+    from lbtune.host.net.ifname import check_ifname
     from lbtune.tune.compare import compare_hosts
 
     if iface is not None:

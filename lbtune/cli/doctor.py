@@ -13,11 +13,11 @@ def lab_capability() -> object:
     """Whether the User-Mode-Linux lab kernel can be booted here, and whether its modules
     have what the lab needs (IPVS, veth, bridge): read from its modules.dep and
     modules.builtin, said "unknown" when they cannot be read."""
-    from lbtune.host.capabilities import Capability
+    from lbtune.host.kernel.capabilities import Capability
 
     fix = "apt-get install user-mode-linux (`make setup`)"
     try:
-        from lbtune.lab.uml import find_lab_kernel, kernel_features
+        from lbtune.lab.guests.uml import find_lab_kernel, kernel_features
 
         kernel = find_lab_kernel()
     except Exception as e:
@@ -38,8 +38,8 @@ def vm_capability() -> object:
     """Whether the VM lab (Debian's kernel under qemu) can boot here, without booting it: the
     prepared kernel, qemu, root, /dev/net/tun, the accelerator the KVM probe chose, and what
     the last boot saw (multi-queue, drivers); it says what only a boot would prove."""
-    from lbtune.host.capabilities import Capability
-    from lbtune.lab.vm import vm_lab_status
+    from lbtune.host.kernel.capabilities import Capability
+    from lbtune.lab.guests.vm import vm_lab_status
 
     st = vm_lab_status()
     name = "VM lab (qemu)"
@@ -70,7 +70,7 @@ def vm_capability() -> object:
 def command(ctx: click.Context, no_compile: bool) -> int:
     """Say what this host can do: root, BPF/bcc, headers, tracefs and tracepoints, BTF,
     kprobes, IPVS, sock_diag, ethtool per NIC, the UML lab and the VM lab. Changes nothing."""
-    from lbtune.host.capabilities import check_host
+    from lbtune.host.kernel.capabilities import check_host
 
     s = runtime_of(ctx)
     host = s.host()

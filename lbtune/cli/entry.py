@@ -1,9 +1,9 @@
 """The console entry point (`lbtune`, `python -m lbtune`).
 
 `lbtune ipvs apply CONFIG [--json]` is handed to a running `lbtune ipvs serve` when there
-is one (lbtune.host.ipvs_serve). A repeated `lbtune ipvs apply CONFIG [--json]` (or `ipvs
+is one (lbtune.host.endpoints.serve). A repeated `lbtune ipvs apply CONFIG [--json]` (or `ipvs
 plan CONFIG [--json]`) that the last full apply recorded as a no-op is answered by
-lbtune.host.ipvs_memo. Both come before the command line (click) and the planner are
+lbtune.host.ipvs.memo. Both come before the command line (click) and the planner are
 imported; every other command, and every run the record cannot
 vouch for, runs lbtune.cli.main."""
 
@@ -16,11 +16,11 @@ def main() -> None:
     args = sys.argv[1:]
     if "apply" in args[:4] or "plan" in args[:4]:  # `ipvs apply|plan`, maybe after --json
         try:
-            from lbtune.host.ipvs_serve import try_serve
+            from lbtune.host.endpoints.serve import try_serve
 
             code = try_serve(args)  # a running `lbtune ipvs serve` answers it
             if code is None:
-                from lbtune.host.ipvs_memo import try_noop
+                from lbtune.host.ipvs.memo import try_noop
 
                 code = try_noop(args)
         except KeyboardInterrupt:

@@ -2,7 +2,7 @@
 IPVS, findings and profile drift, over HTTP or into node_exporter's textfile directory.
 
 Parses the options and drives `lbtune.exporter.collect.Exporter`: an HTTP endpoint
-(`host/http.py`, 127.0.0.1 by default) that collects on scrape, or a loop over
+(`host/endpoints/http.py`, 127.0.0.1 by default) that collects on scrape, or a loop over
 `observe.schedule.stream` that writes `DIR/lbtune.prom` atomically every interval
 (`--once`: one write, or one print to stdout without `--textfile`). docs/fleet.md.
 """
@@ -181,7 +181,7 @@ def _textfile(exp: Exporter, out_path: Optional[str], window: float, once: bool,
 
 def _serve(exp: Exporter, addr: str, port: int, until: Optional[float], as_json: bool) -> int:
     from lbtune.exporter.collect import CONTENT_TYPE, index_page
-    from lbtune.host.http import HttpEndpoint, Reply
+    from lbtune.host.endpoints.http import HttpEndpoint, Reply
 
     exp.prime()
 

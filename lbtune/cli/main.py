@@ -63,9 +63,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("lbtune.cli.compare:compare_command",
                 "Which hosts differ from a template host or a profile (captures)."),
     "checklist": ("lbtune.cli.checklist:checklist_command", "Is this host ready for a load test?"),
-    "lab": ("lbtune.cli.lab:lab_group", "The IPVS DR lab (UML kernel): load, spread, diagnosis."),
+    "lab": (
+        "lbtune.cli.lab.commands:lab_group",
+        "The IPVS DR lab (UML kernel): load, spread, diagnosis.",
+    ),
     "probe": ("lbtune.cli.probe", "Count drops by kernel reason, per-queue packets, NAPI (eBPF)."),
-    "ipvs": ("lbtune.cli.ipvs:ipvs_group", "IPVS DR director, real servers, self-test."),
+    "ipvs": ("lbtune.cli.ipvs.commands:ipvs_group", "IPVS DR director, real servers, self-test."),
     "monitor": ("lbtune.cli.monitor", "Live TUI: drops by cause, queues, CPUs, findings."),
     "exporter": ("lbtune.cli.exporter", "Prometheus metrics: drops by cause, findings, drift."),
 }

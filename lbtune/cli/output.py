@@ -7,7 +7,7 @@ import enum
 import sys
 from typing import Any, Iterable, Optional, Sequence
 
-from lbtune.host.cpulist import format_cpulist
+from lbtune.host.kernel.cpulist import format_cpulist
 
 
 def jsonable(obj: Any) -> Any:

@@ -18,8 +18,8 @@ from lbtune.errors import BadInput
 @click.pass_context
 def command(ctx: click.Context, ifaces: tuple[str, ...], show_all: bool) -> int:
     """Show CPU/NUMA topology, each NIC's queues -> IRQ -> CPUs, rings, channels, irqbalance."""
-    from lbtune.host.ifname import check_ifname
     from lbtune.host.inventory import discover_host
+    from lbtune.host.net.ifname import check_ifname
 
     for name in ifaces:
         check_ifname(name, "--iface")

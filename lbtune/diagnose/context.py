@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import AbstractSet, Mapping, Optional
 
-from lbtune.host.nic import Nic
-from lbtune.host.sysctl import sysctl_path
-from lbtune.host.topology import CpuTopology
+from lbtune.host.kernel.cputopology import CpuTopology
+from lbtune.host.kernel.sysctl import sysctl_path
+from lbtune.host.net.nic import Nic
 from lbtune.observe.window import Window
 
 

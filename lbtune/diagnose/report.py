@@ -20,12 +20,12 @@ from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import Finding
 from lbtune.diagnose.rules import run_rules, sample_spec, select
 from lbtune.errors import MalformedHostFile
-from lbtune.host.bpf import probe_problem
 from lbtune.host.host import Host
 from lbtune.host.inventory import discover_host
-from lbtune.host.nic import Nic
+from lbtune.host.kernel.cputopology import CpuTopology
+from lbtune.host.net.nic import Nic
 from lbtune.host.signals import interruptible
-from lbtune.host.topology import CpuTopology
+from lbtune.host.trace.bpf import probe_problem
 from lbtune.observe.clock import SYSTEM_CLOCK, Clock
 from lbtune.observe.counters import BeforeAfter, CounterRef, Series, before_after, series
 from lbtune.observe.probe_loader import BackgroundProbes

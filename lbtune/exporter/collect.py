@@ -37,12 +37,12 @@ from lbtune.exporter.series import (
     counter_deltas,
     families,
 )
-from lbtune.host.bpf import probe_problem
 from lbtune.host.inventory import discover_host
-from lbtune.host.ipvs import ipvs_loaded, ipvs_of
-from lbtune.host.nic import Nic
+from lbtune.host.ipvs.table import ipvs_loaded, ipvs_of
+from lbtune.host.kernel.cputopology import CpuTopology
+from lbtune.host.net.nic import Nic
 from lbtune.host.runtime import Runtime
-from lbtune.host.topology import CpuTopology
+from lbtune.host.trace.bpf import probe_problem
 from lbtune.ipvs.status import ServiceRow, service_row
 from lbtune.observe.clock import SYSTEM_CLOCK, Clock
 from lbtune.observe.model import Sample

@@ -15,7 +15,7 @@ import stat
 from typing import Callable, Optional
 
 from lbtune.errors import BadInput, MalformedHostFile
-from lbtune.host.cpulist import CpuListError, parse_cpulist, parse_cpumask
+from lbtune.host.kernel.cpulist import CpuListError, parse_cpulist, parse_cpumask
 
 
 class _NotRegular(OSError):
@@ -27,7 +27,7 @@ class _NotRegular(OSError):
 # attributes are at most a page and /proc text files a few hundred KB on the largest hosts
 # (/proc/interrupts: ~11 bytes per CPU per IRQ row, so 5 MB with 448 CPUs and 1,000 rows);
 # the exceptions are listed by prefix. A capture never holds a file over 64 MiB
-# (host/capture_tree.py MAX_FILE), so the largest cap is that.
+# (host/capture/tree.py MAX_FILE), so the largest cap is that.
 READ_LIMIT = 4 << 20
 READ_LIMITS: tuple[tuple[str, int], ...] = (
     ("/proc/interrupts", 16 << 20),

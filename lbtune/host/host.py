@@ -10,11 +10,11 @@ from lbtune.host.fs import HostFS
 # Imported where used: a sysctl-only apply should not pay for sockets, netlink, ethtool ioctls
 # and subprocess at start-up.
 if TYPE_CHECKING:
-    from lbtune.host.ethtool import EthtoolSource
     from lbtune.host.identity import HostIdentity
-    from lbtune.host.qdisc import QdiscStats
+    from lbtune.host.net.ethtool import EthtoolSource
+    from lbtune.host.net.qdisc import QdiscStats
+    from lbtune.host.net.sockdiag import ListenSocket, TcpReceiver, UdpSocket
     from lbtune.host.runner import CommandRunner
-    from lbtune.host.sockdiag import ListenSocket, TcpReceiver, UdpSocket
 
 
 class Host:
@@ -23,7 +23,7 @@ class Host:
     `root="/"` is the running machine (live ethtool and netlink); any other root is a host tree
     (fixture, capture, sosreport) whose ethtool data is read from recorded command output and
     which has no netlink side. `netns` names the namespace the process already joined (see
-    `lbtune.host.netns.enter_netns`), for display and for code that must know.
+    `lbtune.host.net.netns.enter_netns`), for display and for code that must know.
     """
 
     def __init__(
@@ -47,7 +47,7 @@ class Host:
     def ethtool(self) -> EthtoolSource:
         """ioctl on the live host, recorded `ethtool` output in a tree (opened on first use)."""
         if self._ethtool is None:
-            from lbtune.host.ethtool import LiveEthtool, RecordedEthtool
+            from lbtune.host.net.ethtool import LiveEthtool, RecordedEthtool
 
             self._ethtool = LiveEthtool() if self.fs.is_live else RecordedEthtool(self.fs)
         return self._ethtool
@@ -98,7 +98,7 @@ class Host:
     # same as an empty list (a host with no such sockets).
 
     def _recorded_ss(self) -> Optional[tuple[list[ListenSocket], list[UdpSocket]]]:
-        from lbtune.host.sockdiag import SS_RECORD, parse_ss
+        from lbtune.host.net.sockdiag import SS_RECORD, parse_ss
 
         text = self.fs.read(SS_RECORD)
         return None if text is None else parse_ss(text, self.fs.path(SS_RECORD))
@@ -106,7 +106,7 @@ class Host:
     def listen_sockets(self) -> Optional[list[ListenSocket]]:
         """Listening TCP sockets (sock_diag live, `ss -peaonmi` recorded); None if unrecorded."""
         if self.is_live:
-            from lbtune.host.sockdiag import dump_listen_sockets
+            from lbtune.host.net.sockdiag import dump_listen_sockets
 
             return dump_listen_sockets()
         recorded = self._recorded_ss()
@@ -115,7 +115,7 @@ class Host:
     def udp_sockets(self) -> Optional[list[UdpSocket]]:
         """UDP sockets (sock_diag live, `ss -peaonmi` recorded); None if unrecorded."""
         if self.is_live:
-            from lbtune.host.sockdiag import dump_udp_sockets
+            from lbtune.host.net.sockdiag import dump_udp_sockets
 
             return dump_udp_sockets()
         recorded = self._recorded_ss()
@@ -124,7 +124,7 @@ class Host:
     def tcp_receivers(self) -> Optional[list[TcpReceiver]]:
         """Connected TCP sockets under receive pressure (sock_diag live, `ss -peaonmi`
         recorded); None if unrecorded."""
-        from lbtune.host.sockdiag import SS_RECORD, dump_tcp_receivers, parse_ss_receivers
+        from lbtune.host.net.sockdiag import SS_RECORD, dump_tcp_receivers, parse_ss_receivers
 
         if self.is_live:
             return dump_tcp_receivers()
@@ -136,13 +136,13 @@ class Host:
         netlink dump on the live host; None in a host tree (read the files there)."""
         if not self.is_live:
             return None
-        from lbtune.host.linkstats import dump_link_stats
+        from lbtune.host.net.linkstats import dump_link_stats
 
         return dump_link_stats()
 
     def qdiscs(self) -> Optional[list[QdiscStats]]:
         """Qdisc statistics (netlink live, `tc -s qdisc show` recorded); None if unrecorded."""
-        from lbtune.host.qdisc import TC_QDISC_RECORD, dump_qdiscs, parse_tc_qdisc
+        from lbtune.host.net.qdisc import TC_QDISC_RECORD, dump_qdiscs, parse_tc_qdisc
 
         if self.is_live:
             return dump_qdiscs()
@@ -154,7 +154,7 @@ class Host:
             self._ipr.close()
             self._ipr = None
         if self._ethtool is not None:
-            from lbtune.host.ethtool import LiveEthtool
+            from lbtune.host.net.ethtool import LiveEthtool
 
             if isinstance(self._ethtool, LiveEthtool):
                 self._ethtool.close()

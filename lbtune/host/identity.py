@@ -51,7 +51,7 @@ class TreeIdentity:
 
 def tree_identity(fs: HostFS) -> TreeIdentity:
     """The identity of the host tree below `fs` (a capture, a sosreport, a directory)."""
-    from lbtune.host.capture import read_manifest
+    from lbtune.host.capture.write import read_manifest
 
     manifest = read_manifest(fs) or {}
     machine = manifest.get("machine")

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Optional, Protocol
 from lbtune.host.host import Host
 
 if TYPE_CHECKING:  # imported where used: planning a sysctl-only profile reads no NIC
-    from lbtune.host.interrupts import IrqLine
-    from lbtune.host.irqbalance import IrqbalanceState
-    from lbtune.host.nic import Nic
-    from lbtune.host.topology import CpuTopology
+    from lbtune.host.kernel.cputopology import CpuTopology
+    from lbtune.host.kernel.interrupts import IrqLine
+    from lbtune.host.kernel.irqbalance import IrqbalanceState
+    from lbtune.host.net.nic import Nic
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,10 @@ class HostInventory:
 
 def discover_host(host: Host, only: Optional[list[str]] = None) -> HostInventory:
     """Read everything about `host`; `only` limits the NICs to these names."""
-    from lbtune.host.interrupts import read_interrupts
-    from lbtune.host.irqbalance import discover_irqbalance
-    from lbtune.host.nic import discover_nic, nic_names
-    from lbtune.host.topology import discover_cpus
+    from lbtune.host.kernel.cputopology import discover_cpus
+    from lbtune.host.kernel.interrupts import read_interrupts
+    from lbtune.host.kernel.irqbalance import discover_irqbalance
+    from lbtune.host.net.nic import discover_nic, nic_names
 
     fs = host.fs
     interrupts = read_interrupts(fs)
@@ -82,20 +82,20 @@ class LazyInventory:
     @property
     def cpus(self) -> CpuTopology:
         if self._cpus is None:
-            from lbtune.host.topology import discover_cpus
+            from lbtune.host.kernel.cputopology import discover_cpus
 
             self._cpus = discover_cpus(self.host.fs)
         return self._cpus
 
     def _irqs(self) -> dict[int, IrqLine]:
         if self._interrupts is None:
-            from lbtune.host.interrupts import read_interrupts
+            from lbtune.host.kernel.interrupts import read_interrupts
 
             self._interrupts = read_interrupts(self.host.fs)
         return self._interrupts
 
     def nic(self, name: str) -> Nic:
-        from lbtune.host.nic import discover_nic, nic_names
+        from lbtune.host.net.nic import discover_nic, nic_names
 
         if name not in self._nics:
             if name not in nic_names(self.host.fs):
@@ -106,7 +106,7 @@ class LazyInventory:
     @property
     def nics(self) -> tuple[Nic, ...]:
         if self._all is None:
-            from lbtune.host.nic import nic_names
+            from lbtune.host.net.nic import nic_names
 
             self._all = tuple(self.nic(n) for n in nic_names(self.host.fs))
         return self._all

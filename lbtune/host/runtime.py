@@ -114,7 +114,7 @@ class Runtime:
             raise BadInput(f"{what} {path}: no such directory or capture file")
         import tempfile
 
-        from lbtune.host.unpack import unpack_capture
+        from lbtune.host.capture.unpack import unpack_capture
 
         tmp = tempfile.mkdtemp(prefix="lbtune-root-")
         self._tempdirs.append(tmp)
@@ -146,7 +146,7 @@ class Runtime:
 
             tree = self.tree  # refuses --netns with a --root tree
             if self.netns is not None and not self._entered:
-                from lbtune.host.netns import enter_netns
+                from lbtune.host.net.netns import enter_netns
 
                 enter_netns(self.netns)
                 self._entered = True

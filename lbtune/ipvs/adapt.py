@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from lbtune.errors import BadInput, Busy
+from lbtune.host.endpoints.http import FetchError, fetch_json
 from lbtune.host.host import Host
-from lbtune.host.http import FetchError, fetch_json
-from lbtune.host.ipvs import Service, ServiceKey, ipvs_of
-from lbtune.ipvs.agentreport import AgentReport, parse_report
+from lbtune.host.ipvs.table import Service, ServiceKey, ipvs_of
 from lbtune.ipvs.config import DirectorConfig, RealServer, VirtualService
+from lbtune.ipvs.nodereport import AgentReport, parse_report
 from lbtune.ipvs.reconcile import plan_name
 from lbtune.ipvs.weights import Decision, Policy, ServerState, step
 from lbtune.tune.engine import Interrupted

@@ -24,8 +24,7 @@ from typing import Any, Optional
 
 from lbtune.errors import BadInput
 from lbtune.host.identity import sha256
-from lbtune.host.ifname import is_ifname
-from lbtune.host.ipvs import (
+from lbtune.host.ipvs.table import (
     FWD_METHODS,
     KNOWN_SCHEDULERS,
     PROTOCOLS,
@@ -38,6 +37,7 @@ from lbtune.host.ipvs import (
     flag_names,
     parse_flags,
 )
+from lbtune.host.net.ifname import is_ifname
 from lbtune.host.textfile import read_user_text
 from lbtune.ipvs import plaintoml
 
@@ -59,7 +59,7 @@ VIP_KEYS = ("address", "dev", "prefix")
 SERVICE_KEYS = ("protocol", "address", "port", "fwmark", "family", "scheduler", "flags",
                 "persistence", "persistence_netmask", "forward", "real_server")  # fmt: skip
 REAL_KEYS = ("address", "port", "weight", "upper", "lower", "forward", "agent")
-DEFAULT_AGENT_PORT = 9177  # `lbtune ipvs agent`'s default port (lbtune.ipvs.agent)
+DEFAULT_AGENT_PORT = 9177  # `lbtune ipvs agent`'s default port (lbtune.ipvs.nodeagent)
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ class SectionCache:
         return replace(cfg, services=tuple(services))
 
 
-# Set by `lbtune ipvs serve` (lbtune.cli.ipvs_serve): configs are read through it.
+# Set by `lbtune ipvs serve` (lbtune.cli.ipvs.serve): configs are read through it.
 resident: Optional[SectionCache] = None
 
 

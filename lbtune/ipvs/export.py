@@ -24,7 +24,7 @@ import re
 from typing import Iterable, Mapping, Optional, Sequence
 
 from lbtune.errors import BadInput
-from lbtune.host.ipvs import F_PERSISTENT, Service, ServiceKey, Timeouts, flag_names
+from lbtune.host.ipvs.table import F_PERSISTENT, Service, ServiceKey, Timeouts, flag_names
 from lbtune.ipvs.config import RealServer, VirtualService
 
 _IPVSADM_FWD = {"dr": "-g", "tunnel": "-i", "masq": "-m"}

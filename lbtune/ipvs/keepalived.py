@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from lbtune.errors import BadInput
-from lbtune.host.ifname import check_ifname
-from lbtune.host.ipvs import Timeouts, canonical_addr
+from lbtune.host.ipvs.table import Timeouts, canonical_addr
+from lbtune.host.net.ifname import check_ifname
 from lbtune.ipvs.config import VirtualService
 from lbtune.ipvs.export import conf_word, keepalived_blocks, lvs_timeouts
 

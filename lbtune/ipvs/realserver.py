@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from lbtune.errors import BadInput
-from lbtune.host import addr as addrs
-from lbtune.host import route
-from lbtune.host.arp import ArpAnswer
+from lbtune.host.endpoints.arp import ArpAnswer
 from lbtune.host.host import Host
-from lbtune.host.ifname import check_ifname
-from lbtune.host.ipvs import canonical_addr
-from lbtune.host.sysctl import conf_key, effective_conf
+from lbtune.host.ipvs.table import canonical_addr
+from lbtune.host.kernel.sysctl import conf_key, effective_conf
+from lbtune.host.net import addr as addrs
+from lbtune.host.net import route
+from lbtune.host.net.ifname import check_ifname
 from lbtune.tune.knobs.ipvs import ABSENT, PRESENT, AddressKnob, address_obj
 from lbtune.tune.knobs.sysctl import SysctlKnob
 from lbtune.tune.plan import Mode, Target

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Container, Mapping, Optional
 
 from lbtune.errors import BadInput
-from lbtune.host import addr as addrs
-from lbtune.host import ipvs_memo as memo_
 from lbtune.host.host import Host
-from lbtune.host.ipvs import DestKey, Service, ServiceKey, available_schedulers, ipvs_of
+from lbtune.host.ipvs.table import DestKey, Service, ServiceKey, available_schedulers, ipvs_of
+from lbtune.host.ipvs import memo as memo_
+from lbtune.host.net import addr as addrs
 from lbtune.ipvs.config import DirectorConfig, HostFacts, check_host
 from lbtune.tune.engine import FaultHook, apply_plan
 from lbtune.tune.journal import Journal, StateDir
@@ -227,7 +227,7 @@ def plan_warnings(host: Host, cfg: DirectorConfig, plan: Plan) -> list[str]:
     return out
 
 
-# Set by `lbtune ipvs serve` (lbtune.cli.ipvs_serve): what it keeps of the table between applies.
+# Set by `lbtune ipvs serve` (lbtune.cli.ipvs.serve): what it keeps of the table between applies.
 resident: Optional[ResidentTable] = None
 
 Planner = Callable[[DirectorConfig, Mapping[ServiceKey, Service], Drain], list[Target]]
@@ -289,7 +289,7 @@ def apply_director(
 
     `memo` (the CLI's `ipvs apply` on the live host): a run that plans nothing records
     what it found, under the lock, so the next run with the same config can tell the same
-    without planning (lbtune.host.ipvs_memo); a run that changes something removes the record."""
+    without planning (lbtune.host.ipvs.memo); a run that changes something removes the record."""
     with state.lock():
         session = ipvs_of(host)
         modules = memo_.modules_signature() if memo else None  # before what it describes
@@ -321,7 +321,7 @@ def apply_director(
 
 def _record(state: StateDir, cfg: DirectorConfig, digest: str, unchanged: int,
             modules: object) -> None:
-    """The record of this no-op that `lbtune.host.ipvs_memo.try_noop` answers the next
+    """The record of this no-op that `lbtune.host.ipvs.memo.try_noop` answers the next
     identical run from: what the config needs of the host, as values to compare."""
     placed = {v.address for v in cfg.vips}
     memo_.record(

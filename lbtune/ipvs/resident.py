@@ -4,7 +4,7 @@ A reconcile reads the whole table: one dump of the services and one of each serv
 servers (the kernel has no generation number to tell a table unchanged), and the server
 reads it too, for every request. What it saves is the decoding: for a service that was in
 place (the kernel held exactly what the config asked) at the last apply, it keeps the
-replies cut to their settings (`lbtune.host.ipvs_memo.TableDigest.cut`: connection counts
+replies cut to their settings (`lbtune.host.ipvs.memo.TableDigest.cut`: connection counts
 and statistics left out) and the decoded `Service`. When the same replies come again and
 the config asks for that service with the very object it asked for then (an unchanged
 `[[service]]` section: lbtune.ipvs.config.SectionCache), the kept `Service` stands for it:
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional
 
-from lbtune.host import ipvs_memo as memo_
-from lbtune.host.ipvs import Service, ServiceKey
+from lbtune.host.ipvs.table import Service, ServiceKey
+from lbtune.host.ipvs import memo as memo_
 from lbtune.ipvs.config import DirectorConfig, VirtualService
 
 

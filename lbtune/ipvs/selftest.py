@@ -40,14 +40,14 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from lbtune.errors import BadInput
-from lbtune.host import addr as addrs
-from lbtune.host import route
-from lbtune.host.arp import ArpAnswer, arp_probe
+from lbtune.host.endpoints.arp import ArpAnswer, arp_probe
+from lbtune.host.endpoints.exchange import Exchange, exchange
 from lbtune.host.host import Host
-from lbtune.host.ipvs import Destination, Service, ipvs_of
-from lbtune.host.ipvs_conn import IpvsConnection, find_connections
-from lbtune.host.netns import NetnsThread
-from lbtune.host.probe import Exchange, exchange
+from lbtune.host.ipvs.conntable import IpvsConnection, find_connections
+from lbtune.host.ipvs.table import Destination, Service, ipvs_of
+from lbtune.host.net import addr as addrs
+from lbtune.host.net import route
+from lbtune.host.net.netns import NetnsThread
 from lbtune.ipvs.config import DirectorConfig, VirtualService
 from lbtune.vocab import Level
 

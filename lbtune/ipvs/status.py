@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lbtune.host.host import Host
-from lbtune.host.ipvs import Counters, IpvsInfo, Service, SyncDaemon, Timeouts, flag_names, ipvs_of
+from lbtune.host.ipvs.table import (
+    Counters,
+    IpvsInfo,
+    Service,
+    SyncDaemon,
+    Timeouts,
+    flag_names,
+    ipvs_of,
+)
 from lbtune.ipvs.config import DirectorConfig
 from lbtune.ipvs.reconcile import desired_targets
 from lbtune.tune.engine import KnobCheck, KnobStatus, verify_targets

@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
-from lbtune.ipvs.agentreport import AgentReport
+from lbtune.ipvs.nodereport import AgentReport
 
 MAX_WEIGHT = 65535
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from lbtune.host.btf import BtfEnum
+from lbtune.host.trace.btf import BtfEnum
 
 NOT_DROPPED_YET = "NOT_DROPPED_YET"
 CONSUMED = "CONSUMED"

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from lbtune.host.interrupts import IrqLine
-from lbtune.host.qdisc import QdiscStats
-from lbtune.host.sockdiag import ListenSocket, TcpReceiver, UdpSocket
+from lbtune.host.kernel.interrupts import IrqLine
+from lbtune.host.net.qdisc import QdiscStats
+from lbtune.host.net.sockdiag import ListenSocket, TcpReceiver, UdpSocket
 
 
 @dataclass(frozen=True)

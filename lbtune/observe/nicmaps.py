@@ -374,7 +374,7 @@ BNXT = DriverMap(
 VMXNET3 = DriverMap(
     driver="vmxnet3",
     queues=(
-        # vmxnet3 repeats the names in each queue's section; lbtune.host.ethtool qualifies
+        # vmxnet3 repeats the names in each queue's section; lbtune.host.net.ethtool qualifies
         # them as "Rx Queue#5: pkts rx OOB" (the Nth "Rx Queue#" header is queue N).
         _q(
             r"Rx Queue#(?P<q>\d+): (?P<name>.+)",

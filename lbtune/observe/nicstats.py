@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Optional, Sequence
 
 from lbtune.errors import BadInput
-from lbtune.host.ethtool import EthtoolSource
 from lbtune.host.fs import HostFS
-from lbtune.host.ifname import check_ifname
-from lbtune.host.nic import nic_names
+from lbtune.host.net.ethtool import EthtoolSource
+from lbtune.host.net.ifname import check_ifname
+from lbtune.host.net.nic import nic_names
 from lbtune.observe.model import NicCounters, QueueCounters
 from lbtune.observe.nicmaps import DriverMap, driver_map
 

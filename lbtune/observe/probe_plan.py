@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from lbtune.errors import BadInput, NeedsPrivilege
-from lbtune.host.btf import kernel_enums
 from lbtune.host.host import Host
-from lbtune.host.nic import nic_names
-from lbtune.host.tracefs import TracepointFormat, ensure_tracefs, read_format
+from lbtune.host.net.nic import nic_names
+from lbtune.host.trace.btf import kernel_enums
+from lbtune.host.trace.tracefs import TracepointFormat, ensure_tracefs, read_format
 from lbtune.observe.dropreasons import CONSUMED, NOT_DROPPED_YET, DropReasons, resolve_drop_reasons
 from lbtune.observe.probe_source import (
     NEEDS,
@@ -106,7 +106,7 @@ def _queue_count(host: Host, dev: str, kind: str) -> int:
 
 def _counter_sources(host: Host, devs: Sequence[str]) -> dict[tuple[str, str], str]:
     """(dev, direction) -> "netlink qstats" or "ethtool" where per-queue counters exist."""
-    from lbtune.host.qstats import queue_stats
+    from lbtune.host.net.qstats import queue_stats
     from lbtune.observe.nicstats import read_nic_counters
 
     out: dict[tuple[str, str], str] = {}

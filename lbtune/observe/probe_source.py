@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from lbtune.host.pkgdata import shipped_dir
-from lbtune.host.tracefs import TpField, TracepointFormat
+from lbtune.host.trace.tracefs import TpField, TracepointFormat
 
 PROBES = ("drops", "queues", "napi")
 COMMON_HEADER = "lbtune.bpf.h"

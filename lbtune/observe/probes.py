@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from lbtune.host.host import Host
-from lbtune.host.kallsyms import Kallsyms, read_kallsyms
+from lbtune.host.trace.kallsyms import Kallsyms, read_kallsyms
 from lbtune.observe.probe_plan import (
     BACKLOG,
     SIZE_BOUNDS,
@@ -205,7 +205,7 @@ class ProbeSession:
     ) -> None:
         """`cost_window`: seconds of every COST_PERIOD_S with BPF statistics on (a longer
         one keeps them on, for a caller that must measure every event's cost)."""
-        from lbtune.host.bpf import BpfProgram, RunTimeStats
+        from lbtune.host.trace.bpf import BpfProgram, RunTimeStats
 
         self.host = host
         self._cost_window = cost_window
@@ -440,7 +440,7 @@ class ProbeSession:
         }
         if not wanted:
             return []
-        from lbtune.host.qstats import queue_stats
+        from lbtune.host.net.qstats import queue_stats
         from lbtune.observe.nicstats import read_nic_counters
 
         now: dict[tuple[str, str, int], tuple[int, int]] = {}

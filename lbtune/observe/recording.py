@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import IO, Any, Iterator, Mapping, Optional
 
 from lbtune.errors import BadInput
-from lbtune.host.nic import Nic
-from lbtune.host.topology import CpuTopology
+from lbtune.host.kernel.cputopology import CpuTopology
+from lbtune.host.net.nic import Nic
 from lbtune.observe.model import Sample
 from lbtune.observe.probes import ProbeSample
 

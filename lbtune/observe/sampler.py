@@ -15,8 +15,8 @@ from typing import Callable, Optional, Sequence, TypeVar
 
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.host import Host
-from lbtune.host.interrupts import IrqLine, read_interrupts
-from lbtune.host.sockdiag import count_tcp_local_ports
+from lbtune.host.kernel.interrupts import IrqLine, read_interrupts
+from lbtune.host.net.sockdiag import count_tcp_local_ports
 from lbtune.observe.clock import SYSTEM_CLOCK, Clock
 from lbtune.observe.config import ConfigValues, read_config
 from lbtune.observe.conntrack import read_conntrack

@@ -22,11 +22,11 @@ from typing import IO, Iterator, Mapping, Optional, Protocol, Sequence
 
 from lbtune.diagnose.probe_evidence import DIAGNOSE_PROBES
 from lbtune.diagnose.rules import RULES, Rule, sample_spec
-from lbtune.host.bpf import probe_problem
 from lbtune.host.host import Host
 from lbtune.host.inventory import discover_host
-from lbtune.host.nic import Nic
-from lbtune.host.topology import CpuTopology
+from lbtune.host.kernel.cputopology import CpuTopology
+from lbtune.host.net.nic import Nic
+from lbtune.host.trace.bpf import probe_problem
 from lbtune.observe.clock import SYSTEM_CLOCK, Clock
 from lbtune.observe.model import Sample
 from lbtune.observe.probe_loader import BackgroundProbes

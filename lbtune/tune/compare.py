@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lbtune.errors import BadInput
-from lbtune.host.cpulist import format_cpulist
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
-from lbtune.host.ipvs_proc import PROC_IP_VS, parse_proc_ip_vs
-from lbtune.host.nic import Nic
+from lbtune.host.ipvs.procfs import PROC_IP_VS, parse_proc_ip_vs
+from lbtune.host.kernel.cpulist import format_cpulist
+from lbtune.host.net.nic import Nic
 
 KNOB_SYSCTLS = ("fs/file-max", "fs/nr_open", "vm/swappiness", "kernel/pid_max",
                 "kernel/threads-max", "kernel/timer_migration", "kernel/numa_balancing")
@@ -246,7 +246,7 @@ def is_profile_ref(ref: str) -> bool:
 
 def _profile_drift(host: Host, source: str, profile: str, iface: Optional[str]) -> tuple[
         str, HostDrift]:
-    from lbtune.host.capture import read_manifest
+    from lbtune.host.capture.write import read_manifest
     from lbtune.host.inventory import LazyInventory
     from lbtune.tune.engine import KnobStatus, verify_targets
     from lbtune.tune.profile import load_profile, resolve

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lbtune.errors import BadInput
-from lbtune.host.cpulist import format_cpulist
 from lbtune.host.inventory import Inventory
+from lbtune.host.kernel.cpulist import format_cpulist
 from lbtune.tune.profile import (
     LB_ROLES,
     CpuLit,

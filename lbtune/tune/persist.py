@@ -24,8 +24,8 @@ import sys
 from typing import Optional
 
 from lbtune.errors import BadInput
-from lbtune.host.bootloader import BootloaderError, bootloader_tool, update_bootloader
 from lbtune.host.host import Host
+from lbtune.host.kernel.bootloader import BootloaderError, bootloader_tool, update_bootloader
 from lbtune.tune.engine import Transaction
 from lbtune.tune.knob import KnobError
 from lbtune.tune.knobs.boot import GRUB_DEFAULT

@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import AbstractSet, Optional, Union
 
 from lbtune.errors import BadInput
-from lbtune.host.cpulist import format_cpulist
 from lbtune.host.inventory import Inventory
-from lbtune.host.nic import Nic
+from lbtune.host.kernel.cpulist import format_cpulist
+from lbtune.host.net.nic import Nic
 
 STRATEGIES = ("local", "list", "isolated")
 

@@ -141,7 +141,7 @@ def _refuse_all_skipped(host: Host, plan: Plan) -> None:
 
 
 def _management_guard(host: Host, plan: Plan) -> Optional[NeedsConfirmation]:
-    from lbtune.host.mgmt import management_interfaces
+    from lbtune.host.net.mgmt import management_interfaces
 
     risky = {c.knob.interface for c in plan.to_apply if c.knob.disruptive and c.knob.interface}
     if not risky:

@@ -102,7 +102,7 @@ def test_lab_kernel_with_built_in_ipvs(cli, tmp_path, monkeypatch):
 
 
 def test_lab_features_unknown_when_modules_dep_cannot_be_read(tmp_path):
-    from lbtune.lab.uml import kernel_features
+    from lbtune.lab.guests.uml import kernel_features
 
     assert kernel_features(str(tmp_path)) == {"IPVS": "unknown", "veth": "unknown",
                                               "bridge": "unknown"}  # fmt: skip
@@ -110,7 +110,7 @@ def test_lab_features_unknown_when_modules_dep_cannot_be_read(tmp_path):
 
 def test_lab_features_match_the_installed_modules(cli):
     """Independent evidence: the .ko files under the real lab kernel's modules directory."""
-    from lbtune.lab.uml import LabUnavailable, find_lab_kernel
+    from lbtune.lab.guests.uml import LabUnavailable, find_lab_kernel
 
     try:
         kernel = find_lab_kernel()

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from lbtune.ipvs.agentreport import AgentReport, judge
+from lbtune.ipvs.nodereport import AgentReport, judge
 from tests.conftest import run_cli
 
 REPORT = judge(AgentReport(

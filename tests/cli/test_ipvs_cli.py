@@ -12,7 +12,7 @@ import os
 import pytest
 
 from lbtune.host.fs import HostFS
-from lbtune.host.ipvs import ipvs_loaded
+from lbtune.host.ipvs.table import ipvs_loaded
 from tests.conftest import HOSTS, TINY, run_cli
 
 GOOD = '[[service]]\naddress = "127.0.0.1"\nport = 80\nscheduler = "rr"\n' \

@@ -54,8 +54,8 @@ def test_stale_state_file_is_not_a_lab(tmp_path):
 
 
 def test_scenario_refuses_to_run_outside_the_lab_kernel():
-    from lbtune.lab.scenario import ScenarioConfig, run_scenario
-    from lbtune.lab.uml import LabUnavailable
+    from lbtune.lab.experiments.scenario import ScenarioConfig, run_scenario
+    from lbtune.lab.guests.uml import LabUnavailable
 
     with pytest.raises(LabUnavailable):
         run_scenario(ScenarioConfig())

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from lbtune.lab import guest, session
+from lbtune.lab.guests import session
+from lbtune.lab.inguest import entry as guest
 from tests.conftest import run_cli
 
 TOKEN = "0123456789abcdef"  # noqa: S105 - a session token, not a secret
@@ -47,7 +48,7 @@ def test_lab_up_vm_without_an_image_is_exit_3_and_leaves_nothing(run_dir, tmp_pa
     assert ("no VM image" in r.stderr) if os.geteuid() == 0 else ("needs root" in r.stderr)
     _one_line(r)
     assert not (run_dir / session.STATE_FILE).exists()
-    assert not session.processes_naming("lbtune.lab.session")  # no supervisor started
+    assert not session.processes_naming("lbtune.lab.guests.session")  # no supervisor started
 
 
 def test_lab_up_vm_bad_boot_timeout_is_exit_2(run_dir, monkeypatch):
@@ -74,7 +75,7 @@ def vm_up(run_dir, tmp_path):  # type: ignore[no-untyped-def]
     workdir = tmp_path / "lbtune-vm.test"
     workdir.mkdir()
     sup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
-                            "lbtune.lab.session", "supervise", "--vm"])  # fmt: skip
+                            "lbtune.lab.guests.session", "supervise", "--vm"])  # fmt: skip
     # Popen returns at fork: until the exec, /proc/PID/cmdline is still this test's, and
     # status would not recognise the supervisor (a race seen in 2 of 3 runs).
     deadline = time.monotonic() + 10
@@ -179,7 +180,7 @@ def test_in_lab_on_this_host_with_the_env_marker_is_false(monkeypatch):
 
 
 def test_the_vm_boots_with_the_mark_in_lab_checks():
-    from lbtune.lab.vm import CMDLINE_MARK, VmImage, qemu_argv
+    from lbtune.lab.guests.vm import CMDLINE_MARK, VmImage, qemu_argv
 
     image = VmImage("6.1.0-56-amd64", "/k", "/i", "/m")
     argv = qemu_argv("qemu", image, "tcg", "/w", "/s", "/c", ("isolcpus=3",))
@@ -190,8 +191,8 @@ def test_the_vm_boots_with_the_mark_in_lab_checks():
 def test_a_python_under_tmp_is_refused_before_any_boot(monkeypatch, tmp_path):
     """The guest mounts its own /tmp and /run: a venv there would be invisible in it (the agent
     exited 127 when a checkout under /tmp booted); refused in one sentence instead."""
-    from lbtune.lab import vm
-    from lbtune.lab.uml import LabUnavailable
+    from lbtune.lab.guests import vm
+    from lbtune.lab.guests.uml import LabUnavailable
 
     vm._check_host()  # this checkout and venv are visible in the guest
     for path in ("/tmp/checkout/.venv/bin/python", "/run/x/bin/python3"):

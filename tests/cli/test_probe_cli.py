@@ -120,7 +120,7 @@ def test_doctor_says_what_the_probes_need():
         assert caps[tp]["group"] == "tracepoints"
     stats = caps["BPF run-time statistics"]
     if os.geteuid() == 0:  # the kernel's own answer: can statistics be switched on?
-        from lbtune.host.bpf import RunTimeStats
+        from lbtune.host.trace.bpf import RunTimeStats
 
         probe = RunTimeStats()
         works = probe.open()

@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from lbtune.host.http import WORKERS
+from lbtune.host.endpoints.http import WORKERS
 from tests.fleet.conftest import LBTUNE, check_metrics, parse
 
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -58,7 +58,7 @@ def _get_in(netns: str, path: str) -> Any:
     def call() -> Any:
         import urllib.request
 
-        from lbtune.host.netns import enter_netns
+        from lbtune.host.net.netns import enter_netns
 
         enter_netns(netns)
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -151,7 +151,7 @@ def test_prometheus_scrapes_the_drop_rate_and_the_alert_fires(promns, tmp_path):
 def _metrics_in(netns: str, port: int) -> str:
     import urllib.request
 
-    from lbtune.host.netns import enter_netns
+    from lbtune.host.net.netns import enter_netns
 
     enter_netns(netns)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

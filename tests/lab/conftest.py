@@ -11,8 +11,8 @@ from typing import Optional
 
 import pytest
 
-from lbtune.lab.guest import in_lab
-from lbtune.lab.uml import LabKernel, LabUnavailable, find_lab_kernel
+from lbtune.lab.guests.uml import LabKernel, LabUnavailable, find_lab_kernel
+from lbtune.lab.inguest.entry import in_lab
 
 GUEST_DIR = Path(__file__).parent / "guest"
 

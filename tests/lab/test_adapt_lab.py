@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from lbtune.lab.uml import LabKernel
+from lbtune.lab.guests.uml import LabKernel
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.lab
@@ -17,7 +17,7 @@ RS1, RS2, RS3 = "10.77.0.11", "10.77.0.12", "10.77.0.13"
 
 @pytest.fixture(scope="module")
 def e2e() -> dict[str, Any]:
-    from lbtune.lab.uml import LabUnavailable, run_in_lab
+    from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
         res = run_in_lab("tests.lab.guest.adapt_e2e:run", timeout=600)

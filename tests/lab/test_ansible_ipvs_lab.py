@@ -12,7 +12,7 @@ pytestmark = pytest.mark.lab
 
 @pytest.fixture(scope="module")
 def lab() -> dict[str, Any]:
-    from lbtune.lab.uml import LabUnavailable, run_in_lab
+    from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
         res = run_in_lab("tests.lab.guest.ansible_ipvs:run", timeout=900).value

@@ -25,7 +25,7 @@ MAX, CONNS = 16, 24
 
 @pytest.fixture(scope="module")
 def lab_run() -> dict[str, Any]:
-    from lbtune.lab.uml import LabUnavailable, run_in_lab
+    from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
         res = run_in_lab("tests.lab.guest.conntrack_full:run", MAX, CONNS, 2.0, timeout=180)
@@ -96,7 +96,7 @@ def test_diagnose_finds_the_full_table_text(lab_run):
 
 
 def test_a_namespace_tracks_one_entry_per_connection() -> None:
-    from lbtune.lab.uml import LabUnavailable, run_in_lab
+    from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
         res = run_in_lab("tests.lab.guest.conntrack_full:tracking_in_netns", CONNS, timeout=180)

@@ -17,7 +17,7 @@ TCP, UDP = "tcp:10.7.0.1:80", "udp:10.7.0.1:53"
 
 @pytest.fixture(scope="module")
 def lab() -> dict[str, Any]:
-    from lbtune.lab.uml import LabUnavailable, run_in_lab
+    from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
         return run_in_lab("tests.lab.guest.exporter_ipvs:run", timeout=300).value  # type: ignore[no-any-return]

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from lbtune.lab.session import processes_naming
-from lbtune.lab.uml import LabKernel
+from lbtune.lab.guests.session import processes_naming
+from lbtune.lab.guests.uml import LabKernel
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.lab

@@ -37,7 +37,7 @@ KEYS = {
 
 @pytest.fixture(scope="module")
 def loops() -> dict[str, dict[str, Any]]:
-    from lbtune.lab.uml import LabUnavailable, run_in_lab
+    from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
         res = run_in_lab("tests.lab.guest.fix_loop:run", sorted(KEYS), timeout=600)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lbtune.lab.guestapi import Guest, UmlGuest, boot_guest
+from lbtune.lab.guests.api import Guest, UmlGuest, boot_guest
+from lbtune.lab.guests.uml import LabError, LabKernel
 from lbtune.lab.progress import DONE, START, ProgressReader, Step
-from lbtune.lab.uml import LabError, LabKernel
 
 pytestmark = pytest.mark.lab
 

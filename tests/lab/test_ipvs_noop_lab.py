@@ -15,7 +15,7 @@ pytestmark = pytest.mark.lab
 @pytest.fixture(scope="module")
 def steps(lab_kernel: Any) -> dict[str, Any]:
     """(lab_kernel: without the lab kernel the tier is skipped, which fails under CI.)"""
-    from lbtune.lab.uml import run_in_lab
+    from lbtune.lab.guests.uml import run_in_lab
 
     res = run_in_lab("tests.lab.guest.ipvs_noop:run", "/tmp/lbtune-noop-state", timeout=900)
     return res.value  # type: ignore[no-any-return]

@@ -20,7 +20,7 @@ RS = {1: "10.0.0.11", 2: "10.0.0.12", 3: "10.0.0.13", 4: "10.0.0.14"}
 
 @pytest.fixture(scope="module")
 def lab() -> dict[str, Any]:
-    from lbtune.lab.uml import LabUnavailable, run_in_lab
+    from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
         res = run_in_lab("tests.lab.guest.ipvs_selftest:run", timeout=600)

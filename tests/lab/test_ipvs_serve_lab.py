@@ -22,7 +22,7 @@ SCENARIOS = ["first", "first_text", "noop", "noop_text", "weight", "weight_text"
 @pytest.fixture(scope="module")
 def steps(lab_kernel: Any) -> dict[str, Any]:
     """(lab_kernel: without the lab kernel the tier is skipped, which fails under CI.)"""
-    from lbtune.lab.uml import run_in_lab
+    from lbtune.lab.guests.uml import run_in_lab
 
     res = run_in_lab("tests.lab.guest.ipvs_serve:run", "/tmp/lbtune-serve-state", timeout=1200)
     return res.value  # type: ignore[no-any-return]

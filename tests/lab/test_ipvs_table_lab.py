@@ -18,7 +18,7 @@ FUZZ_EXAMPLES = 80
 
 @pytest.fixture(scope="module")
 def lab() -> dict[str, Any]:
-    from lbtune.lab.uml import LabUnavailable, run_in_lab
+    from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
         return run_in_lab("tests.lab.guest.ipvs_table:run", FUZZ_EXAMPLES,  # type: ignore[no-any-return]

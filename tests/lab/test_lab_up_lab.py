@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from lbtune.lab.session import processes_naming
-from lbtune.lab.uml import LabKernel, iter_lab_workdirs
+from lbtune.lab.guests.session import processes_naming
+from lbtune.lab.guests.uml import LabKernel, iter_lab_workdirs
 
 pytestmark = pytest.mark.lab
 

@@ -27,7 +27,7 @@ FAILING = ("down", "bad_status", "http09", "huge_headers", "deep_json", "deep_js
 
 @pytest.fixture(scope="module")
 def lab() -> dict[str, Any]:
-    from lbtune.lab.uml import LabUnavailable, run_in_lab
+    from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
         return run_in_lab("tests.lab.guest.misc_check_keepalived:run",  # type: ignore[no-any-return]

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.lab
 
 
 def test_lb_proxy_global_sysctls_round_trip_in_lab():
-    from lbtune.lab.uml import LabUnavailable, run_in_lab
+    from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
         res = run_in_lab("tests.lab.guest.tune_round_trip:run", "lb-proxy", timeout=180)

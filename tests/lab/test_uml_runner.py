@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lbtune.lab.uml import (
+from lbtune.lab.guests.uml import (
     FPU_LEGACY,
     LabError,
     LabKernel,
@@ -48,7 +48,7 @@ def test_lab_kernel_reports_uml_version(lab_kernel: LabKernel) -> None:
 def test_boot_runs_kernel_release_and_leaves_nothing(
     lab_kernel: LabKernel, private_tmp: Path
 ) -> None:
-    result = run_in_lab("lbtune.lab.checks:kernel_release", kernel=lab_kernel)
+    result = run_in_lab("lbtune.lab.inguest.checks:kernel_release", kernel=lab_kernel)
 
     assert isinstance(result, LabResult)
     assert result.value == lab_kernel.version
@@ -63,7 +63,7 @@ def test_boot_runs_kernel_release_and_leaves_nothing(
 
 
 def test_ipvs_version_matches_proc_net_ip_vs(lab_kernel: LabKernel) -> None:
-    report = run_in_lab("lbtune.lab.checks:ipvs_version_report", kernel=lab_kernel).value
+    report = run_in_lab("lbtune.lab.inguest.checks:ipvs_version_report", kernel=lab_kernel).value
 
     netlink, proc = report["netlink"], report["proc"]
     assert proc["header"].startswith(f"IP Virtual Server version {netlink['version']} ")
@@ -74,22 +74,24 @@ def test_ipvs_version_matches_proc_net_ip_vs(lab_kernel: LabKernel) -> None:
 
 def test_guest_exception_comes_back_as_lab_error(lab_kernel: LabKernel) -> None:
     with pytest.raises(LabError) as caught:
-        run_in_lab("lbtune.lab.checks:load_module", "lbtune-no-such-module", kernel=lab_kernel)
+        run_in_lab(
+            "lbtune.lab.inguest.checks:load_module", "lbtune-no-such-module", kernel=lab_kernel
+        )
 
     err = caught.value
     assert "KernelFeatureMissing" in str(err)
     assert "lbtune-no-such-module" in str(err)
     assert err.guest_traceback.startswith("Traceback (most recent call last):")
     assert "in load_module" in err.guest_traceback
-    assert err.exc_type == "lbtune.lab.checks.KernelFeatureMissing"
+    assert err.exc_type == "lbtune.lab.inguest.checks.KernelFeatureMissing"
     assert err.result is not None and err.result.exit_status == 1
 
 
 def test_bad_target_is_rejected_before_booting() -> None:
     with pytest.raises(ValueError):
-        run_in_lab("lbtune.lab.checks.kernel_release")
+        run_in_lab("lbtune.lab.inguest.checks.kernel_release")
     with pytest.raises(TypeError):
-        run_in_lab("lbtune.lab.checks:load_module", object())
+        run_in_lab("lbtune.lab.inguest.checks:load_module", object())
 
 
 def test_guest_pytest_passes(lab_kernel: LabKernel) -> None:
@@ -125,7 +127,7 @@ def test_concurrent_runs_do_not_collide(lab_kernel: LabKernel) -> None:
 
     def run() -> None:
         try:
-            results.append(run_in_lab("lbtune.lab.checks:kernel_info", kernel=lab_kernel))
+            results.append(run_in_lab("lbtune.lab.inguest.checks:kernel_info", kernel=lab_kernel))
         except BaseException as exc:
             errors.append(exc)
 
@@ -142,7 +144,7 @@ def test_concurrent_runs_do_not_collide(lab_kernel: LabKernel) -> None:
 def test_legacy_fpu_mode_runs_ipvs(lab_kernel: LabKernel) -> None:
     """The no-compiler fallback: seccomp hides xstate ptrace, the guest avoids AVX."""
     legacy = dataclasses.replace(lab_kernel, fpu_mode=FPU_LEGACY)
-    result = run_in_lab("lbtune.lab.checks:ipvs_version_report", kernel=legacy)
+    result = run_in_lab("lbtune.lab.inguest.checks:ipvs_version_report", kernel=legacy)
 
     assert result.fpu_mode == FPU_LEGACY
     assert result.value["netlink"]["version"] == result.value["proc"]["version"]

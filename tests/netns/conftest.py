@@ -90,7 +90,7 @@ def in_netns(name: str, fn, *args):  # type: ignore[no-untyped-def]
     from tests.conftest import fork_call
 
     def enter_and_call():  # type: ignore[no-untyped-def]
-        from lbtune.host.netns import enter_netns
+        from lbtune.host.net.netns import enter_netns
 
         enter_netns(name)
         return fn(*args)

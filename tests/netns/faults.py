@@ -996,7 +996,7 @@ class ConntrackFull(Fault):
            "protocol", "ip", "flower", "ct_state", "+trk+inv", "action", "drop")  # fmt: skip
 
     def setup(self) -> None:
-        from lbtune.lab.guest import in_lab
+        from lbtune.lab.inguest.entry import in_lab
 
         if not in_lab():
             raise RuntimeError(
@@ -1143,7 +1143,7 @@ def _child(conn: Connection, netns: Optional[str], fault: Fault) -> None:
     code = 0
     try:
         if netns is not None:
-            from lbtune.host.netns import enter_netns
+            from lbtune.host.net.netns import enter_netns
 
             enter_netns(netns)
         t0 = time.monotonic()
@@ -1704,7 +1704,7 @@ class PortRangeExhausted(Fault):
 
 def write_global_sysctl(key: str, value: object) -> None:
     """Write a host-global sysctl: only inside the lab guest (a UML kernel of its own)."""
-    from lbtune.lab.guest import running_on_uml
+    from lbtune.lab.inguest.entry import running_on_uml
 
     if not running_on_uml():
         raise RuntimeError(f"{key} is host-global: written only inside the UML lab guest")

@@ -242,9 +242,9 @@ def read_sysctl_global(key: str) -> Optional[str]:
 def kernel_drop_reason(name: str) -> Optional[int]:
     """This kernel's number for drop reason `name` (`TCP_LISTEN_OVERFLOW`), read the way the
     probes read it (skb:kfree_skb's format and the BTF enums); None when the kernel has none."""
-    from lbtune.host.btf import kernel_enums
     from lbtune.host.fs import HostFS
-    from lbtune.host.tracefs import ensure_tracefs, read_format
+    from lbtune.host.trace.btf import kernel_enums
+    from lbtune.host.trace.tracefs import ensure_tracefs, read_format
     from lbtune.observe.dropreasons import resolve_drop_reasons
 
     fs = HostFS("/")

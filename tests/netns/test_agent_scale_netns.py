@@ -54,9 +54,9 @@ def _ss(netns: str, port: int, family: str = "") -> int:
 
 
 def _counts() -> dict[str, Any]:
-    from lbtune.host import sockdiag
     from lbtune.host.host import Host
-    from lbtune.ipvs import agent as ag
+    from lbtune.host.net import sockdiag
+    from lbtune.ipvs import nodeagent as ag
 
     def refused(_port: int) -> int:
         raise PermissionError(1, "Operation not permitted")

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from lbtune.host.ethtool import parse_ethtool_i, parse_ethtool_l, parse_ethtool_S
+from lbtune.host.net.ethtool import parse_ethtool_i, parse_ethtool_l, parse_ethtool_S
 
 pytestmark = pytest.mark.skipif(shutil.which("ethtool") is None, reason="needs ethtool")
 
@@ -31,8 +31,8 @@ def test_channels_info_and_stats_match_ethtool_binary(cli, veth4):
 def test_stats_match_ethtool_binary(veth4):
     code = (
         "import json, sys\n"
-        "from lbtune.host.netns import enter_netns\n"
-        "from lbtune.host.ethtool import LiveEthtool\n"
+        "from lbtune.host.net.netns import enter_netns\n"
+        "from lbtune.host.net.ethtool import LiveEthtool\n"
         f"enter_netns({veth4!r})\n"
         "print(json.dumps(LiveEthtool().stats('v0')))\n"
     )
@@ -49,7 +49,7 @@ def test_stats_match_ethtool_binary(veth4):
 
 
 def test_device_without_ethtool_ops(veth4):
-    from lbtune.host.ethtool import LiveEthtool
+    from lbtune.host.net.ethtool import LiveEthtool
 
     e = LiveEthtool()
     assert e.rings("no-such-dev0") is None
@@ -59,7 +59,7 @@ def test_device_without_ethtool_ops(veth4):
 
 
 def _stats_across_a_channel_change(ns: str) -> tuple[list[str], list[str], list[str]]:
-    from lbtune.host.ethtool import LiveEthtool
+    from lbtune.host.net.ethtool import LiveEthtool
 
     e = LiveEthtool()  # one instance: it keeps the statistics names between reads
     first = list(e.stats("v0") or {})

@@ -198,7 +198,7 @@ def send_to_vip(rs: str, peer: str, n: int, expect_arrival: bool) -> tuple[int, 
     import socket
     import time
 
-    from lbtune.host.netns import NetnsThread
+    from lbtune.host.net.netns import NetnsThread
 
     def bound(addr: str, port: int) -> socket.socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -17,9 +17,9 @@ from typing import Iterator
 
 import pytest
 
-from lbtune.host import netlink
-from lbtune.host.qdisc import QdiscStats, dump_qdiscs, format_tc_qdisc, parse_tc_qdisc
-from lbtune.host.sockdiag import (
+from lbtune.host.net import netlink
+from lbtune.host.net.qdisc import QdiscStats, dump_qdiscs, format_tc_qdisc, parse_tc_qdisc
+from lbtune.host.net.sockdiag import (
     _REQ_V2,
     SOCK_DIAG_BY_FAMILY,
     ListenSocket,
@@ -342,7 +342,7 @@ def test_one_tick_of_dumps_sees_every_socket_and_qdisc(veth4):
 def _pinned_receiver() -> tuple[list, list, int]:  # type: ignore[type-arg]
     """A receiver with a pinned small SO_RCVBUF that stopped reading (faults.py), read by
     sock_diag and by `ss -peaonmi` through our parser, while both ends are open."""
-    from lbtune.host.sockdiag import dump_tcp_receivers, parse_ss_receivers
+    from lbtune.host.net.sockdiag import dump_tcp_receivers, parse_ss_receivers
     from tests.netns.faults import PinnedRcvbufPrune
 
     fault = PinnedRcvbufPrune(port=18092, rcvbuf=2048)
@@ -379,7 +379,7 @@ def _link_stats_and_files() -> tuple[dict[str, dict[str, int]], dict[str, dict[s
     between two reads of every statistics directory, until both reads agree (IPv6 on a new
     link may send a packet meanwhile)."""
     from lbtune.host.fs import HostFS
-    from lbtune.host.linkstats import dump_link_stats
+    from lbtune.host.net.linkstats import dump_link_stats
 
     fs = HostFS("/")
     sent = 7

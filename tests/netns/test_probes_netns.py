@@ -163,7 +163,7 @@ def test_queues_and_napi_on_the_receiver(pair, request):
 
 
 def _open_close_twice(netns: str):  # type: ignore[no-untyped-def]
-    from lbtune.host.bpf import BpfProgram
+    from lbtune.host.trace.bpf import BpfProgram
 
     seen = []
     for _ in range(2):

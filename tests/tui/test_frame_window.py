@@ -13,7 +13,7 @@ import dataclasses
 
 from lbtune.diagnose.render import render_html
 from lbtune.diagnose.view import report_view
-from lbtune.host.sockdiag import UdpSocket
+from lbtune.host.net.sockdiag import UdpSocket
 from lbtune.observe.model import SnmpCounters
 from lbtune.tui.frame import JUDGE_SECONDS, Frame, FrameBuilder
 from lbtune.tui.lines import plain

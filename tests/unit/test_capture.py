@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 
 from lbtune.errors import BadInput
-from lbtune.host.capture import MANIFEST, read_manifest, unpack_capture, write_capture
-from lbtune.host.ethtool import (
+from lbtune.host.capture.write import MANIFEST, read_manifest, unpack_capture, write_capture
+from lbtune.host.fs import HostFS
+from lbtune.host.host import Host
+from lbtune.host.identity import machine_hash
+from lbtune.host.net.ethtool import (
     RecordedEthtool,
     format_ethtool_g,
     format_ethtool_i,
@@ -28,9 +31,6 @@ from lbtune.host.ethtool import (
     parse_ethtool_l,
     parse_ethtool_S,
 )
-from lbtune.host.fs import HostFS
-from lbtune.host.host import Host
-from lbtune.host.identity import machine_hash
 from tests.conftest import HOSTS, run_cli
 
 TREES = sorted(
@@ -97,7 +97,7 @@ def test_round_trip_covers_every_kind_of_recording() -> None:
 
 
 def test_format_none_prints_na_and_parses_back() -> None:
-    from lbtune.host.ethtool import Channels, RingSizes
+    from lbtune.host.net.ethtool import Channels, RingSizes
 
     r = RingSizes(rx=0, tx=None, rx_max=4096, tx_max=None)
     assert parse_ethtool_g(format_ethtool_g(r)) == r

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lbtune.host.cmdline import KernelCmdline
+from lbtune.host.kernel.cmdline import KernelCmdline
 from tests.conftest import AWS, DELL, HOSTS
 
 ISOLATED = frozenset({*range(2, 12), *range(26, 36)})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from lbtune.host.ipvs_proc import parse_proc_ip_vs
+from lbtune.host.ipvs.procfs import parse_proc_ip_vs
 from tests.conftest import DELL, HOSTS, KVM, copy_host, run_cli
 
 IP_VS = pathlib.Path(__file__).resolve().parents[1] / "data" / "ipvs" / "proc_net_ip_vs.txt"

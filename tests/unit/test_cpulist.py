@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lbtune.host.cpulist import (
+from lbtune.host.kernel.cpulist import (
     MAX_CPUS,
     CpuListError,
     format_cpulist,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lbtune.errors import MalformedHostFile
-from lbtune.host.ethtool import (
+from lbtune.host.fs import HostFS
+from lbtune.host.net.ethtool import (
     Channels,
     DriverInfo,
     RecordedEthtool,
@@ -15,7 +16,6 @@ from lbtune.host.ethtool import (
     parse_ethtool_l,
     parse_ethtool_S,
 )
-from lbtune.host.fs import HostFS
 
 # ethtool 6.1 on a 6.x virtio_net guest (recorded on this project's build machine).
 G_61_VIRTIO = (

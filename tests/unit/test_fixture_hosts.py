@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from lbtune.host.ethtool import Channels, RingSizes
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
-from lbtune.host.nic import Nic
+from lbtune.host.net.ethtool import Channels, RingSizes
+from lbtune.host.net.nic import Nic
 from tests.conftest import AWS, DELL, HOSTS, KVM, TINY
 
 _cache: dict[str, HostInventory] = {}

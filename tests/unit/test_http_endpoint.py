@@ -1,4 +1,4 @@
-"""host/http.py: agents are polled directly (never through an http_proxy of the
+"""host/endpoints/http.py: agents are polled directly (never through an http_proxy of the
 environment), and a client that connects and says nothing is dropped after the handler's
 timeout instead of holding a server thread for ever."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import socket
 
-from lbtune.host import http
-from lbtune.host.http import HttpEndpoint, Reply, fetch_json
+from lbtune.host.endpoints import http
+from lbtune.host.endpoints.http import HttpEndpoint, Reply, fetch_json
 
 
 def test_fetch_ignores_the_proxy_environment(monkeypatch):
@@ -37,7 +37,7 @@ def test_a_dripping_client_is_cut_at_the_deadline(monkeypatch):
     a server thread for as long as it liked; now the connection ends at REQUEST_DEADLINE."""
     import time
 
-    import lbtune.host.http as http
+    import lbtune.host.endpoints.http as http
 
     monkeypatch.setattr(http, "REQUEST_DEADLINE", 0.5, raising=False)
     ep = HttpEndpoint("127.0.0.1", 0, lambda path: Reply(200, "text/plain", "x"))

@@ -8,7 +8,7 @@ import pytest
 
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
-from lbtune.host.interrupts import parse_interrupts, read_interrupts, read_irq_affinity
+from lbtune.host.kernel.interrupts import parse_interrupts, read_interrupts, read_irq_affinity
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
 HOSTS = DATA / "hosts"

@@ -11,7 +11,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lbtune.host import ipvs_wire as W
+from lbtune.host.ipvs import wire as W
 
 A = W._attr
 

@@ -1,4 +1,4 @@
-"""host/ipvs.py and host/ipvs_wire.py without a kernel: message layouts, decoding, and how
+"""host/ipvs/table.py and host/ipvs/wire.py without a kernel: message layouts, decoding, and how
 a pipelined batch reports each failure. Real IPVS is exercised in tests/lab/."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lbtune.errors import BadInput
-from lbtune.host import ipvs as I
-from lbtune.host import ipvs_wire as W
-from lbtune.host.netlink import NLMSGHDR, parse_attrs
+from lbtune.host.ipvs import table as I
+from lbtune.host.ipvs import wire as W
+from lbtune.host.net.netlink import NLMSGHDR, parse_attrs
 
 
 def reply(body_attrs: bytes, cmd: int = W.CMD_GET_SERVICE) -> bytes:

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lbtune.environ import problem
-from lbtune.host import ipvs_memo as noop
-from lbtune.host import ipvs_wire as W
+from lbtune.host.ipvs import memo as noop
+from lbtune.host.ipvs import wire as W
 from lbtune.ipvs import config
 from tests.unit.test_ipvs_decode_fast import body, kernel_dest
 
@@ -199,7 +199,7 @@ def test_the_record_is_root_only_and_a_killed_write_leaves_no_temp(tmp_path):
 
 @pytest.mark.parametrize("source", ["d.toml", "/etc/lbtune/dr+1@x.toml"])
 def test_the_memos_json_is_what_the_cli_emits_for_the_same_no_op(capfd, source):
-    """The documents lbtune.cli.ipvs builds for a no-op apply and plan, through emit_json,
+    """The documents lbtune.cli.ipvs.commands builds for a no-op apply and plan, through emit_json,
     against the memo's hand-written ones (the lab test compares whole runs too)."""
     from lbtune.cli.output import emit_json
 

@@ -4,7 +4,7 @@ The server runs as a real process (`python -m lbtune ipvs serve`) with its state
 in a temp directory. Nothing here reaches IPVS or the host: every request that the server
 runs is for a config that does not read (exit 2 before the host is looked at); applies
 against real IPVS are tests/lab/test_ipvs_serve_lab.py. Hostile clients are raw sockets
-speaking (or not) the protocol of lbtune.host.ipvs_serve; hostile servers are sockets this
+speaking (or not) the protocol of lbtune.host.endpoints.serve; hostile servers are sockets this
 test listens on where the client looks.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from lbtune.host import ipvs_serve as proto
+from lbtune.host.endpoints import serve as proto
 from tests.conftest import needs_root
 
 pytestmark = needs_root
@@ -314,7 +314,7 @@ class FakeServer:
     def __init__(self, tmp: pathlib.Path, behave: str) -> None:
         state = tmp / "state"
         self.env = env_for(state)
-        probe = subprocess.run([sys.executable, "-c", "from lbtune.host.ipvs_serve import "
+        probe = subprocess.run([sys.executable, "-c", "from lbtune.host.endpoints.serve import "
                                 "_socket_path; print(_socket_path())"],
                                capture_output=True, text=True, env=self.env, check=True)
         self.path = probe.stdout.strip()
@@ -357,7 +357,7 @@ class FakeServer:
 
 def client(tmp: pathlib.Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The client alone: exit 99 when it would run the apply itself."""
-    return subprocess.run([sys.executable, "-m", "lbtune.host.ipvs_serve", "ipvs", "apply",
+    return subprocess.run([sys.executable, "-m", "lbtune.host.endpoints.serve", "ipvs", "apply",
                            "x.toml"], capture_output=True, text=True, env=env, cwd=tmp,
                           timeout=60)  # fmt: skip
 
@@ -385,7 +385,7 @@ def test_the_client_against_a_server_that_misbehaves(tmp_path, behave, code, wor
 def test_the_client_never_talks_to_a_server_that_is_not_roots(tmp_path):
     """A socket at the server's path whose listener is uid 65534 (the peer credentials of
     a listening socket are taken at listen()): the client closes without sending."""
-    probe = subprocess.run([sys.executable, "-c", "from lbtune.host.ipvs_serve import "
+    probe = subprocess.run([sys.executable, "-c", "from lbtune.host.endpoints.serve import "
                             "_socket_path; print(_socket_path())"],
                            capture_output=True, text=True, env=env_for(tmp_path / "state"),
                            check=True)
@@ -424,7 +424,7 @@ def test_the_client_passes_by_what_it_must_not_hand_over(tmp_path, server):
                       (["ipvs", "apply", "[x].toml"], base),
                       (["ipvs", "apply", "x.toml"], dict(base, LBTUNE_ROOT="/tmp")),
                       (["ipvs", "apply", "x.toml"], dict(base, LBTUNE_DEBUG="maybe"))):
-        got = subprocess.run([sys.executable, "-m", "lbtune.host.ipvs_serve", *argv],
+        got = subprocess.run([sys.executable, "-m", "lbtune.host.endpoints.serve", *argv],
                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
         assert got.returncode == 99, (argv, got.stderr)
     assert "apply" not in server.text().split("listening on", 1)[1]

@@ -7,8 +7,8 @@ from typing import Optional
 
 import pytest
 
-from lbtune.host.interrupts import parse_interrupts
-from lbtune.host.irqnames import FAMILIES, match_queue_irq
+from lbtune.host.kernel.interrupts import parse_interrupts
+from lbtune.host.kernel.irqnames import FAMILIES, match_queue_irq
 
 X86_515 = (
     pathlib.Path(__file__).resolve().parent.parent / "data/interrupts/x86-5.15-offline-cpu2.txt"

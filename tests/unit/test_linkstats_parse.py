@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import struct
 
-from lbtune.host import netlink
-from lbtune.host.linkstats import IFLA_IFNAME, IFLA_STATS64, STATS64_FIELDS, parse_link
+from lbtune.host.net import netlink
+from lbtune.host.net.linkstats import IFLA_IFNAME, IFLA_STATS64, STATS64_FIELDS, parse_link
 
 
 def test_parse_link_keeps_the_fields_an_older_kernel_sends():

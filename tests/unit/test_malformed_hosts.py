@@ -8,7 +8,7 @@ from lbtune.errors import BadInput, ExitCode, MalformedHostFile
 from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
 from lbtune.host.inventory import discover_host
-from lbtune.host.topology import discover_cpus
+from lbtune.host.kernel.cputopology import discover_cpus
 from tests.conftest import HOSTS
 
 
@@ -81,7 +81,7 @@ def test_read_int_dir(tmp_path):
 
 
 def test_read_clock_reads_this_machine():
-    from lbtune.host.clock import ClockState, read_clock
+    from lbtune.host.kernel.timesync import ClockState, read_clock
 
     state = read_clock()  # modes = 0: reads only
     assert isinstance(state, ClockState)

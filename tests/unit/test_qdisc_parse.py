@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lbtune.errors import MalformedHostFile
-from lbtune.host.qdisc import (
+from lbtune.host.net.qdisc import (
     QdiscStats,
     format_handle,
     format_parent,
@@ -123,13 +123,13 @@ def _attr(atype: int, payload: bytes) -> bytes:
 def test_netlink_stats_stats2_and_legacy_fallback():
     import struct
 
-    from lbtune.host import qdisc
+    from lbtune.host.net import qdisc
 
     basic = struct.pack("=QI4x", 5000, 7)
     queue = struct.pack("=IIIII", 2, 3028, 9, 1, 11)
     stats2 = _attr(qdisc.TCA_STATS2, _attr(qdisc.TCA_STATS_BASIC, basic)
                    + _attr(qdisc.TCA_STATS_QUEUE, queue))  # fmt: skip
-    from lbtune.host.netlink import parse_attrs
+    from lbtune.host.net.netlink import parse_attrs
 
     attrs = parse_attrs(_attr(qdisc.TCA_KIND, b"tbf\0") + stats2)
     assert attrs[qdisc.TCA_KIND] == b"tbf\0"
@@ -146,7 +146,7 @@ def test_netlink_stats_stats2_and_legacy_fallback():
 
 
 def test_parse_attrs_masks_flags_and_stops_at_truncation():
-    from lbtune.host.netlink import parse_attrs
+    from lbtune.host.net.netlink import parse_attrs
 
     nested_flag = 0x8000
     buf = _attr(3 | nested_flag, b"abcde") + _attr(1, b"") + b"\x08\x00\x02\x00ab"
@@ -247,8 +247,8 @@ def test_bad_tbf_rate_is_malformed():
 def test_netlink_tbf_rate_parms_and_rate64():
     import struct
 
-    from lbtune.host import qdisc
-    from lbtune.host.netlink import parse_attrs
+    from lbtune.host.net import qdisc
+    from lbtune.host.net.netlink import parse_attrs
 
     def ratespec(bytes_per_s: int) -> bytes:  # cell_log, linklayer, overhead, align, mpu, rate
         return struct.pack("=BBHhHI", 3, 1, 0, -1, 0, bytes_per_s)

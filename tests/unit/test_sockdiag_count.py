@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-from lbtune.host import netlink, sockdiag
+from lbtune.host.net import netlink, sockdiag
 
 # iproute2 6.1.0: `strace -e sendmsg -xx ss -Htn state established '( sport >= :80 and
 # sport <= :80 )'` sends, after its nlmsghdr, struct inet_diag_req_v2 (IPv4, TCP, no

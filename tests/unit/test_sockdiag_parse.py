@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lbtune.errors import MalformedHostFile
-from lbtune.host.sockdiag import (
+from lbtune.host.net.sockdiag import (
     MAX_RECEIVERS,
     ListenSocket,
     UdpSocket,

@@ -1,7 +1,8 @@
 """tests/vm_tier.py, the vm tier's runner: a second run only for modules whose guest kernel
 wedged, and only when every failure was in them. Real pytest runs of a small suite stand in for
 the VM modules: its tests record a wedge in tests/vm/conftest.py as the `vm` fixture does when
-lbtune.lab.vm raises GuestWedged (a real wedge of the guest kernel: tests/vm/test_vm_wedge.py).
+lbtune.lab.guests.vm raises GuestWedged (a real wedge of the guest kernel:
+tests/vm/test_vm_wedge.py).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""VM tier fixtures: one VM lab guest (lbtune.lab.vm) per test module, or a skip saying why.
+"""VM tier fixtures: one VM lab guest (lbtune.lab.guests.vm) per test module, or a skip saying why.
 
 Boots are slow under TCG (tens of seconds on a loaded 2-core machine), so every test of a module
 shares one guest; a test that changes the guest undoes its change (or reboots it). A guest
 that cannot boot here is a skip whose reason is not a `capability:` one: under CI=true it fails
 (tests/tiers.py), because make setup provides everything the VM lab needs.
 
-A guest whose kernel wedged (lbtune.lab.vm.GuestWedged: a stall report on its console, then no
+A guest whose kernel wedged (lbtune.lab.guests.vm.GuestWedged: a stall report on its console, then
+no
 answer) fails the test that was waiting and every later test of its module at once. The
 session's end prints each wedge's report (the kernel's words and where each vCPU was) and, for
 tests/vm_tier.py, writes the failed tests and the wedged modules to $LBTUNE_VM_REPORT.
@@ -21,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from lbtune.lab.uml import LabUnavailable
-from lbtune.lab.vm import GuestWedged, VmGuest
+from lbtune.lab.guests.uml import LabUnavailable
+from lbtune.lab.guests.vm import GuestWedged, VmGuest
 
 # Boot budget per module: a loaded CI machine runs TCG several times slower than an idle one.
 BOOT_TIMEOUT = float(os.environ.get("LBTUNE_VM_BOOT_TIMEOUT", "600"))

@@ -177,7 +177,7 @@ def effective(irqs: list[int]) -> dict[str, str]:
 
 def settled(irqs: list[int]) -> bool:
     """Every IRQ delivered within what was asked for (its move has happened)."""
-    from lbtune.host.cpulist import parse_cpulist
+    from lbtune.host.kernel.cpulist import parse_cpulist
 
     want, eff = affinities(irqs), effective(irqs)
     return all(parse_cpulist(eff[k]) <= parse_cpulist(want[k]) for k in want)

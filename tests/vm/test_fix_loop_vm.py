@@ -1,5 +1,5 @@
 """The fix loops that need a real NIC's queues and more CPUs, in the VM lab guest (Debian's 6.1
-kernel, 4 CPUs on 2 nodes, a 4-queue virtio-net and an e1000e; lbtune.lab.vm).
+kernel, 4 CPUs on 2 nodes, a 4-queue virtio-net and an e1000e; lbtune.lab.guests.vm).
 
 Each loop, as in tests/netns/test_fix_loop.py: the fault, `lbtune diagnose --write-profile P`
 names the rule and writes its fix, `lbtune apply P`, the same load again, and the fault's own
@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from lbtune.lab.vm import VmGuest
+from lbtune.lab.guests.vm import VmGuest
 
 pytestmark = pytest.mark.vm
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lbtune.lab.vm import VmGuest
+from lbtune.lab.guests.vm import VmGuest
 from tests.lab import test_ipvs_lab as dr
 from tests.lab import test_ipvs_table_lab as table
 

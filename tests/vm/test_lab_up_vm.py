@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lbtune.lab.vm import find_vm_image
+from lbtune.lab.guests.vm import find_vm_image
 
 pytestmark = pytest.mark.vm
 

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import pytest
 
-from lbtune.lab.vm import VmGuest, find_vm_image
+from lbtune.lab.guests.vm import VmGuest, find_vm_image
 from tests.conftest import needs_bcc
 
 pytestmark = [pytest.mark.vm, needs_bcc]
@@ -100,8 +100,8 @@ def header_reason(version: str, name: str) -> Optional[int]:
 
 def host_reason(name: str) -> Optional[int]:
     """The development host's number for `name` (its BTF, read only)."""
-    from lbtune.host.btf import kernel_enums
     from lbtune.host.fs import HostFS
+    from lbtune.host.trace.btf import kernel_enums
 
     for e in kernel_enums(HostFS("/"), modules=False):
         if e.name == "skb_drop_reason":

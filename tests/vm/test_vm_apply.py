@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from lbtune.host.netns import NetnsThread
-from lbtune.lab.vm import VmGuest
+from lbtune.host.net.netns import NetnsThread
+from lbtune.lab.guests.vm import VmGuest
 
 pytestmark = pytest.mark.vm
 
@@ -189,7 +189,7 @@ def lb_dr_cycle(
 
 def test_lb_dr_on_the_virtio_nic_applies_verifies_and_rolls_back(vm: VmGuest) -> None:
     ev = lb_dr_cycle(vm)
-    # the virtio NIC sits on node 1 (lbtune.lab.vm: a PCI expander bridge with numa_node=1):
+    # the virtio NIC sits on node 1 (lbtune.lab.guests.vm: a PCI expander bridge with numa_node=1):
     # its node-local CPUs 2-3 are also the CPUs outside the housekeeping pair 0-1
     assert (ev["topology"]["numa_node"], ev["topology"]["local_cpulist"]) == (1, "2-3")
     assert ev["data"] == {2, 3}

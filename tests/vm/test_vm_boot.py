@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from lbtune.lab.guests.uml import LabError
+from lbtune.lab.guests.vm import VmGuest, find_vm_image
 from lbtune.lab.progress import DONE, START, ProgressReader, Step
-from lbtune.lab.uml import LabError
-from lbtune.lab.vm import VmGuest, find_vm_image
 
 pytestmark = pytest.mark.vm
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lbtune.lab.uml import process_group_members
-from lbtune.lab.vm import find_vm_image, reap_stale
+from lbtune.lab.guests.uml import process_group_members
+from lbtune.lab.guests.vm import find_vm_image, reap_stale
 
 pytestmark = pytest.mark.vm
 
@@ -29,7 +29,7 @@ def test_reap_stale_cleans_up_after_a_killed_supervisor(tmp_path: Path) -> None:
         pytest.skip("VM lab unavailable: needs root")
     find_vm_image()  # LabUnavailable (an error here) when set-up did not prepare the image
     env = {**os.environ, "TMPDIR": str(tmp_path), "LBTUNE_VM_ACCEL": "tcg"}
-    code = "from lbtune.lab.vm import VmGuest; VmGuest.boot(timeout=600)"
+    code = "from lbtune.lab.guests.vm import VmGuest; VmGuest.boot(timeout=600)"
     sup = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:
         deadline = time.monotonic() + 60

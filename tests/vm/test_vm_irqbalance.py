@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from lbtune.lab.vm import VmGuest
+from lbtune.lab.guests.vm import VmGuest
 
 pytestmark = pytest.mark.vm
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from lbtune.lab.vm import VmGuest
+from lbtune.lab.guests.vm import VmGuest
 from lbtune.tune.persist import BOOT_UNIT, BOOT_WANTS, SYSCTL_CONF
 
 pytestmark = pytest.mark.vm

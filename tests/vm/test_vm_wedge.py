@@ -1,5 +1,5 @@
 """A guest kernel that wedges is reported as one: the harness's wedge detection against a real
-wedge of Debian's kernel in the VM lab (lbtune.lab.vm, tests/vm_tier.py).
+wedge of Debian's kernel in the VM lab (lbtune.lab.guests.vm, tests/vm_tier.py).
 
 The wedge is made the way a kernel bug would look from outside: four SCHED_FIFO busy loops,
 one pinned to each vCPU, with RT throttling off, so nothing else runs in the guest again - not
@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-import lbtune.lab.vm as vm_mod
-from lbtune.lab.uml import LabUnavailable
-from lbtune.lab.vm import GuestWedged, VmGuest
+import lbtune.lab.guests.vm as vm_mod
+from lbtune.lab.guests.uml import LabUnavailable
+from lbtune.lab.guests.vm import GuestWedged, VmGuest
 from tests.vm.conftest import BOOT_TIMEOUT
 
 pytestmark = pytest.mark.vm

@@ -29,7 +29,7 @@ from lbtune.diagnose.checklist.run import (
     pick_data_interface,
     run_checklist,
 )
-from lbtune.host.clock import ClockState
+from lbtune.host.kernel.timesync import ClockState
 
 __all__ = [
     "CHECK_LEVELS",

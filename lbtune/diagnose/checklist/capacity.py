@@ -25,7 +25,7 @@ from lbtune.diagnose.checklist.model import (
     worst,
 )
 from lbtune.diagnose.loadlint import TIME_WAIT_SECONDS, open_connections
-from lbtune.host.sockdiag import ListenSocket
+from lbtune.host.net.sockdiag import ListenSocket
 from lbtune.observe.conntrack import read_conntrack
 from lbtune.observe.procnet import read_sockstat
 from lbtune.vocab import Level

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
 from lbtune.diagnose.loadlint import LoadFacts, LoadIssue, LoadPlan, planned_connections
-from lbtune.host.clock import ClockState
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory
-from lbtune.host.nic import Nic
-from lbtune.host.sockdiag import ListenSocket
-from lbtune.host.sysctl import sysctl_path
+from lbtune.host.kernel.sysctl import sysctl_path
+from lbtune.host.kernel.timesync import ClockState
+from lbtune.host.net.nic import Nic
+from lbtune.host.net.sockdiag import ListenSocket
 from lbtune.tune.plan import Target
 from lbtune.tune.profile import Profile
 from lbtune.vocab import Level

@@ -18,7 +18,7 @@ from lbtune.diagnose.checklist.model import (
     lowers,
     result,
 )
-from lbtune.host.sysctl import effective_conf
+from lbtune.host.kernel.sysctl import effective_conf
 from lbtune.vocab import Level
 
 

@@ -36,12 +36,12 @@ from lbtune.diagnose.checklist.system import (
 )
 from lbtune.diagnose.loadlint import LoadPlan, lint_load, parse_load, read_load_facts
 from lbtune.errors import BadInput, LbtuneError
-from lbtune.host.clock import ClockState, read_clock
 from lbtune.host.host import Host
-from lbtune.host.ifname import check_ifname
 from lbtune.host.inventory import HostInventory, discover_host
-from lbtune.host.mgmt import default_route_interfaces
-from lbtune.host.sockdiag import ListenSocket
+from lbtune.host.kernel.timesync import ClockState, read_clock
+from lbtune.host.net.ifname import check_ifname
+from lbtune.host.net.mgmt import default_route_interfaces
+from lbtune.host.net.sockdiag import ListenSocket
 from lbtune.tune.plan import Target
 from lbtune.tune.profile import Profile, load_profile, resolve
 from lbtune.vocab import Level

@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 from lbtune.diagnose.loadlint.model import LoadFacts
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
-from lbtune.host.sockdiag import ListenSocket
+from lbtune.host.net.sockdiag import ListenSocket
 
 # ------------------------------------------------------------------ host facts
 

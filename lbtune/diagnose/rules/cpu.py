@@ -13,7 +13,7 @@ from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import MANUAL, Finding, Fix, ProfileSetting
 from lbtune.diagnose.rules.base import finding, moved, nic_setting, shown, since, sysctl_fix
 from lbtune.diagnose.rules.registry import rule
-from lbtune.host.cpulist import format_cpulist
+from lbtune.host.kernel.cpulist import format_cpulist
 from lbtune.observe import counters as C
 from lbtune.observe.counters import CounterRef
 from lbtune.observe.softnet import SOFTNET

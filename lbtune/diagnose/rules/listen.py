@@ -25,7 +25,7 @@ from lbtune.diagnose.rules.base import (
     sysctl_fix,
 )
 from lbtune.diagnose.rules.registry import rule
-from lbtune.host.sockdiag import ListenSocket
+from lbtune.host.net.sockdiag import ListenSocket
 from lbtune.observe import counters as C
 from lbtune.observe.counters import CounterRef
 from lbtune.tune.lint import SYN_BACKLOG_MAX

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import Finding, rank
 from lbtune.errors import BadInput
-from lbtune.host.sysctl import sysctl_path
+from lbtune.host.kernel.sysctl import sysctl_path
 from lbtune.observe.sampler import SampleSpec
 
 RuleFn = Callable[[Context], Iterable[Finding]]

@@ -12,7 +12,7 @@ from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import MANUAL, Finding, Fix
 from lbtune.diagnose.rules.base import finding, since, snmp_ev, sysctl_fix
 from lbtune.diagnose.rules.registry import rule
-from lbtune.host.sysctl import conf_key
+from lbtune.host.kernel.sysctl import conf_key
 from lbtune.tune.plan import Mode
 from lbtune.vocab import Level
 

@@ -17,7 +17,7 @@ from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import MANUAL, Finding, Fix
 from lbtune.diagnose.rules.base import finding, moved, nic_setting, since
 from lbtune.diagnose.rules.registry import rule
-from lbtune.host.qdisc import QdiscStats
+from lbtune.host.net.qdisc import QdiscStats
 from lbtune.observe import counters as C
 from lbtune.observe.counters import CounterRef
 from lbtune.vocab import Level

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from lbtune.host.topology import CpuTopology
+from lbtune.host.kernel.cputopology import CpuTopology
 from lbtune.tui.frame import CpuRow, Frame
 from lbtune.tui.lines import Line, line
 from lbtune.tui.panels.common import DIM, HOT, WARM, percent, rate, table

@@ -16,11 +16,11 @@ import re
 from typing import Optional
 
 from lbtune.errors import BadInput
-from lbtune.host.bootloader import BootloaderError, update_bootloader
-from lbtune.host.cmdline import CMDLINE_KEYS, ISOLCPUS_FLAGS, KernelCmdline
-from lbtune.host.cpulist import CpuListError, format_cpulist, parse_cpulist
 from lbtune.host.host import Host
-from lbtune.host.topology import CPU_SYS
+from lbtune.host.kernel.bootloader import BootloaderError, update_bootloader
+from lbtune.host.kernel.cmdline import CMDLINE_KEYS, ISOLCPUS_FLAGS, KernelCmdline
+from lbtune.host.kernel.cpulist import CpuListError, format_cpulist, parse_cpulist
+from lbtune.host.kernel.cputopology import CPU_SYS
 from lbtune.tune.knob import Knob, KnobError
 from lbtune.tune.knobs.common import AttrKnob, online_cpus, write_config
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 from typing import Optional
 
 from lbtune.errors import BadInput
-from lbtune.host.cpulist import (
+from lbtune.host.host import Host
+from lbtune.host.kernel.cpulist import (
     CpuListError,
     format_cpulist,
     parse_cpulist,
     parse_cpumask,
 )
-from lbtune.host.host import Host
-from lbtune.host.ifname import check_ifname
-from lbtune.host.topology import CPU_SYS
+from lbtune.host.kernel.cputopology import CPU_SYS
+from lbtune.host.net.ifname import check_ifname
 from lbtune.tune.knob import Knob, KnobError
 
 NET_SYS = "/sys/class/net"

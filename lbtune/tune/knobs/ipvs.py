@@ -15,7 +15,7 @@ there". Object and value formats:
 - `ipvs_timeout` `tcp` | `tcpfin` | `udp`: seconds.
 - `address` `IF:ADDR/PREFIX` (`eth0:10.0.0.100/32`, `lo:2001:db8::1/128`): `present` | `absent`.
 
-Changes go through `lbtune.host.ipvs.Ipvs.submit`; inside `Ipvs.batching()` (the
+Changes go through `lbtune.host.ipvs.table.Ipvs.submit`; inside `Ipvs.batching()` (the
 reconcile uses it) they are sent pipelined, and the engine's read-back sends what is left.
 """
 
@@ -26,9 +26,8 @@ import time
 from typing import Optional, TypeVar
 
 from lbtune.errors import BadInput
-from lbtune.host import addr as addrs
 from lbtune.host.host import Host
-from lbtune.host.ipvs import (
+from lbtune.host.ipvs.table import (
     FWD_METHODS,
     DestKey,
     DestSettings,
@@ -48,6 +47,7 @@ from lbtune.host.ipvs import (
     parse_flags,
     set_timeouts_op,
 )
+from lbtune.host.net import addr as addrs
 from lbtune.tune.knob import Knob, KnobError
 
 Self = TypeVar("Self", bound="IpvsDestKnob")

@@ -16,9 +16,9 @@ import shlex
 from typing import ClassVar, Optional
 
 from lbtune.errors import BadInput
-from lbtune.host.cpulist import CpuListError, format_cpulist, format_cpumask, parse_cpumask
 from lbtune.host.host import Host
-from lbtune.host.irqbalance import CONFIG_FILES, UNIT_WANTS, find_process
+from lbtune.host.kernel.cpulist import CpuListError, format_cpulist, format_cpumask, parse_cpumask
+from lbtune.host.kernel.irqbalance import CONFIG_FILES, UNIT_WANTS, find_process
 from lbtune.tune.knob import Knob, KnobError
 from lbtune.tune.knobs.common import (
     NET_SYS,

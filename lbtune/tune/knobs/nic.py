@@ -10,7 +10,7 @@ from typing import ClassVar, Optional
 
 from lbtune.errors import BadInput
 from lbtune.host.host import Host
-from lbtune.host.ifname import check_ifname
+from lbtune.host.net.ifname import check_ifname
 from lbtune.tune.knob import KnobError
 from lbtune.tune.knobs.common import NET_SYS, AttrKnob, IntValued, parse_count, split_dev
 
@@ -46,8 +46,8 @@ class RingKnob(IntValued):
         return None if cur is None else str(cur)
 
     def unsettable(self, host: Host) -> Optional[str]:
-        from lbtune.host.nic import NET_SYS as CLASS_NET
-        from lbtune.host.nic import ring_fixed_reason
+        from lbtune.host.net.nic import NET_SYS as CLASS_NET
+        from lbtune.host.net.nic import ring_fixed_reason
 
         driver = host.fs.readlink_name(f"{CLASS_NET}/{self.dev}/device/driver")
         return ring_fixed_reason(host.fs, self.dev, host.ethtool.rings(self.dev), driver)

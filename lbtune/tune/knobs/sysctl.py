@@ -1,4 +1,4 @@
-"""The sysctl knob: one `/proc/sys/<dotted key>` value (key validation in host/sysctl.py)."""
+"""The sysctl knob: one `/proc/sys/<dotted key>` value (key validation in host/kernel/sysctl.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Optional
 
 from lbtune.errors import BadInput
 from lbtune.host.host import Host
-from lbtune.host.sysctl import sysctl_path
+from lbtune.host.kernel.sysctl import sysctl_path
 from lbtune.tune.knob import Knob, KnobError
 
 MAX_VALUE_LEN = 4096

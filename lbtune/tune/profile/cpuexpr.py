@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from lbtune.errors import BadInput
-from lbtune.host.cpulist import CpuListError, parse_cpulist
+from lbtune.host.kernel.cpulist import CpuListError, parse_cpulist
 from lbtune.tune.profile.model import show_value
 
 MAX_EXPR = 512

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from lbtune.host.cmdline import CMDLINE_KEYS
+from lbtune.host.kernel.cmdline import CMDLINE_KEYS
 from lbtune.tune.plan import Mode
 
 SECTIONS = ("profile", "sysctl", "nic", "cpu", "irqbalance", "cmdline", "governor")

@@ -7,17 +7,17 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from lbtune.errors import BadInput
-from lbtune.host.cpulist import format_cpulist
-from lbtune.host.ifname import is_ifname
 from lbtune.host.inventory import Inventory
+from lbtune.host.kernel.cpulist import format_cpulist
+from lbtune.host.net.ifname import is_ifname
 from lbtune.tune.knobs.sysctl import SysctlKnob
 from lbtune.tune.plan import Mode, Target
 from lbtune.tune.profile.cpuexpr import NODE_NAME, eval_cpu_expr, parse_cpu_expr
 from lbtune.tune.profile.limits import FORWARDING
 
 if TYPE_CHECKING:
-    from lbtune.host.nic import Nic
-    from lbtune.host.topology import CpuTopology
+    from lbtune.host.kernel.cputopology import CpuTopology
+    from lbtune.host.net.nic import Nic
 from lbtune.tune.profile.model import DATA, LB_ROLES, NIC_ROLES, Profile, Setting, show_value
 
 

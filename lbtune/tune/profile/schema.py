@@ -9,9 +9,9 @@ import sys
 from typing import Any, Mapping, Optional, Sequence
 
 from lbtune.errors import BadInput
-from lbtune.host.cmdline import ISOLCPUS_FLAGS
-from lbtune.host.ifname import is_ifname
-from lbtune.host.sysctl import sysctl_path
+from lbtune.host.kernel.cmdline import ISOLCPUS_FLAGS
+from lbtune.host.kernel.sysctl import sysctl_path
+from lbtune.host.net.ifname import is_ifname
 from lbtune.tune.plan import Mode
 from lbtune.tune.profile.cpuexpr import MAX_EXPR, is_builtin_cpu_name, parse_cpu_expr
 from lbtune.tune.profile.limits import ANY_INT, FIELDS, FORBIDDEN_SYSCTLS, RANGES, STRINGS

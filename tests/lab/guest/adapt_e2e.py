@@ -1,6 +1,7 @@
 """Runs inside the lab guest: `lbtune ipvs adapt` against real IPVS, real agents, real nginx.
 
-The adaptive experiment's bed (lbtune.lab.adaptive: three real servers, rs3 with a quarter
+The adaptive experiment's bed (lbtune.lab.experiments.adaptive: three real servers, rs3 with a
+quarter
 of the others' egress), wlc applied by `lbtune ipvs apply`, adapt polling every 0.5 s, and
 the mixed wrk load in the background. Then, one change at a time, what IPVS holds:
 
@@ -23,7 +24,14 @@ import threading
 import time
 from typing import Any, Callable
 
-from lbtune.lab.adaptive import RUN_DIR, STATE_DIR, AdaptiveConfig, _Experiment, _lbtune, wrk_script
+from lbtune.lab.experiments.adaptive import (
+    RUN_DIR,
+    STATE_DIR,
+    AdaptiveConfig,
+    _Experiment,
+    _lbtune,
+    wrk_script,
+)
 from lbtune.lab.progress import ProgressWriter
 
 RS1, RS2, RS3 = "10.77.0.11", "10.77.0.12", "10.77.0.13"

@@ -25,7 +25,7 @@ GET_SERVICE = 4  # IPVS_CMD_GET_SERVICE
 
 
 def report(node: str, health: str) -> dict[str, Any]:
-    from lbtune.ipvs.agentreport import AgentReport, judge
+    from lbtune.ipvs.nodereport import AgentReport, judge
 
     down = health == "down"
     return judge(AgentReport(
@@ -105,7 +105,7 @@ def setup(services: int, reals: int) -> tuple[Any, Any, Any]:
 
 
 def run(services: int = 3, reals: int = 3, rounds: int = 3) -> dict[str, Any]:
-    from lbtune.host.ipvs import ipvs_of
+    from lbtune.host.ipvs.table import ipvs_of
     from lbtune.ipvs.adapt import Adapter, agent_url
     from lbtune.ipvs.weights import Policy
 

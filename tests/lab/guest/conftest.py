@@ -1,4 +1,4 @@
-"""Tests in this directory run only inside the lab guest (lbtune.lab.uml.run_pytest_in_lab).
+"""Tests in this directory run only inside the lab guest (lbtune.lab.guests.uml.run_pytest_in_lab).
 
 On the host they are not even collected (tests/lab/conftest.py ignores this directory); if a
 file here is named explicitly on the host, every test in it is skipped by the fixture below.
@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from lbtune.lab.guest import in_lab
+from lbtune.lab.inguest.entry import in_lab
 
 
 @pytest.fixture(autouse=True)

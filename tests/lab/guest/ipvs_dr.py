@@ -179,7 +179,7 @@ def phase_ipv6() -> dict[str, Any]:
 def _apply_with_fault(cfg_path: str, at: int) -> dict[str, Any]:
     from lbtune.errors import LbtuneError
     from lbtune.host.host import Host
-    from lbtune.host.netns import enter_netns
+    from lbtune.host.net.netns import enter_netns
     from lbtune.ipvs.config import load_config
     from lbtune.ipvs.reconcile import apply_director
     from lbtune.tune.journal import StateDir

@@ -1,4 +1,4 @@
-"""Runs inside the lab guest: the memoized no-op of `lbtune ipvs apply` (lbtune.host.ipvs_memo)
+"""Runs inside the lab guest: the memoized no-op of `lbtune ipvs apply` (lbtune.host.ipvs.memo)
 against real IPVS, each step a fresh `python -m lbtune` process as a user runs it.
 
 A run is told to have been answered from the memo when it imported no click (the full

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lbtune.lab.balancer import load_ipvs_modules
-from lbtune.lab.shell import Shell
+from lbtune.lab.inguest.balancer import load_ipvs_modules
+from lbtune.lab.inguest.shell import Shell
 
 REPO = Path(__file__).resolve().parents[3]
 NS = "mcrs"

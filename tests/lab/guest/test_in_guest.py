@@ -6,7 +6,7 @@ import os
 
 from pyroute2 import IPRoute
 
-from lbtune.lab.guest import IN_LAB_ENV, running_on_uml
+from lbtune.lab.inguest.entry import IN_LAB_ENV, running_on_uml
 
 
 def test_runs_under_uml() -> None:

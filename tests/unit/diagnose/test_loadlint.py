@@ -17,7 +17,7 @@ from lbtune.diagnose.loadlint import (
 )
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.fs import HostFS
-from lbtune.host.sockdiag import ListenSocket
+from lbtune.host.net.sockdiag import ListenSocket
 from tests.conftest import DELL, HOSTS, KVM, copy_host
 
 # A client with the kernel's default port range and a large open-file limit.

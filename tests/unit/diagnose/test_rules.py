@@ -13,9 +13,9 @@ import pytest
 from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import Finding
 from lbtune.diagnose.rules import RULES, run_rules
-from lbtune.host.qdisc import QdiscStats
-from lbtune.host.sockdiag import ListenSocket, UdpSocket
-from lbtune.host.sysctl import sysctl_path
+from lbtune.host.kernel.sysctl import sysctl_path
+from lbtune.host.net.qdisc import QdiscStats
+from lbtune.host.net.sockdiag import ListenSocket, UdpSocket
 from lbtune.observe.model import (
     ConntrackStats,
     NicCounters,
@@ -284,9 +284,9 @@ def test_irq_imbalance(conf: dict[str, str]) -> None:
 
 def _two_node_vm(nic_node: int) -> tuple[Any, dict[str, Any]]:
     """The VM lab's shape: CPUs 0-1 on node 0, 2-3 on node 1; eth0's 4 rx queue IRQs 30-33."""
-    from lbtune.host.cmdline import KernelCmdline
-    from lbtune.host.nic import Nic, QueueIrq
-    from lbtune.host.topology import Cpu, CpuTopology, NumaNode
+    from lbtune.host.kernel.cmdline import KernelCmdline
+    from lbtune.host.kernel.cputopology import Cpu, CpuTopology, NumaNode
+    from lbtune.host.net.nic import Nic, QueueIrq
 
     topo = CpuTopology(
         cpus=tuple(Cpu(i, True, i // 2, i // 2, i % 2, frozenset({i}), False) for i in range(4)),
@@ -307,7 +307,7 @@ def _two_node_vm(nic_node: int) -> tuple[Any, dict[str, Any]]:
 def _spread(conf: dict[str, str], nic_node: int, net_rx: dict[int, int]) -> list[Finding]:
     """NET_RX as given, each CPU's share of it from eth0's queue IRQs that ran there; eth1
     fires 3 interrupts on every CPU (its reach, all 4 CPUs, must not decide eth0's)."""
-    from lbtune.host.interrupts import IrqLine
+    from lbtune.host.kernel.interrupts import IrqLine
 
     topo, nics = _two_node_vm(nic_node)
     cpus = (0, 1, 2, 3)
@@ -341,7 +341,7 @@ def _placement(conf: dict[str, str], effective: Optional[frozenset[int]],
                cumulative: bool = False) -> list[Finding]:
     """eth0 on node 1 (CPUs 2-3); its queue IRQs fired only on CPU 1 (node 0) in the window,
     and their effective affinity is now `effective`."""
-    from lbtune.host.interrupts import IrqLine
+    from lbtune.host.kernel.interrupts import IrqLine
 
     topo, nics = _two_node_vm(1)
     eth0 = nics["eth0"]
@@ -417,7 +417,7 @@ def test_ephemeral_ports_estimate_never_claims_more_ports_than_exist(
 
 
 def test_busiest_pair_counts_ports_per_destination() -> None:
-    from lbtune.host.sockdiag import busiest_pair
+    from lbtune.host.net.sockdiag import busiest_pair
 
     pairs = [("10.0.0.1", "10.0.0.9:80")] * 3 + [("10.0.0.1", "10.0.0.8:80")] * 2
     assert busiest_pair(pairs) == 3

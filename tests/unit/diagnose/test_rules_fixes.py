@@ -13,7 +13,7 @@ from lbtune.diagnose.context import Context, UndeclaredConfig
 from lbtune.diagnose.finding import APPLICATION, HOST, PROFILE, Finding
 from lbtune.diagnose.rules import RULES, run_rules
 from lbtune.diagnose.rules.registry import Rule, sample_spec
-from lbtune.host.sockdiag import TcpReceiver, UdpSocket
+from lbtune.host.net.sockdiag import TcpReceiver, UdpSocket
 from lbtune.observe.model import Sample, SockStat
 from lbtune.observe.window import Window
 from lbtune.vocab import Level
@@ -151,7 +151,7 @@ def test_exhausted_when_every_port_is_held() -> None:
 
 
 def test_listen_counts_say_they_count_packets() -> None:
-    from lbtune.host.sockdiag import ListenSocket
+    from lbtune.host.net.sockdiag import ListenSocket
 
     ls0 = ListenSocket(4, "0.0.0.0", 8080, queue=3, backlog=2, drops=0, inode=7)
     a = sample(0, snmp={"TcpExt.ListenOverflows": 0}, listen=(ls0,))

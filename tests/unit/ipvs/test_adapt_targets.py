@@ -3,7 +3,7 @@ the configured weights of two real servers on one address gives each its own wei
 
 from __future__ import annotations
 
-from lbtune.host.ipvs import (
+from lbtune.host.ipvs.table import (
     Destination,
     DestKey,
     DestSettings,

@@ -12,8 +12,8 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from lbtune.host.host import Host
-from lbtune.ipvs import agent as ag
-from lbtune.ipvs.agentreport import parse_report, prometheus_text
+from lbtune.ipvs import nodeagent as ag
+from lbtune.ipvs.nodereport import parse_report, prometheus_text
 
 
 def _refused(_port: int) -> int:

@@ -13,10 +13,10 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lbtune.host import linkstats, sockdiag
 from lbtune.host.host import Host
-from lbtune.ipvs import agent as ag
-from lbtune.ipvs.agentreport import haproxy_line, misc_exit_code, parse_report, prometheus_text
+from lbtune.host.net import linkstats, sockdiag
+from lbtune.ipvs import nodeagent as ag
+from lbtune.ipvs.nodereport import haproxy_line, misc_exit_code, parse_report, prometheus_text
 from lbtune.ipvs.weights import Policy, ServerState, step
 
 
@@ -52,7 +52,7 @@ def test_a_sock_diag_error_is_reported_not_down(monkeypatch):
 
 def test_the_agent_text_names_the_error(monkeypatch, capsys):
     monkeypatch.setattr(sockdiag, "dump_listen_sockets", _refused)
-    from lbtune.cli.ipvs_adapt import _print_report
+    from lbtune.cli.ipvs.adapt import _print_report
 
     s = _sampler()
     s.sample()

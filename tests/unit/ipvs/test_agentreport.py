@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lbtune.errors import BadInput
-from lbtune.ipvs.agentreport import (
+from lbtune.ipvs.nodereport import (
     AgentReport,
     haproxy_line,
     judge,

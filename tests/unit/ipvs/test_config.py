@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lbtune.errors import BadInput
-from lbtune.host.ipvs import F_PERSISTENT, F_SCHED2, DestSettings, ServiceKey
+from lbtune.host.ipvs.table import F_PERSISTENT, F_SCHED2, DestSettings, ServiceKey
 from lbtune.ipvs.config import HostFacts, check_host, parse_config_text
 
 FULL = """

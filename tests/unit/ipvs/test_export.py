@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from lbtune.host.ipvs import Timeouts
+from lbtune.host.ipvs.table import Timeouts
 from lbtune.ipvs.config import parse_config_text
 from lbtune.ipvs.export import ipvsadm_lines, keepalived_blocks, services_from_table
 from tests.conftest import run_cli
@@ -31,7 +31,7 @@ def test_ipvsadm_lines_carry_thresholds_flags_persistence_and_timeouts():
 
 
 def test_export_of_the_kernel_table_round_trips_through_values():
-    from lbtune.host.ipvs import Destination, Service
+    from lbtune.host.ipvs.table import Destination, Service
 
     cfg = parse_config_text(FULL, "dr.toml")
     kernel = {
@@ -144,7 +144,7 @@ def test_export_of_the_kernel_table_without_ipvs_says_so():
     import os
 
     from lbtune.host.fs import HostFS
-    from lbtune.host.ipvs import ipvs_loaded
+    from lbtune.host.ipvs.table import ipvs_loaded
 
     r = run_cli("ipvs", "export")
     if ipvs_loaded(HostFS("/")) and os.geteuid() == 0:

@@ -155,7 +155,7 @@ def test_cli_refuses_an_interface_name_keepalived_conf_would_carry(tmp_path, ifa
 
 
 def test_pair_export_carries_the_timeouts_in_global_defs():
-    from lbtune.host.ipvs import Timeouts
+    from lbtune.host.ipvs.table import Timeouts
 
     lines = pair_config(_services(), PairSettings(peer="10.77.0.3", interface="eth0"),
                         timeouts=Timeouts(900, 0, 60))

@@ -7,7 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lbtune.errors import BadInput
-from lbtune.host.ipvs import F_ONEPACKET, F_PERSISTENT, F_SCHED1, DestSettings, ServiceSettings
+from lbtune.host.ipvs.table import (
+    F_ONEPACKET,
+    F_PERSISTENT,
+    F_SCHED1,
+    DestSettings,
+    ServiceSettings,
+)
 from lbtune.tune.knobs.ipvs import (
     AddressKnob,
     IpvsDestKnob,

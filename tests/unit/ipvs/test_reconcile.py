@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lbtune.host.host import Host
-from lbtune.host.ipvs import (
+from lbtune.host.ipvs.table import (
     Destination,
     DestKey,
     DestSettings,

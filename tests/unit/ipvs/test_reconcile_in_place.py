@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from lbtune.host.host import Host
-from lbtune.host.ipvs import (
+from lbtune.host.ipvs.table import (
     Destination,
     DestKey,
     DestSettings,

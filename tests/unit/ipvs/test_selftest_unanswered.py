@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import errno
 
+from lbtune.host.endpoints.exchange import Exchange
 from lbtune.host.fs import HostFS
-from lbtune.host.ipvs_conn import find_connections, parse_line
-from lbtune.host.probe import Exchange
+from lbtune.host.ipvs.conntable import find_connections, parse_line
 from lbtune.ipvs.config import parse_config_text
 from lbtune.ipvs.selftest import unanswered
 

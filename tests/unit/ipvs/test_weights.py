@@ -7,7 +7,7 @@ from typing import Optional
 
 import pytest
 
-from lbtune.ipvs.agentreport import AgentReport, judge
+from lbtune.ipvs.nodereport import AgentReport, judge
 from lbtune.ipvs.weights import Policy, ServerState, step
 
 SIGNALS = ("listen", "egress", "conns")

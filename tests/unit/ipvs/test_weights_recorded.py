@@ -6,7 +6,7 @@ import json
 import pathlib
 from typing import Any, Callable, Optional
 
-from lbtune.ipvs.agentreport import AgentReport, parse_report
+from lbtune.ipvs.nodereport import AgentReport, parse_report
 from lbtune.ipvs.weights import Policy, ServerState, step
 
 DATA = pathlib.Path(__file__).parents[2] / "data" / "agent" / "lab-unequal-rates.json"

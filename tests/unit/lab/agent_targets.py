@@ -1,5 +1,5 @@
 """Targets for tests/unit/lab/test_agent_calls.py: run by the VM agent's call paths (a forked
-child of its fork server, or a fresh `python -m lbtune.lab.guest`) on the host."""
+child of its fork server, or a fresh `python -m lbtune.lab.inguest.entry`) on the host."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from lbtune.lab.uml import ENV_WORKDIR
+from lbtune.lab.guests.uml import ENV_WORKDIR
 
 
 def echo(*args: object) -> list[object]:

@@ -1,5 +1,5 @@
-"""The VM guest agent's `call` requests (lbtune.lab.agent.run_call), run on the host: a call
-forked from the agent's fork server gives the payload a fresh `python -m lbtune.lab.guest`
+"""The VM guest agent's `call` requests (lbtune.lab.inguest.agent.run_call), run on the host: a call
+forked from the agent's fork server gives the payload a fresh `python -m lbtune.lab.inguest.entry`
 gives (value, error, output, exit, timeout), and the calls that must not fork do not."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import pytest
 
-from lbtune.lab.agent import Forker, run_call
+from lbtune.lab.inguest.agent import Forker, run_call
 
 REPO = Path(__file__).resolve().parents[3]
 T = "tests.unit.lab.agent_targets:"
@@ -142,7 +142,7 @@ def test_a_call_in_a_netns_is_not_forked(tmp_path: Path) -> None:
 
 
 def test_calls_are_forked_only_while_the_host_asks(tmp_path: Path) -> None:
-    from lbtune.lab import agent
+    from lbtune.lab.inguest import agent
 
     assert agent._call_forker(tmp_path) is None  # the default: a new interpreter per call
     (tmp_path / agent.FORK_CALLS).touch()

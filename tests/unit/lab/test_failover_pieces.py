@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lbtune.errors import BadInput
-from lbtune.lab.failover import FailoverConfig, _lab_config
-from lbtune.lab.failover_stats import (
+from lbtune.lab.experiments.failover import FailoverConfig, _lab_config
+from lbtune.lab.experiments.failover_stats import (
     Conn,
     Event,
     FailoverResult,
@@ -14,8 +14,8 @@ from lbtune.lab.failover_stats import (
     result_from_json,
     switch_windows,
 )
-from lbtune.lab.prober import _response_done
-from lbtune.lab.topology import plan_topology
+from lbtune.lab.inguest.failoverclient import _response_done
+from lbtune.lab.inguest.labnet import plan_topology
 
 
 def _probes(start: float, stop: float, bad: tuple[float, float] = (0.0, 0.0)):
@@ -106,7 +106,7 @@ def test_cli_refuses_bad_options_before_anything_boots():
 
 
 def test_report_shows_every_switch_and_the_kept_connections(capsys):
-    from lbtune.cli.labfailover import render
+    from lbtune.cli.lab.failover import render
 
     rec = ProbeRecord(_probes(0, 20, bad=(10.0, 10.3)),
                       (Conn(1.0, None, ""), Conn(1.0, 10.2, "Connection reset by peer")))
@@ -178,7 +178,8 @@ def test_prober_keeps_the_serving_keepalive_ports_in_its_ports_file(tmp_path):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     stop, out, ports = tmp_path / "stop", tmp_path / "out.json", tmp_path / "ports.json"
-    proc = subprocess.Popen([sys.executable, "-m", "lbtune.lab.prober", "--vip", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "lbtune.lab.inguest.failoverclient",
+                             "--vip", "127.0.0.1",
                              "--port", str(srv.server_address[1]), "--keepalive", "3",
                              "--interval", "0.05", "--stop", str(stop), "--out", str(out),
                              "--ports", str(ports)])  # fmt: skip

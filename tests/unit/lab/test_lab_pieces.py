@@ -12,20 +12,20 @@ from typing import Any
 import pytest
 
 from lbtune.errors import BadInput
-from lbtune.lab.balancer import LabService, RealServer
-from lbtune.lab.labprofile import lab_director_profile
-from lbtune.lab.load import load_argv, parse_ab, parse_wrk
-from lbtune.lab.progress import ProgressReader, ProgressWriter, Step
-from lbtune.lab.scenario import (
+from lbtune.lab.experiments.labprofile import lab_director_profile
+from lbtune.lab.experiments.scenario import (
     Bypass,
     ScenarioConfig,
     ScenarioResult,
     ServerShare,
     result_from_json,
 )
-from lbtune.lab.servers import render_haproxy_cfg, render_nginx_conf
-from lbtune.lab.shell import LabStepFailed, Shell
-from lbtune.lab.topology import plan_topology
+from lbtune.lab.inguest.balancer import LabService, RealServer
+from lbtune.lab.inguest.labnet import plan_topology
+from lbtune.lab.inguest.load import load_argv, parse_ab, parse_wrk
+from lbtune.lab.inguest.servers import render_haproxy_cfg, render_nginx_conf
+from lbtune.lab.inguest.shell import LabStepFailed, Shell
+from lbtune.lab.progress import ProgressReader, ProgressWriter, Step
 from lbtune.tune.profile import load_profile
 
 DATA = Path(__file__).parents[2] / "data" / "lab"
@@ -136,7 +136,7 @@ def test_service_validation(change):
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed")
 @pytest.mark.parametrize("kind", ["realserver", "adaptive"])
 def test_nginx_accepts_the_generated_config(tmp_path, kind):
-    from lbtune.lab.adaptive import adaptive_nginx_conf
+    from lbtune.lab.experiments.adaptive import adaptive_nginx_conf
 
     conf = tmp_path / "nginx.conf"
     if kind == "realserver":
@@ -224,7 +224,7 @@ def test_bypass_share():
 
 
 def test_expected_shares():
-    from lbtune.lab.scenario import expected_share
+    from lbtune.lab.experiments.scenario import expected_share
 
     assert [expected_share("wrr", (1, 3), i) for i in (0, 1)] == [0.25, 0.75]
     assert [expected_share("rr", (1, 3, 0), i) for i in (0, 1, 2)] == [0.5, 0.5, 0.0]
@@ -250,7 +250,7 @@ def test_progress_lines_pass_from_writer_to_reader(tmp_path):
 def test_adaptive_requests_without_an_access_log_are_unknown_not_zero(tmp_path):
     """A server whose access log is missing served an unknown number of requests, not 0:
     its count is None, the scheme says why, and no share is computed from it."""
-    from lbtune.lab.adaptive import _Web, rows
+    from lbtune.lab.experiments.adaptive import _Web, rows
 
     web = _Web("rs1", "ns-unused", str(tmp_path), str(tmp_path / "www"), Shell())
     assert web.phase_requests() is None  # not started: nothing was logged or rotated
@@ -273,7 +273,7 @@ def test_bypass_share_never_exceeds_all_reply_bytes():
 
 
 def test_lab_caused_fail_becomes_a_skip_with_its_reason():
-    from lbtune.lab.scenario import CheckLine, lab_checks
+    from lbtune.lab.experiments.scenario import CheckLine, lab_checks
 
     checks = (
         CheckLine("profile-in-sync", "fail", "lb-dr: cpu.data = 'x' selects no CPU on this host"),
@@ -295,7 +295,7 @@ def _report(r: Any) -> str:
 
     from rich.console import Console
 
-    from lbtune.cli.labreport import render_result
+    from lbtune.cli.lab.report import render_result
 
     buf = io.StringIO()
     render_result(Console(file=buf, width=200, highlight=False), r)
@@ -329,7 +329,7 @@ def test_proxy_report_says_what_the_extra_bytes_are():
 
 
 def test_lbtune_in_the_lab_is_one_argv_with_the_labs_state_dir(tmp_path, monkeypatch):
-    from lbtune.lab import shell
+    from lbtune.lab.inguest import shell
 
     monkeypatch.setattr(shell, "STATE_DIR", str(tmp_path / "state"))
     assert shell.lbtune_argv("lab-rs1", "show", "--json")[1:] == [

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lbtune.lab import session
-from lbtune.lab.uml import LabError
+from lbtune.lab.guests import session
+from lbtune.lab.guests.uml import LabError
 
 
 def _wait_for_exec(pid: int, needle: bytes, what: str) -> None:
@@ -30,7 +30,7 @@ def _wait_for_exec(pid: int, needle: bytes, what: str) -> None:
 def fake_supervisor():  # type: ignore[no-untyped-def]
     """A live process whose command line looks like a lab supervisor's."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
-                             "lbtune.lab.session", "supervise"])  # fmt: skip
+                             "lbtune.lab.guests.session", "supervise"])  # fmt: skip
     _wait_for_exec(proc.pid, b"supervise", "cmdline")
     yield proc.pid
     proc.kill()

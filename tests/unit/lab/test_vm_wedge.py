@@ -1,4 +1,5 @@
-"""The VM harness's wedge detection (lbtune.lab.vm): a request left unanswered after the guest
+"""The VM harness's wedge detection (lbtune.lab.guests.vm): a request left unanswered after the
+guest
 kernel reported a stall fails early with the kernel's report and where each vCPU is, instead of
 waiting out its whole timeout. The monitor half runs against a real qemu (stopped before its
 first instruction, no guest); the console half against a console file written as the guest's
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from lbtune.lab.uml import LabError
-from lbtune.lab.vm import (
+from lbtune.lab.guests.uml import LabError
+from lbtune.lab.guests.vm import (
     QMP_SOCKET,
     ConsoleWatch,
     GuestWedged,

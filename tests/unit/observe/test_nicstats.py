@@ -7,8 +7,8 @@ from typing import Optional
 import pytest
 
 from lbtune.errors import BadInput
-from lbtune.host.ethtool import LiveEthtool, RecordedEthtool
 from lbtune.host.fs import HostFS
+from lbtune.host.net.ethtool import LiveEthtool, RecordedEthtool
 from lbtune.observe.model import NicCounters
 from lbtune.observe.nicstats import read_all_nics, read_nic_counters
 from tests.conftest import AWS, DELL, HOSTS, KVM, TINY

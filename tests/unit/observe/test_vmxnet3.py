@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lbtune.host.ethtool import parse_ethtool_S, qualify_sections
+from lbtune.host.net.ethtool import parse_ethtool_S, qualify_sections
 from lbtune.observe.nicstats import map_queue_counters, nic_drop_counters
 
 TEXT = (Path(__file__).parents[2] / "data" / "ethtool" / "vmxnet3-S.txt").read_text()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 
-from lbtune.host.bpf import _flat, _flatten, _layout
+from lbtune.host.trace.bpf import _flat, _flatten, _layout
 
 
 class Inner(ctypes.Structure):

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from lbtune.host.btf import BtfError, blob_strings, kernel_enums, parse_enums
 from lbtune.host.fs import HostFS
+from lbtune.host.trace.btf import BtfError, blob_strings, kernel_enums, parse_enums
 from tests.data.btf.record import write_enums
 
 BTF = pathlib.Path(__file__).resolve().parents[2] / "data" / "btf"

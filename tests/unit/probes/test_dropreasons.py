@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pathlib
 
-from lbtune.host.btf import BtfEnum, parse_enums
-from lbtune.host.tracefs import parse_format
+from lbtune.host.trace.btf import BtfEnum, parse_enums
+from lbtune.host.trace.tracefs import parse_format
 from lbtune.observe.dropreasons import resolve_drop_reasons
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "data"

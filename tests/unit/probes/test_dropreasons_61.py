@@ -10,7 +10,7 @@ import pathlib
 
 from lbtune.diagnose.finding import Evidence, Finding
 from lbtune.diagnose.probe_evidence import REASONS, explain
-from lbtune.host.tracefs import parse_format
+from lbtune.host.trace.tracefs import parse_format
 from lbtune.observe.dropreasons import resolve_drop_reasons
 from lbtune.observe.probes import DropCount, ProbeSample
 from lbtune.vocab import Level

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from lbtune.host.fs import HostFS
-from lbtune.host.kallsyms import Kallsyms, read_kallsyms
+from lbtune.host.trace.kallsyms import Kallsyms, read_kallsyms
 
 TEXT = """\
 ffffffff81000000 T _stext

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from lbtune.host.tracefs import TpField, TracepointFormat, parse_format
+from lbtune.host.trace.tracefs import TpField, TracepointFormat, parse_format
 from lbtune.observe.probe_source import (
     NEEDS,
     RX_EVENTS,

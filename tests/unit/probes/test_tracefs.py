@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from lbtune.host.fs import HostFS
-from lbtune.host.tracefs import (
+from lbtune.host.trace.tracefs import (
     FormatError,
     parse_format,
     parse_print_symbolic,

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lbtune.errors import BadInput
-from lbtune.host.cpulist import parse_cpulist
 from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
+from lbtune.host.kernel.cpulist import parse_cpulist
 from lbtune.tune.lint import lint_profile
 from lbtune.tune.profile import (
     CpuExpr,
@@ -388,7 +388,7 @@ def _render(e: CpuExpr) -> str:
     if isinstance(e, CpuName):
         return e.name
     if isinstance(e, CpuLit):
-        from lbtune.host.cpulist import format_cpulist
+        from lbtune.host.kernel.cpulist import format_cpulist
 
         return format_cpulist(e.cpus)
     return f"({_render(e.left)} {e.op} {_render(e.right)})"

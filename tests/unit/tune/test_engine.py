@@ -9,7 +9,7 @@ import pytest
 
 from lbtune.errors import BadInput
 from lbtune.host.host import Host
-from lbtune.host.sysctl import sysctl_path
+from lbtune.host.kernel.sysctl import sysctl_path
 from lbtune.tune import engine
 from lbtune.tune.journal import APPLIED, APPLYING, ROLLED_BACK, Busy, StateDir
 from lbtune.tune.knobs.sysctl import SysctlKnob
@@ -277,7 +277,7 @@ def test_symlink_escaping_the_root_is_refused(tree, host, tmp_path):
 
 def test_effective_conf_is_max_of_all_and_interface(tmp_path):
     from lbtune.host.fs import HostFS
-    from lbtune.host.sysctl import conf_key, effective_conf
+    from lbtune.host.kernel.sysctl import conf_key, effective_conf
 
     for iface, value in (("all", "1"), ("bond0.100", "2"), ("eth0", "0")):
         d = tmp_path / "proc/sys/net/ipv4/conf" / iface

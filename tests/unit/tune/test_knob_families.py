@@ -34,7 +34,7 @@ def test_a_sysctl_journal_imports_the_sysctl_family_only():
         "from lbtune.tune.registry import knob_from_record\n"
         "k = knob_from_record('sysctl', 'net.core.somaxconn')\n"
         "print(type(k).__name__, sorted(m for m in sys.modules if m.startswith("
-        "('lbtune.tune.knobs.', 'lbtune.host.ipvs'))))\n"
+        "('lbtune.tune.knobs.', 'lbtune.host.ipvs.table'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split(maxsplit=1)  # fmt: skip

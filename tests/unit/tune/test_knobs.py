@@ -13,9 +13,9 @@ from typing import Optional, Sequence
 import pytest
 
 from lbtune.errors import BadInput
-from lbtune.host.ethtool import EthtoolIoctlError, RecordedEthtool
 from lbtune.host.host import Host
-from lbtune.host.irqbalance import discover_irqbalance
+from lbtune.host.kernel.irqbalance import discover_irqbalance
+from lbtune.host.net.ethtool import EthtoolIoctlError, RecordedEthtool
 from lbtune.host.runner import CommandResult, CommandRunner
 from lbtune.tune.knob import Knob, KnobError
 from lbtune.tune.knobs import (

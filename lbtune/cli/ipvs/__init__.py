@@ -1,0 +1,1 @@
+"""The `lbtune ipvs` command group."""

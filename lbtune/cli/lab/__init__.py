@@ -1,0 +1,1 @@
+"""The `lbtune lab` command group."""

@@ -1,0 +1,2 @@
+"""Host captures: writing one, its file tree while it is read, unpacking, the manifest.
+"""

@@ -1,0 +1,2 @@
+"""Sockets to other programs: HTTP, one TCP/UDP exchange, ARP, the `ipvs serve` socket.
+"""

@@ -1,0 +1,2 @@
+"""The kernel's IPVS table: generic netlink, its wire format, /proc/net/ip_vs, connections.
+"""

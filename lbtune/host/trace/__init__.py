@@ -1,0 +1,1 @@
+"""What the eBPF probes need from the kernel: the bcc loader, BTF, kallsyms, tracefs."""

@@ -1,0 +1,1 @@
+"""Guest-side experiments: the scenario, director failover, adaptive weights."""
