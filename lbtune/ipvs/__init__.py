@@ -1,0 +1,1 @@
+"""The IPVS DR configurator: config, reconcile, status, self-test, real servers, export, weights."""
