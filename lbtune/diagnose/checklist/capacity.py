@@ -133,8 +133,8 @@ def check_nofile(c: Ctx) -> CheckResult:
         levels.append(Level.FAIL)
         problems.append(f"fs.nr_open caps one process below the {planned} planned connections")
         fixes.append("sysctl fs.nr_open = 1048576")
-    if c.probes is not None and c.probes.nofile is not None:
-        soft, hard = c.probes.nofile
+    if c.readings is not None and c.readings.nofile is not None:
+        soft, hard = c.readings.nofile
         parts.append(f"this shell's nofile soft {soft} hard {hard}")
         if c.role == "client" and soft <= NOFILE_DEFAULT:
             levels.append(Level.WARN)

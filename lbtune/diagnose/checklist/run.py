@@ -1,4 +1,4 @@
-"""Running the checklist: choose the data interface, read the live probes, resolve the
+"""Running the checklist: choose the data interface, read the live readings, resolve the
 role's profile, run every check for the role, and turn load-lint issues into lines."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lbtune.diagnose.checklist.model import (
     Checklist,
     CheckResult,
     Ctx,
-    LiveProbes,
+    LiveReadings,
     is_up,
     lowers,
     result,
@@ -48,7 +48,7 @@ from lbtune.tune.profile import Profile, load_profile, resolve
 from lbtune.vocab import Level
 
 
-def live_probes() -> LiveProbes:
+def read_live() -> LiveReadings:
     """Read this process's RLIMIT_NOFILE and the clock state (call on the live host only)."""
     from lbtune.host.limits import nofile_limit
 
@@ -59,7 +59,7 @@ def live_probes() -> LiveProbes:
         clock = read_clock()
     except (OSError, AttributeError) as e:
         error = f"adjtimex failed: {e}"
-    return LiveProbes((soft, hard), clock, error)
+    return LiveReadings((soft, hard), clock, error)
 
 
 def pick_data_interface(
@@ -217,14 +217,15 @@ def run_checklist(
     vip: Optional[str] = None,
     load: Optional[str] = None,
     iface: Optional[str] = None,
-    probes: Optional[LiveProbes] = None,
+    readings: Optional[LiveReadings] = None,
 ) -> Checklist:
     """Run every check for `role` on `host`.
 
     `vip` is required for `realserver` (and checked on `lb-dr` when given); `load` is the
     planned load command (linted, and its connection count sizes the checks); `iface` the data
-    interface (default: chosen from the host, see `pick_data_interface`). `probes` replaces
-    the live-host probes (file limit, clock); by default they are read on a live host only.
+    interface (default: chosen from the host, see `pick_data_interface`). `readings`
+    replaces the live host's readings (file limit, clock); by default they are read on a live
+    host only.
     Raises BadInput for an unknown role, a bad VIP or a load command that cannot be parsed.
     """
     parsed_vip = _check_role(role, vip)
@@ -232,13 +233,13 @@ def run_checklist(
 
     inv = discover_host(host)
     data, how = pick_data_interface(host, inv, iface)
-    if probes is None and host.is_live:
-        probes = live_probes()
+    if readings is None and host.is_live:
+        readings = read_live()
     listeners, listeners_error = _listeners(host)
     facts = read_load_facts(
         host.fs,
         listeners if role in ACCEPTING_ROLES else None,
-        probes.nofile if probes is not None else None,
+        readings.nofile if readings is not None else None,
     )
     issues = tuple(lint_load(load, role, facts)) if load is not None else ()
 
@@ -260,6 +261,6 @@ def run_checklist(
         facts=facts,
         listeners=listeners,
         listeners_error=listeners_error,
-        probes=probes,
+        readings=readings,
     )
     return Checklist(role, name, data, tuple(_role_checks(ctx)), how)

@@ -204,16 +204,16 @@ def check_rings(c: Ctx) -> CheckResult:
 
 def check_clock(c: Ctx) -> CheckResult:
     name = "clock-sync"
-    if c.probes is None:
+    if c.readings is None:
         return result(name, Level.SKIP, "clock state is only readable on the live host")
-    if c.probes.clock is None:
-        return result(name, Level.SKIP, c.probes.clock_error or "clock state unavailable")
-    if c.probes.clock.synced:
-        return result(name, Level.PASS, f"kernel clock {c.probes.clock.detail}")
+    if c.readings.clock is None:
+        return result(name, Level.SKIP, c.readings.clock_error or "clock state unavailable")
+    if c.readings.clock.synced:
+        return result(name, Level.PASS, f"kernel clock {c.readings.clock.detail}")
     return result(
         name,
         Level.WARN,
-        f"{c.probes.clock.detail}: latency timestamps and logs of client and server disagree",
+        f"{c.readings.clock.detail}: latency timestamps and logs of client and server disagree",
         "enable NTP: timedatectl set-ntp true (or start chronyd)",
     )
 
