@@ -106,6 +106,8 @@ def _queue_count(host: Host, dev: str, kind: str) -> int:
 
 def _counter_sources(host: Host, devs: Sequence[str]) -> dict[tuple[str, str], str]:
     """(dev, direction) -> "netlink qstats" or "ethtool" where per-queue counters exist."""
+    # Imported here (and in _plan_ifaces): netlink and the driver's counters load only when
+    # probes are planned, not for the modules that import this one for `Status` alone.
     from lbtune.host.net.qstats import queue_stats
     from lbtune.observe.nicstats import read_nic_counters
 
@@ -128,7 +130,7 @@ def _counter_sources(host: Host, devs: Sequence[str]) -> dict[tuple[str, str], s
 def _plan_ifaces(
     host: Host, probes: Sequence[str], only: Optional[Sequence[str]]
 ) -> tuple[tuple[InterfacePlan, ...], int]:
-    from lbtune.observe.nicstats import read_nic_counters
+    from lbtune.observe.nicstats import read_nic_counters  # see _counter_sources
 
     known = nic_names(host.fs)
     if only:

@@ -40,6 +40,7 @@ from lbtune.errors import BadInput, LbtuneError
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
 from lbtune.host.kernel.timesync import ClockState, read_clock
+from lbtune.host.limits import nofile_limit
 from lbtune.host.net.ifname import check_ifname
 from lbtune.host.net.mgmt import default_route_interfaces
 from lbtune.host.net.sockdiag import ListenSocket
@@ -50,8 +51,6 @@ from lbtune.vocab import Level
 
 def read_live() -> LiveReadings:
     """Read this process's RLIMIT_NOFILE and the clock state (call on the live host only)."""
-    from lbtune.host.limits import nofile_limit
-
     soft, hard = nofile_limit()
     clock: Optional[ClockState] = None
     error = ""

@@ -4,6 +4,7 @@ NIC rings, CPU governor, clock synchronisation."""
 from __future__ import annotations
 
 from lbtune.diagnose.checklist.model import CheckResult, Ctx, is_up, result
+from lbtune.host.kernel.cmdline import KernelCmdline
 from lbtune.host.kernel.cpulist import format_cpulist, parse_cpulist
 from lbtune.host.kernel.cputopology import CPU_SYS
 from lbtune.host.net.nic import Nic
@@ -118,8 +119,6 @@ def check_isolcpus(c: Ctx) -> CheckResult:
         (t for t in c.targets if t.knob.kind == "cmdline" and t.knob.obj == "isolcpus"), None
     )
     if wanted is not None:
-        from lbtune.host.kernel.cmdline import KernelCmdline
-
         want = KernelCmdline.parse(f"isolcpus={wanted.value}").cpus("isolcpus") or frozenset()
         if want == running:
             return result(
