@@ -171,16 +171,9 @@ def _note(number: int, f: Finding, fx: Fix) -> str:
     return _one_line(text, MAX_NOTE)
 
 
-def fix_profile(
-    report: Report,
-    path: str,
-    role: Optional[str] = None,
-    role_profile: Optional[Profile] = None,
-    command: str = "lbtune",
-) -> FixProfile:
-    """The profile of `report`'s fixes (see the module doc), to be written to `path`.
-    `role_profile` is the profile of `role` (included by name); `command` is how the user
-    calls lbtune (`lbtune --netns NS`)."""
+def _collect(report: Report) -> tuple[dict[str, Entry], list[str], list[str]]:
+    """The profile values of every finding's fixes, merged per key (entries), the fixes a
+    profile cannot hold (notes) and the values two findings disagree on (conflicts)."""
     entries: dict[str, Entry] = {}
     notes: list[str] = []
     conflicts: list[str] = []
@@ -202,43 +195,72 @@ def fix_profile(
                     )
                     merged = old.setting
                 entries[s.path] = Entry(merged, (*old.findings, number), old.scope)
+    return entries, notes, conflicts
+
+
+def _on_top_of(
+    role_profile: Profile, entries: dict[str, Entry], ifaces: Sequence[str], notes: list[str]
+) -> tuple[dict[str, Entry], list[str]]:
+    """The entries left once the role's profile is included, and what it already covers.
+    An entry the role sets differently stays, marked as overriding it."""
     covered: list[str] = []
-    include: tuple[str, ...] = ()
-    if role_profile is not None:
-        include = (role_profile.name,)
-        theirs = dict(role_profile.settings())
-        if "data" in role_profile.nic:
-            entries = _as_data(entries, report.ifaces, notes)
-        role_irqbalance = any(k.startswith("irqbalance.") for k in theirs)
-        for key in list(entries):
-            e = entries[key]
-            if e.setting.table == ("irqbalance",) and role_irqbalance:
-                # The role already manages irqbalance (stopped, or banned from its data CPUs).
-                covered.append(f"{key}: the {role_profile.name} profile manages irqbalance")
-                del entries[key]
-                continue
-            have = theirs.get(key)
-            if have is None:
-                continue
-            if _covers(have, e.setting):
-                covered.append(f"{key} = {_shown(have)} in the {role_profile.name} profile")
-                del entries[key]
-            else:
-                remark = f"overrides {_shown(have)} of the {role_profile.name} profile"
-                entries[key] = Entry(e.setting, e.findings, e.scope, remark)
-    notes += [_one_line(c, MAX_NOTE) for c in conflicts]
+    theirs = dict(role_profile.settings())
+    if "data" in role_profile.nic:
+        entries = _as_data(entries, ifaces, notes)
+    role_irqbalance = any(k.startswith("irqbalance.") for k in theirs)
+    for key in list(entries):
+        e = entries[key]
+        if e.setting.table == ("irqbalance",) and role_irqbalance:
+            # The role already manages irqbalance (stopped, or banned from its data CPUs).
+            covered.append(f"{key}: the {role_profile.name} profile manages irqbalance")
+            del entries[key]
+            continue
+        have = theirs.get(key)
+        if have is None:
+            continue
+        if _covers(have, e.setting):
+            covered.append(f"{key} = {_shown(have)} in the {role_profile.name} profile")
+            del entries[key]
+        else:
+            remark = f"overrides {_shown(have)} of the {role_profile.name} profile"
+            entries[key] = Entry(e.setting, e.findings, e.scope, remark)
+    return entries, covered
+
+
+def _header(report: Report, path: str, command: str) -> tuple[str, ...]:
+    """The comment lines at the top of the file: who wrote it, from what, what to do next."""
     where = describe_window(report)
     if report.netns:
         where += f", network namespace {report.netns}"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(report.generated))
     host = report.hostname or "the host"
-    n = len(report.findings)
-    header = (
+    return (
         f"Written by `lbtune diagnose --write-profile` on {_comment(host)} ({where}), {stamp}.",
         "Each value carries the reason of the finding behind it (numbers as in the report).",
         f"Review it, then: {command} plan {_comment(path)}; {command} apply {_comment(path)}"
         f" (undo: {command} rollback)",
     )
+
+
+def fix_profile(
+    report: Report,
+    path: str,
+    role: Optional[str] = None,
+    role_profile: Optional[Profile] = None,
+    command: str = "lbtune",
+) -> FixProfile:
+    """The profile of `report`'s fixes (see the module doc), to be written to `path`.
+    `role_profile` is the profile of `role` (included by name); `command` is how the user
+    calls lbtune (`lbtune --netns NS`)."""
+    entries, notes, conflicts = _collect(report)
+    covered: list[str] = []
+    include: tuple[str, ...] = ()
+    if role_profile is not None:
+        include = (role_profile.name,)
+        entries, covered = _on_top_of(role_profile, entries, report.ifaces, notes)
+    notes += [_one_line(c, MAX_NOTE) for c in conflicts]
+    host = report.hostname or "the host"
+    n = len(report.findings)
     description = _one_line(
         f"fixes for {n} finding{'' if n == 1 else 's'} of lbtune diagnose on {host}"
         + (f", on top of the {role} role profile" if role else ""),
@@ -246,7 +268,7 @@ def fix_profile(
     )
     return FixProfile(
         name=profile_name(path),
-        header=header,
+        header=_header(report, path, command),
         description=description,
         include=include,
         entries=tuple(entries.values()),

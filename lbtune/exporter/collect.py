@@ -60,7 +60,7 @@ INSTALL_HINT = "pip install 'lbtune[exporter]' (Debian: apt install python3-prom
 
 def require_client() -> None:
     """NeedsPrivilege (exit 3, one line) when prometheus_client is not importable."""
-    try:
+    try:  # an optional dependency (lbtune[exporter]): imported only by the exporter's paths
         import prometheus_client  # noqa: F401
     except ImportError:
         raise NeedsPrivilege(f"the exporter needs prometheus_client: {INSTALL_HINT}") from None
@@ -74,6 +74,7 @@ def exporter_rules() -> list[Rule]:
 
 def render(fams: Sequence[Family]) -> bytes:
     """The Prometheus text exposition (format 0.0.4) of `fams`."""
+    # Imported here: prometheus_client is optional (see require_client).
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
     from prometheus_client.exposition import generate_latest
     from prometheus_client.registry import Collector, CollectorRegistry
@@ -242,6 +243,7 @@ class Exporter:
         now = self.clock.monotonic()
         if self._verified_at is not None and now - self._verified_at < self.verify_every:
             return self._checks
+        # Imported here: the journal and the engine are only needed with --verify profiles.
         from lbtune.tune.service import verify_profile
 
         checks = []

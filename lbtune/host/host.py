@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from lbtune.host.fs import HostFS
 
 # Imported where used: a sysctl-only apply should not pay for sockets, netlink, ethtool ioctls
-# and subprocess at start-up.
+# and subprocess at start-up, nor the IPVS fast path for the identity's dataclasses and json.
 if TYPE_CHECKING:
     from lbtune.host.identity import HostIdentity
     from lbtune.host.net.ethtool import EthtoolSource

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from lbtune.host.capture.manifest import read_manifest
 from lbtune.host.fs import HostFS
 
 
@@ -51,8 +52,6 @@ class TreeIdentity:
 
 def tree_identity(fs: HostFS) -> TreeIdentity:
     """The identity of the host tree below `fs` (a capture, a sosreport, a directory)."""
-    from lbtune.host.capture.write import read_manifest
-
     manifest = read_manifest(fs) or {}
     machine = manifest.get("machine")
     if not isinstance(machine, str):

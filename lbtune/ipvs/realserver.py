@@ -188,7 +188,7 @@ def verify_realserver(
     arp_where: str = "", client: Optional[str] = None,
 ) -> list[Check]:
     """Is this host a correct DR real server for the VIPs? `arp` are the answers a request
-    for the (first IPv4) VIP got on the segment (from `arp_where`); None: not probed.
+    for the (first IPv4) VIP got on the segment (from `arp_where`); None: not asked.
     `client`: an IPv4 client address whose packets reverse-path filtering must pass (None:
     a stand-in for clients beyond the default route)."""
     out: list[Check] = []

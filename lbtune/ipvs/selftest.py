@@ -131,7 +131,7 @@ def _grown(before: dict[str, int], after: dict[str, int]) -> Optional[str]:
     return grown[0] if len(grown) == 1 else None
 
 
-def _probe_service(
+def _exchanges_with(
     host: Host, client: NetnsThread, svc: VirtualService, n: int, request: Optional[bytes],
     timeout: float, director: bool,
 ) -> tuple[list[Exchange], list[Optional[str]]]:
@@ -292,7 +292,8 @@ def run_selftest(
     request: Optional[bytes] = None,
     timeout: float = 2.0,
 ) -> SelftestReport:
-    """Probe every address:port service of `cfg` n times from `from_netns` (None: here)."""
+    """Exchange n requests with every address:port service of `cfg` from `from_netns` (None:
+    here)."""
     if n < 1 or n > 100000:
         raise BadInput(f"-n {n}: expected 1 to 100000 exchanges per service")
     session = ipvs_of(host)
@@ -312,7 +313,7 @@ def run_selftest(
         runs = []
         for svc in services:
             director = svc.key in table
-            exs, who = _probe_service(host, client, svc, n, request, timeout, director)
+            exs, who = _exchanges_with(host, client, svc, n, request, timeout, director)
             lost = _failed_connections(host, svc, exs) if director else ()
             arp = _arp(client, svc.key.addr) if svc.key.family == 4 else ()
             runs.append((svc, exs, who, arp, director, lost))

@@ -106,6 +106,8 @@ def _queue_count(host: Host, dev: str, kind: str) -> int:
 
 def _counter_sources(host: Host, devs: Sequence[str]) -> dict[tuple[str, str], str]:
     """(dev, direction) -> "netlink qstats" or "ethtool" where per-queue counters exist."""
+    # Imported here (and in _plan_ifaces): netlink and the driver's counters load only when
+    # probes are planned, not for the modules that import this one for `Status` alone.
     from lbtune.host.net.qstats import queue_stats
     from lbtune.observe.nicstats import read_nic_counters
 
@@ -128,7 +130,7 @@ def _counter_sources(host: Host, devs: Sequence[str]) -> dict[tuple[str, str], s
 def _plan_ifaces(
     host: Host, probes: Sequence[str], only: Optional[Sequence[str]]
 ) -> tuple[tuple[InterfacePlan, ...], int]:
-    from lbtune.observe.nicstats import read_nic_counters
+    from lbtune.observe.nicstats import read_nic_counters  # see _counter_sources
 
     known = nic_names(host.fs)
     if only:
@@ -186,6 +188,79 @@ def _host_namespace_names(host: Host) -> set[str]:
     return out
 
 
+def _wanted(host: Host, probes: Sequence[str]) -> tuple[str, ...]:
+    """The probes asked for, in PROBES order, once they can run here (BadInput,
+    NeedsPrivilege otherwise)."""
+    wanted = tuple(p for p in PROBES if p in probes)
+    unknown = [p for p in probes if p not in PROBES]
+    if unknown or not wanted:
+        raise BadInput(f"unknown probe {unknown[0] if unknown else ''!r}: choose from "
+                       + ", ".join(PROBES))  # fmt: skip
+    if not host.is_live:
+        raise BadInput("probes run on the running kernel; --root reads recorded files")
+    if os.geteuid() != 0:
+        raise NeedsPrivilege("probes need root (BPF and tracefs): run lbtune as root")
+    return wanted
+
+
+def _plan_drops(
+    host: Host,
+    formats: dict[str, Optional[TracepointFormat]],
+    defines: dict[str, Any],
+    notes: list[str],
+) -> tuple[Optional[DropReasons], bool]:
+    """The drops probe's defines and notes; returns this kernel's drop reasons (None
+    without them) and whether kfree_skb has a reason at all."""
+    kfree = formats["skb:kfree_skb"]
+    assert kfree is not None
+    reasons: Optional[DropReasons] = None
+    has_reason = kfree.field("reason") is not None
+    defines["LBT_D_MAX"] = MAX_DROP_KEYS
+    if has_reason:
+        reasons = resolve_drop_reasons(kfree.symbols("reason"), kernel_enums(host.fs))
+        defines["LBT_D_REASON"] = None
+        # Frees that are not drops, by this kernel's numbers (5.17 has neither: its 0 is
+        # NOT_SPECIFIED, a real drop).
+        for name, define in ((NOT_DROPPED_YET, "LBT_D_NOT_DROPPED_YET"),
+                             (CONSUMED, "LBT_D_CONSUMED")):  # fmt: skip
+            value = reasons.value(name)
+            if value is not None:
+                defines[define] = value
+        notes.append(f"drop reason names from {reasons.source}")
+    else:
+        notes.append("this kernel's kfree_skb has no drop reason (< 5.17): by location only")
+    _plan_ports(formats, defines, notes)
+    if host.netns:
+        notes.append(
+            "drops are host-wide: kfree_skb carries no device or namespace, so drops of "
+            "every namespace are counted"
+        )
+    return reasons, has_reason
+
+
+def _table_defines(
+    host: Host, plans: Sequence[InterfacePlan], names: NameHash, slots: int
+) -> dict[str, Any]:
+    """The sizes of the probes' maps and the interface-name hash, as C defines."""
+    return {
+        "LBT_IF_SLOTS": names.size,
+        "LBT_IF_H1": f"0x{names.h1:016x}ULL",
+        "LBT_IF_H2": f"0x{names.h2:016x}ULL",
+        "LBT_IF_SHIFT": 64 - names.bits,
+        "LBT_IF_LENS": hex(sum({1 << (len(p.name.encode()) + 1) for p in plans})),
+        "LBT_D_CACHE": 1 << DROP_CACHE_BITS,
+        "LBT_D_SHIFT": 64 - DROP_CACHE_BITS,
+        "LBT_Q_NAPI_IDS": NAPI_ID_CACHE,
+        "LBT_MIN_NAPI_ID": _min_napi_id(host),
+        "LBT_Q_SLOTS": slots,
+        "LBT_Q_NSIZES": len(SIZE_LABELS),
+        **{f"LBT_Q_SIZE_{i}": b for i, b in enumerate(SIZE_BOUNDS)},
+        "LBT_N_MAX": MAX_NAPI,
+        "LBT_N_CACHE": 1 << NAPI_CACHE_BITS,
+        "LBT_N_SHIFT": 64 - NAPI_CACHE_BITS,
+    }
+
+
 def plan_probes(
     host: Host,
     probes: Sequence[str],
@@ -198,15 +273,7 @@ def plan_probes(
     machine; NeedsPrivilege when not root, or when the kernel lacks a tracepoint or field
     (the message names each missing piece).
     """
-    wanted = tuple(p for p in PROBES if p in probes)
-    unknown = [p for p in probes if p not in PROBES]
-    if unknown or not wanted:
-        raise BadInput(f"unknown probe {unknown[0] if unknown else ''!r}: choose from "
-                       + ", ".join(PROBES))  # fmt: skip
-    if not host.is_live:
-        raise BadInput("probes run on the running kernel; --root reads recorded files")
-    if os.geteuid() != 0:
-        raise NeedsPrivilege("probes need root (BPF and tracefs): run lbtune as root")
+    wanted = _wanted(host, probes)
     if status:
         status("reading tracepoint formats")
     ensure_tracefs(host.fs)
@@ -219,29 +286,7 @@ def plan_probes(
     reasons: Optional[DropReasons] = None
     has_reason = False
     if "drops" in wanted:
-        kfree = formats["skb:kfree_skb"]
-        assert kfree is not None
-        has_reason = kfree.field("reason") is not None
-        defines["LBT_D_MAX"] = MAX_DROP_KEYS
-        if has_reason:
-            reasons = resolve_drop_reasons(kfree.symbols("reason"), kernel_enums(host.fs))
-            defines["LBT_D_REASON"] = None
-            # Frees that are not drops, by this kernel's numbers (5.17 has neither: its 0 is
-            # NOT_SPECIFIED, a real drop).
-            for name, define in ((NOT_DROPPED_YET, "LBT_D_NOT_DROPPED_YET"),
-                                 (CONSUMED, "LBT_D_CONSUMED")):  # fmt: skip
-                value = reasons.value(name)
-                if value is not None:
-                    defines[define] = value
-            notes.append(f"drop reason names from {reasons.source}")
-        else:
-            notes.append("this kernel's kfree_skb has no drop reason (< 5.17): by location only")
-        _plan_ports(formats, defines, notes)
-        if host.netns:
-            notes.append(
-                "drops are host-wide: kfree_skb carries no device or namespace, so drops of "
-                "every namespace are counted"
-            )
+        reasons, has_reason = _plan_drops(host, formats, defines, notes)
     plans: tuple[InterfacePlan, ...] = ()
     slots = 1
     if "queues" in wanted or "napi" in wanted:
@@ -253,25 +298,7 @@ def plan_probes(
                 "carry)" + (f"; also in the host namespace: {', '.join(clash)}" if clash else "")
             )
     names = perfect_hash([p.name for p in plans] or ["lo"])
-    defines.update(
-        {
-            "LBT_IF_SLOTS": names.size,
-            "LBT_IF_H1": f"0x{names.h1:016x}ULL",
-            "LBT_IF_H2": f"0x{names.h2:016x}ULL",
-            "LBT_IF_SHIFT": 64 - names.bits,
-            "LBT_IF_LENS": hex(sum({1 << (len(p.name.encode()) + 1) for p in plans})),
-            "LBT_D_CACHE": 1 << DROP_CACHE_BITS,
-            "LBT_D_SHIFT": 64 - DROP_CACHE_BITS,
-            "LBT_Q_NAPI_IDS": NAPI_ID_CACHE,
-            "LBT_MIN_NAPI_ID": _min_napi_id(host),
-            "LBT_Q_SLOTS": slots,
-            "LBT_Q_NSIZES": len(SIZE_LABELS),
-            **{f"LBT_Q_SIZE_{i}": b for i, b in enumerate(SIZE_BOUNDS)},
-            "LBT_N_MAX": MAX_NAPI,
-            "LBT_N_CACHE": 1 << NAPI_CACHE_BITS,
-            "LBT_N_SHIFT": 64 - NAPI_CACHE_BITS,
-        }
-    )
+    defines.update(_table_defines(host, plans, names, slots))
     c_dir = probes_dir()
     if c_dir is None:
         raise NeedsPrivilege("the probes' C files are missing from this lbtune installation")

@@ -205,6 +205,8 @@ class ProbeSession:
     ) -> None:
         """`cost_window`: seconds of every COST_PERIOD_S with BPF statistics on (a longer
         one keeps them on, for a caller that must measure every event's cost)."""
+        # Imported here: the monitor, the exporter and recordings import this module for
+        # ProbeSample alone and never load a BPF program (ctypes, bcc).
         from lbtune.host.trace.bpf import BpfProgram, RunTimeStats
 
         self.host = host
@@ -440,6 +442,7 @@ class ProbeSession:
         }
         if not wanted:
             return []
+        # Only when a queue's counters come from the driver or netlink, not from the probe.
         from lbtune.host.net.qstats import queue_stats
         from lbtune.observe.nicstats import read_nic_counters
 

@@ -278,6 +278,7 @@ class MonitorApp(App[int]):
 
     @work(thread=True, group="report", exit_on_error=False)
     def _write_report(self, request: ReportRequest) -> None:
+        # Imported on the first report (key w), not while the monitor starts.
         from lbtune.diagnose.render import render_html, render_json, render_markdown
         from lbtune.diagnose.view import report_view
         from lbtune.host.outfile import write_output

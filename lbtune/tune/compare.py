@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lbtune.errors import BadInput
+from lbtune.host.capture.manifest import read_manifest
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
 from lbtune.host.ipvs.procfs import PROC_IP_VS, parse_proc_ip_vs
@@ -246,7 +247,6 @@ def is_profile_ref(ref: str) -> bool:
 
 def _profile_drift(host: Host, source: str, profile: str, iface: Optional[str]) -> tuple[
         str, HostDrift]:
-    from lbtune.host.capture.write import read_manifest
     from lbtune.host.inventory import LazyInventory
     from lbtune.tune.engine import KnobStatus, verify_targets
     from lbtune.tune.profile import load_profile, resolve

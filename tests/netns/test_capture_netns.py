@@ -11,7 +11,8 @@ from typing import Iterator
 
 import pytest
 
-from lbtune.host.capture.write import read_manifest, unpack_capture
+from lbtune.host.capture.manifest import read_manifest
+from lbtune.host.capture.write import unpack_capture
 from lbtune.host.host import Host
 from tests.netns.conftest import in_netns
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from lbtune.errors import BadInput
-from lbtune.host.capture.write import MANIFEST, read_manifest, unpack_capture, write_capture
+from lbtune.host.capture.manifest import MANIFEST, read_manifest
+from lbtune.host.capture.write import unpack_capture, write_capture
 from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
 from lbtune.host.identity import machine_hash

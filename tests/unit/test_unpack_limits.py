@@ -13,8 +13,8 @@ import tarfile
 import pytest
 
 from lbtune.errors import BadInput
-from lbtune.host.capture.unpack import unpack_capture
 from lbtune.host.capture import unpack
+from lbtune.host.capture.unpack import unpack_capture
 from tests.conftest import run_cli
 
 MIB = 1 << 20

@@ -20,13 +20,13 @@ from lbtune.diagnose.checklist.model import (
     ROLES,
     Checklist,
     CheckResult,
-    LiveProbes,
+    LiveReadings,
 )
 from lbtune.diagnose.checklist.realserver import IfAddr, parse_ip_o_addr
 from lbtune.diagnose.checklist.run import (
-    live_probes,
     parse_vip,
     pick_data_interface,
+    read_live,
     run_checklist,
 )
 from lbtune.host.kernel.timesync import ClockState
@@ -39,10 +39,10 @@ __all__ = [
     "Checklist",
     "ClockState",
     "IfAddr",
-    "LiveProbes",
-    "live_probes",
+    "LiveReadings",
     "parse_ip_o_addr",
     "parse_vip",
     "pick_data_interface",
+    "read_live",
     "run_checklist",
 ]

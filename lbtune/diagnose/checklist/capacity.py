@@ -4,6 +4,7 @@ file descriptors, ephemeral ports, listen backlogs (sized by the planned load, i
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass, field
 
 from lbtune.diagnose.checklist.model import (
     ACCEPTING_ROLES,
@@ -133,8 +134,8 @@ def check_nofile(c: Ctx) -> CheckResult:
         levels.append(Level.FAIL)
         problems.append(f"fs.nr_open caps one process below the {planned} planned connections")
         fixes.append("sysctl fs.nr_open = 1048576")
-    if c.probes is not None and c.probes.nofile is not None:
-        soft, hard = c.probes.nofile
+    if c.readings is not None and c.readings.nofile is not None:
+        soft, hard = c.readings.nofile
         parts.append(f"this shell's nofile soft {soft} hard {hard}")
         if c.role == "client" and soft <= NOFILE_DEFAULT:
             levels.append(Level.WARN)
@@ -194,6 +195,58 @@ def _is_loopback(addr: str) -> bool:
         return False
 
 
+def _listening_ports(listeners: list[ListenSocket]) -> dict[int, list[ListenSocket]]:
+    """Listening sockets by port, leaving out loopback addresses and IGNORED_PORTS."""
+    ports: dict[int, list[ListenSocket]] = {}
+    for s in listeners:
+        if _is_loopback(s.addr) or s.port in IGNORED_PORTS:
+            continue
+        ports.setdefault(s.port, []).append(s)
+    return ports
+
+
+@dataclass
+class _Backlogs:
+    """Each port's backlog sorted into bad, low and good, with the fixes the first two need."""
+
+    bad: list[str] = field(default_factory=list)
+    low: list[str] = field(default_factory=list)
+    good: list[str] = field(default_factory=list)
+    fixes: set[str] = field(default_factory=set)
+
+
+def _judge_backlogs(c: Ctx, ports: dict[int, list[ListenSocket]]) -> _Backlogs:
+    somax = c.facts.somaxconn
+    planned = c.planned
+    out = _Backlogs()
+    for port in sorted(ports):
+        s = min(ports[port], key=lambda x: x.backlog)
+        where = f"port {port} ({s.addr})"
+        # The kernel caps the backlog at listen() time; a later somaxconn change does not move it.
+        capped = somax is not None and s.backlog >= somax
+        limit = "capped by somaxconn" if capped else "the application's, or somaxconn at its start"
+        text = f"{where} backlog {s.backlog} ({limit})"
+        if s.backlog < BACKLOG_FAIL:
+            out.bad.append(f"{text} < {BACKLOG_FAIL}")
+        elif planned and s.backlog < planned:
+            out.bad.append(f"{text} < {planned} planned connections")
+        elif s.backlog < BACKLOG_WARN:
+            out.low.append(f"{text} < {BACKLOG_WARN}")
+        else:
+            out.good.append(f"{where} backlog {s.backlog}")
+            continue
+        if capped:
+            out.fixes.add(f"sysctl.net.core.somaxconn ({c.apply_cmd})")
+        else:
+            out.fixes.add(
+                f"the application's listen backlog (nginx: listen {port} backlog=4096;), "
+                "then restart it"
+            )
+            if somax is not None and somax < BACKLOG_WARN:
+                out.fixes.add(f"sysctl.net.core.somaxconn ({c.apply_cmd})")
+    return out
+
+
 def check_backlog(c: Ctx) -> CheckResult:
     name = "listen-backlog"
     if c.role not in ACCEPTING_ROLES:
@@ -206,12 +259,7 @@ def check_backlog(c: Ctx) -> CheckResult:
     if c.listeners is None:
         return result(name, Level.SKIP, c.listeners_error or "no listening-socket source here")
     target = next((p.port for p in c.plans if p.port is not None), None)
-    ports: dict[int, list[ListenSocket]] = {}
-    for s in c.listeners:
-        if _is_loopback(s.addr) or s.port in IGNORED_PORTS:
-            continue
-        ports.setdefault(s.port, []).append(s)
-    somax = c.facts.somaxconn
+    ports = _listening_ports(c.listeners)
     if target is not None:
         if target not in ports:
             return result(
@@ -228,50 +276,22 @@ def check_backlog(c: Ctx) -> CheckResult:
             f"no listening TCP socket {c.where} apart from loopback and sshd",
             "start the server before the run",
         )
-    planned = c.planned
-    bad: list[str] = []
-    low: list[str] = []
-    good: list[str] = []
-    fixes: set[str] = set()
-    for port in sorted(ports):
-        s = min(ports[port], key=lambda x: x.backlog)
-        where = f"port {port} ({s.addr})"
-        # The kernel caps the backlog at listen() time; a later somaxconn change does not move it.
-        capped = somax is not None and s.backlog >= somax
-        limit = "capped by somaxconn" if capped else "the application's, or somaxconn at its start"
-        text = f"{where} backlog {s.backlog} ({limit})"
-        if s.backlog < BACKLOG_FAIL:
-            bad.append(f"{text} < {BACKLOG_FAIL}")
-        elif planned and s.backlog < planned:
-            bad.append(f"{text} < {planned} planned connections")
-        elif s.backlog < BACKLOG_WARN:
-            low.append(f"{text} < {BACKLOG_WARN}")
-        else:
-            good.append(f"{where} backlog {s.backlog}")
-            continue
-        if capped:
-            fixes.add(f"sysctl.net.core.somaxconn ({c.apply_cmd})")
-        else:
-            fixes.add(
-                f"the application's listen backlog (nginx: listen {port} backlog=4096;), "
-                "then restart it"
-            )
-            if somax is not None and somax < BACKLOG_WARN:
-                fixes.add(f"sysctl.net.core.somaxconn ({c.apply_cmd})")
+    judged = _judge_backlogs(c, ports)
+    somax = c.facts.somaxconn
     somax_text = f"somaxconn {somax}" if somax is not None else "somaxconn ?"
-    if bad:
+    if judged.bad:
         return result(
             name,
             Level.FAIL,
-            f"{'; '.join(bad)} ({somax_text}): a connection burst overflows the accept queue "
-            "and clients wait for SYN retransmits (1 s, 3 s)",
-            "; ".join(sorted(fixes)),
+            f"{'; '.join(judged.bad)} ({somax_text}): a connection burst overflows the accept "
+            "queue and clients wait for SYN retransmits (1 s, 3 s)",
+            "; ".join(sorted(judged.fixes)),
         )
-    if low:
+    if judged.low:
         return result(
             name,
             Level.WARN,
-            f"{'; '.join(low)} ({somax_text}): enough for moderate bursts only",
-            "; ".join(sorted(fixes)),
+            f"{'; '.join(judged.low)} ({somax_text}): enough for moderate bursts only",
+            "; ".join(sorted(judged.fixes)),
         )
-    return result(name, Level.PASS, f"{'; '.join(good)} ({somax_text})")
+    return result(name, Level.PASS, f"{'; '.join(judged.good)} ({somax_text})")

@@ -2,7 +2,7 @@
 
 `CheckResult` is one line (a check's name, its `Level`: pass, warn, fail or skip, the reason
 with the numbers, the fix); `Checklist` all of them for a role; `Ctx` the inputs the checks
-share (host, inventory, resolved profile, load plans, listeners, live probes). The
+share (host, inventory, resolved profile, load plans, listeners, live readings). The
 thresholds are documented in docs/checklist.md.
 """
 
@@ -84,7 +84,7 @@ class Checklist:
 
 
 @dataclass(frozen=True)
-class LiveProbes:
+class LiveReadings:
     """What only the running machine can say: this process's file limit and the clock.
 
     None for a value means it could not be read (and on a host tree, never is).
@@ -141,7 +141,7 @@ class Ctx:
     facts: LoadFacts
     listeners: Optional[list[ListenSocket]]
     listeners_error: str
-    probes: Optional[LiveProbes]
+    readings: Optional[LiveReadings]
 
     @property
     def planned(self) -> Optional[int]:

@@ -1,9 +1,10 @@
-"""Running the checklist: choose the data interface, read the live probes, resolve the
+"""Running the checklist: choose the data interface, read the live readings, resolve the
 role's profile, run every check for the role, and turn load-lint issues into lines."""
 
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from lbtune.diagnose.checklist.capacity import (
@@ -20,7 +21,7 @@ from lbtune.diagnose.checklist.model import (
     Checklist,
     CheckResult,
     Ctx,
-    LiveProbes,
+    LiveReadings,
     is_up,
     lowers,
     result,
@@ -39,6 +40,7 @@ from lbtune.errors import BadInput, LbtuneError
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
 from lbtune.host.kernel.timesync import ClockState, read_clock
+from lbtune.host.limits import nofile_limit
 from lbtune.host.net.ifname import check_ifname
 from lbtune.host.net.mgmt import default_route_interfaces
 from lbtune.host.net.sockdiag import ListenSocket
@@ -47,10 +49,8 @@ from lbtune.tune.profile import Profile, load_profile, resolve
 from lbtune.vocab import Level
 
 
-def live_probes() -> LiveProbes:
+def read_live() -> LiveReadings:
     """Read this process's RLIMIT_NOFILE and the clock state (call on the live host only)."""
-    from lbtune.host.limits import nofile_limit
-
     soft, hard = nofile_limit()
     clock: Optional[ClockState] = None
     error = ""
@@ -58,7 +58,7 @@ def live_probes() -> LiveProbes:
         clock = read_clock()
     except (OSError, AttributeError) as e:
         error = f"adjtimex failed: {e}"
-    return LiveProbes((soft, hard), clock, error)
+    return LiveReadings((soft, hard), clock, error)
 
 
 def pick_data_interface(
@@ -108,7 +108,10 @@ def load_results(c: Ctx) -> list[CheckResult]:
     return out
 
 
-def parse_vip(text: str) -> Union[ipaddress.IPv4Address, ipaddress.IPv6Address]:
+IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+
+
+def parse_vip(text: str) -> IPAddress:
     try:
         vip = ipaddress.ip_address(text.strip())
     except ValueError:
@@ -131,22 +134,8 @@ _CHECKS_ALL: tuple[Callable[[Ctx], CheckResult], ...] = (
 )
 
 
-def run_checklist(
-    host: Host,
-    role: str,
-    vip: Optional[str] = None,
-    load: Optional[str] = None,
-    iface: Optional[str] = None,
-    probes: Optional[LiveProbes] = None,
-) -> Checklist:
-    """Run every check for `role` on `host`.
-
-    `vip` is required for `realserver` (and checked on `lb-dr` when given); `load` is the
-    planned load command (linted, and its connection count sizes the checks); `iface` the data
-    interface (default: chosen from the host, see `pick_data_interface`). `probes` replaces
-    the live-host probes (file limit, clock); by default they are read on a live host only.
-    Raises BadInput for an unknown role, a bad VIP or a load command that cannot be parsed.
-    """
+def _check_role(role: str, vip: Optional[str]) -> Optional[IPAddress]:
+    """Refuse an unknown role and a VIP the role does not take; the parsed VIP."""
     if role not in ROLE_PROFILES:
         raise BadInput(f"--role {role!r}: unknown role (one of {', '.join(ROLES)})")
     parsed_vip = parse_vip(vip) if vip is not None else None
@@ -154,63 +143,50 @@ def run_checklist(
         raise BadInput("--role realserver needs --vip IP (the virtual IP the director forwards)")
     if parsed_vip is not None and role not in ("realserver", "lb-dr"):
         raise BadInput(f"--vip is for --role realserver or lb-dr, not {role}")
-    plans: tuple[LoadPlan, ...] = tuple(parse_load(load)) if load is not None else ()
+    return parsed_vip
 
-    inv = discover_host(host)
-    data, how = pick_data_interface(host, inv, iface)
-    if probes is None and host.is_live:
-        probes = live_probes()
-    listeners: Optional[list[ListenSocket]] = None
-    listeners_error = ""
+
+def _listeners(host: Host) -> tuple[Optional[list[ListenSocket]], str]:
+    """The host's listening sockets, or None and why they could not be read."""
     try:
         listeners = host.listen_sockets()
-        if listeners is None:
-            listeners_error = "no `ss` recording (sos_commands/networking/ss_-peaonmi) here"
     except OSError as e:
-        listeners_error = f"sock_diag failed: {e.strerror or e}"
-    facts = read_load_facts(
-        host.fs,
-        listeners if role in ACCEPTING_ROLES else None,
-        probes.nofile if probes is not None else None,
-    )
-    issues = tuple(lint_load(load, role, facts)) if load is not None else ()
+        return None, f"sock_diag failed: {e.strerror or e}"
+    if listeners is None:
+        return None, "no `ss` recording (sos_commands/networking/ss_-peaonmi) here"
+    return listeners, ""
 
-    name = ROLE_PROFILES[role]
+
+@dataclass(frozen=True)
+class _Resolved:
+    """The role's profile on this host: its targets, or why there are none."""
+
     profile: Optional[Profile] = None
     targets: Optional[list[Target]] = None
-    error = ""
-    failed = False
+    error: str = ""
+    failed: bool = False  # the profile does not resolve (not merely: no data interface)
+
+
+def _resolve_role_profile(
+    host: Host, name: str, inv: HostInventory, data: Optional[str], how: str
+) -> _Resolved:
+    profile: Optional[Profile] = None
     try:
         profile = load_profile(name, root=host.fs.root)
         if profile.needs_iface and data is None:
-            error = f"profile {name} tunes the data interface and there is {how}"
-        else:
-            targets = resolve(profile, inv, data if profile.needs_iface else None)
+            why = f"profile {name} tunes the data interface and there is {how}"
+            return _Resolved(profile, None, why)
+        return _Resolved(profile, resolve(profile, inv, data if profile.needs_iface else None))
     except LbtuneError as e:
-        error, failed = f"profile {name} does not resolve on this host: {e}", True
+        return _Resolved(profile, None, f"profile {name} does not resolve on this host: {e}", True)
 
-    ctx = Ctx(
-        host=host,
-        role=role,
-        profile_name=name,
-        inv=inv,
-        iface=data,
-        profile=profile,
-        targets=targets,
-        targets_error=error,
-        resolve_failed=failed,
-        vip=parsed_vip,
-        plans=plans,
-        issues=issues,
-        facts=facts,
-        listeners=listeners,
-        listeners_error=listeners_error,
-        probes=probes,
-    )
+
+def _role_checks(ctx: Ctx) -> list[CheckResult]:
+    """Every check of `ctx.role`, in the order the checklist lists them."""
     checks = [check(ctx) for check in _CHECKS_ALL]
-    if parsed_vip is not None:
+    if ctx.vip is not None:
         checks.append(check_vip(ctx))
-    if role == "realserver":
+    if ctx.role == "realserver":
         checks.append(
             check_arp(
                 ctx,
@@ -231,4 +207,59 @@ def run_checklist(
     checks.append(check_clock(ctx))
     checks.append(check_governor(ctx))
     checks.extend(load_results(ctx))
-    return Checklist(role, name, data, tuple(checks), how)
+    return checks
+
+
+def run_checklist(
+    host: Host,
+    role: str,
+    vip: Optional[str] = None,
+    load: Optional[str] = None,
+    iface: Optional[str] = None,
+    readings: Optional[LiveReadings] = None,
+) -> Checklist:
+    """Run every check for `role` on `host`.
+
+    `vip` is required for `realserver` (and checked on `lb-dr` when given); `load` is the
+    planned load command (linted, and its connection count sizes the checks); `iface` the data
+    interface (default: chosen from the host, see `pick_data_interface`). `readings`
+    replaces the live host's readings (file limit, clock); by default they are read on a live
+    host only.
+    Raises BadInput for an unknown role, a bad VIP or a load command that cannot be parsed.
+    """
+    parsed_vip = _check_role(role, vip)
+    plans: tuple[LoadPlan, ...] = tuple(parse_load(load)) if load is not None else ()
+
+    inv = discover_host(host)
+    data, how = pick_data_interface(host, inv, iface)
+    if readings is None and host.is_live:
+        readings = read_live()
+    listeners, listeners_error = _listeners(host)
+    facts = read_load_facts(
+        host.fs,
+        listeners if role in ACCEPTING_ROLES else None,
+        readings.nofile if readings is not None else None,
+    )
+    issues = tuple(lint_load(load, role, facts)) if load is not None else ()
+
+    name = ROLE_PROFILES[role]
+    resolved = _resolve_role_profile(host, name, inv, data, how)
+    ctx = Ctx(
+        host=host,
+        role=role,
+        profile_name=name,
+        inv=inv,
+        iface=data,
+        profile=resolved.profile,
+        targets=resolved.targets,
+        targets_error=resolved.error,
+        resolve_failed=resolved.failed,
+        vip=parsed_vip,
+        plans=plans,
+        issues=issues,
+        facts=facts,
+        listeners=listeners,
+        listeners_error=listeners_error,
+        readings=readings,
+    )
+    return Checklist(role, name, data, tuple(_role_checks(ctx)), how)

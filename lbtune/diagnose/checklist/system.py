@@ -4,6 +4,7 @@ NIC rings, CPU governor, clock synchronisation."""
 from __future__ import annotations
 
 from lbtune.diagnose.checklist.model import CheckResult, Ctx, is_up, result
+from lbtune.host.kernel.cmdline import KernelCmdline
 from lbtune.host.kernel.cpulist import format_cpulist, parse_cpulist
 from lbtune.host.kernel.cputopology import CPU_SYS
 from lbtune.host.net.nic import Nic
@@ -118,8 +119,6 @@ def check_isolcpus(c: Ctx) -> CheckResult:
         (t for t in c.targets if t.knob.kind == "cmdline" and t.knob.obj == "isolcpus"), None
     )
     if wanted is not None:
-        from lbtune.host.kernel.cmdline import KernelCmdline
-
         want = KernelCmdline.parse(f"isolcpus={wanted.value}").cpus("isolcpus") or frozenset()
         if want == running:
             return result(
@@ -204,16 +203,16 @@ def check_rings(c: Ctx) -> CheckResult:
 
 def check_clock(c: Ctx) -> CheckResult:
     name = "clock-sync"
-    if c.probes is None:
+    if c.readings is None:
         return result(name, Level.SKIP, "clock state is only readable on the live host")
-    if c.probes.clock is None:
-        return result(name, Level.SKIP, c.probes.clock_error or "clock state unavailable")
-    if c.probes.clock.synced:
-        return result(name, Level.PASS, f"kernel clock {c.probes.clock.detail}")
+    if c.readings.clock is None:
+        return result(name, Level.SKIP, c.readings.clock_error or "clock state unavailable")
+    if c.readings.clock.synced:
+        return result(name, Level.PASS, f"kernel clock {c.readings.clock.detail}")
     return result(
         name,
         Level.WARN,
-        f"{c.probes.clock.detail}: latency timestamps and logs of client and server disagree",
+        f"{c.readings.clock.detail}: latency timestamps and logs of client and server disagree",
         "enable NTP: timedatectl set-ntp true (or start chronyd)",
     )
 

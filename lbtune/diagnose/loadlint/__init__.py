@@ -11,12 +11,19 @@ wrong, with the numbers, and *why* in plain words, at a `Level` (fail or warn). 
 listed in docs/checklist.md.
 
 Modules: `model` (the values and constants), `facts` (reading the host's limits), `options`
-(splitting and option parsing), `tools` (one parser per tool), `rules` (host rules, lint).
+(splitting and option parsing), `tools` (one parser per tool), `rules` (the host rules,
+registered with `@host_rule`), `lint` (a command line's plans through every rule).
 """
 
 from __future__ import annotations
 
 from lbtune.diagnose.loadlint.facts import parse_port_list, read_load_facts
+from lbtune.diagnose.loadlint.lint import (
+    lint_load,
+    open_connections,
+    parse_load,
+    planned_connections,
+)
 from lbtune.diagnose.loadlint.model import (
     KNOWN_TOOLS,
     TIME_WAIT_SECONDS,
@@ -25,12 +32,6 @@ from lbtune.diagnose.loadlint.model import (
     LoadPlan,
 )
 from lbtune.diagnose.loadlint.options import split_command
-from lbtune.diagnose.loadlint.rules import (
-    lint_load,
-    open_connections,
-    parse_load,
-    planned_connections,
-)
 
 __all__ = [
     "KNOWN_TOOLS",

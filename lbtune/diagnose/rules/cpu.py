@@ -215,88 +215,108 @@ def _irqs_on(ctx: Context, cpu: int) -> dict[str, int]:
     return {name: n for name, n in counts.items() if n > 0}
 
 
+_Fired = tuple[Any, int, set[int]]  # (queue IRQ, interrupts in the window, CPUs it hit)
+
+
+def _misplaced(
+    ctx: Context, topo: Any, nic: Any, local: frozenset[int]
+) -> tuple[list[_Fired], list[_Fired]]:
+    """The NIC's queue IRQs that fired on isolated CPUs, and those that fired only on
+    another NUMA node's CPUs (on a multi-node host, for a NIC with a node)."""
+    isolated: list[_Fired] = []
+    remote: list[_Fired] = []
+    for qi in nic.irqs:
+        fired = ctx.window.irq(qi.irq)
+        busy = {cpu for cpu, n in fired.items() if n > 0}
+        if not busy:
+            continue
+        count = sum(fired.values())
+        if busy & topo.isolated:
+            isolated.append((qi, count, busy & topo.isolated))
+        elif len(topo.nodes) > 1 and local and not (busy & local):
+            remote.append((qi, count, busy))
+    return isolated, remote
+
+
+def _placement_finding(
+    ctx: Context, nic: Any, group: list[_Fired], problem: str, needed: frozenset[int]
+) -> Optional[Finding]:
+    """One finding for a group of misplaced IRQs ("isolated" or "remote"), None when they
+    are placed within `needed` now."""
+    count = sum(c for _, c, _ in group)
+    cpus_hit = sorted(set().union(*(b for _, _, b in group)))
+    irqs = ", ".join(f"{qi.irq} (queue {qi.queue})" for qi, _, _ in group)
+    if problem == "isolated":
+        title = f"{nic.name}: {len(group)} queue IRQs run on isolated CPUs"
+        cause = (
+            f"IRQs {irqs} of {nic.name} fired {count} times {since(ctx)} on isolated "
+            f"CPU(s) {_cpus(cpus_hit)}, which should run only the pinned workload."
+        )
+        note = "and ban the isolated CPUs in irqbalance ([irqbalance] ban)"
+    else:
+        title = f"{nic.name}: {len(group)} queue IRQs run on a remote NUMA node"
+        cause = (
+            f"IRQs {irqs} of {nic.name} (NUMA node {nic.numa_node}) fired {count} times "
+            f"{since(ctx)} only on CPU(s) {_cpus(cpus_hit)} of another node: every "
+            "packet crosses the socket interconnect."
+        )
+        note = ""
+    current = sorted(
+        set().union(*((qi.effective or qi.affinity or set()) for qi, _, _ in group))
+    )
+    if current and set(current) <= needed:
+        # Placed right now, where the fix would put them: the interrupts counted
+        # elsewhere came before a move (an apply, irqbalance, by hand; since boot, or
+        # a stray one in a live window while the move took effect). History: there is
+        # nothing to fix. IRQs that keep being moved back show in a window that
+        # ends while they are misplaced.
+        return None
+    return finding(
+        ctx,
+        "irq-placement",
+        title,
+        Level.WARN,
+        f"{nic.name} irqs",
+        cause,
+        count,
+        "interrupts",
+        [
+            moved(
+                ctx,
+                f"/proc/interrupts irq {qi.irq}",
+                c,
+                "/proc/interrupts",
+                CounterRef(C.IRQ, (qi.irq,)),
+            )
+            for qi, c, _ in group
+        ],
+        [
+            Fix(
+                knob=f"{nic.name} queue IRQ affinity",
+                current=_cpus(current),
+                desired=_cpus(needed),
+                settings=_local_irqs([nic.name]),
+                note=note,
+            )
+        ],
+    )
+
+
 @rule("irq-placement", "NIC queue IRQs running on isolated or remote-NUMA CPUs")
 def irq_placement(ctx: Context) -> Iterator[Finding]:
     topo = ctx.topology
     if topo is None:
         return
     for nic in ctx.nics.values():
-        node = nic.numa_node
-        local, usable = _node_cpus(topo, node)
-        isolated: list[tuple[Any, int, set[int]]] = []
-        remote: list[tuple[Any, int, set[int]]] = []
-        for qi in nic.irqs:
-            fired = ctx.window.irq(qi.irq)
-            busy = {cpu for cpu, n in fired.items() if n > 0}
-            if not busy:
-                continue
-            count = sum(fired.values())
-            if busy & topo.isolated:
-                isolated.append((qi, count, busy & topo.isolated))
-            elif len(topo.nodes) > 1 and local and not (busy & local):
-                remote.append((qi, count, busy))
+        # Both kinds go to the same CPUs: the node's own (every online one without a
+        # node), minus the isolated ones; a remote group implies the node has CPUs.
+        local, usable = _node_cpus(topo, nic.numa_node)
+        isolated, remote = _misplaced(ctx, topo, nic, local)
         for group, problem in ((isolated, "isolated"), (remote, "remote")):
-            if not group:
-                continue
-            count = sum(c for _, c, _ in group)
-            cpus_hit = sorted(set().union(*(b for _, _, b in group)))
-            irqs = ", ".join(f"{qi.irq} (queue {qi.queue})" for qi, _, _ in group)
-            if problem == "isolated":
-                title = f"{nic.name}: {len(group)} queue IRQs run on isolated CPUs"
-                cause = (
-                    f"IRQs {irqs} of {nic.name} fired {count} times {since(ctx)} on isolated "
-                    f"CPU(s) {_cpus(cpus_hit)}, which should run only the pinned workload."
-                )
-                needed = usable
-                note = "and ban the isolated CPUs in irqbalance ([irqbalance] ban)"
-            else:
-                title = f"{nic.name}: {len(group)} queue IRQs run on a remote NUMA node"
-                cause = (
-                    f"IRQs {irqs} of {nic.name} (NUMA node {node}) fired {count} times "
-                    f"{since(ctx)} only on CPU(s) {_cpus(cpus_hit)} of another node: every "
-                    "packet crosses the socket interconnect."
-                )
-                needed = usable  # local is not empty here
-                note = ""
-            current = sorted(
-                set().union(*((qi.effective or qi.affinity or set()) for qi, _, _ in group))
-            )
-            if current and set(current) <= needed:
-                # Placed right now, where the fix would put them: the interrupts counted
-                # elsewhere came before a move (an apply, irqbalance, by hand; since boot, or
-                # a stray one in a live window while the move took effect). History: there is
-                # nothing to fix. IRQs that keep being moved back show in a window that
-                # ends while they are misplaced.
-                continue
-            yield finding(
-                ctx,
-                "irq-placement",
-                title,
-                Level.WARN,
-                f"{nic.name} irqs",
-                cause,
-                count,
-                "interrupts",
-                [
-                    moved(
-                        ctx,
-                        f"/proc/interrupts irq {qi.irq}",
-                        c,
-                        "/proc/interrupts",
-                        CounterRef(C.IRQ, (qi.irq,)),
-                    )
-                    for qi, c, _ in group
-                ],
-                [
-                    Fix(
-                        knob=f"{nic.name} queue IRQ affinity",
-                        current=_cpus(current),
-                        desired=_cpus(needed),
-                        settings=_local_irqs([nic.name]),
-                        note=note,
-                    )
-                ],
-            )
+            if group:
+                f = _placement_finding(ctx, nic, group, problem, usable)
+                if f is not None:
+                    yield f
 
 
 def _local_irqs(devs: list[str]) -> tuple[ProfileSetting, ...]:

@@ -17,6 +17,7 @@ from lbtune.diagnose.rules.registry import rule
 from lbtune.observe import counters as C
 from lbtune.observe.counters import CounterRef
 from lbtune.observe.nicmaps import OTHER, POLICER, PORT_BUFFER, driver_map
+from lbtune.observe.window import NicDelta
 from lbtune.vocab import Level
 
 
@@ -83,105 +84,127 @@ def _queue_share(deltas: Iterable[tuple[int, int]]) -> Optional[tuple[int, float
     return q, p / total
 
 
+def _skew(d: NicDelta) -> str:
+    """The sentence blaming RSS when one rx queue carried most packets ("" otherwise)."""
+    share = _queue_share((q.queue, q.packets or 0) for q in d.queues if q.direction == "rx")
+    if share and share[1] >= 0.4:
+        return (
+            f" rx queue {share[0]} carried {share[1]:.0%} of the received packets: "
+            "RSS puts too many flows on one queue/CPU."
+        )
+    return ""
+
+
+def _queue_drops(ctx: Context, d: NicDelta, skew: str) -> Iterator[Finding]:
+    """One finding per rx queue whose ring overflowed (per-queue driver counters)."""
+    for q in d.queues:
+        if q.direction != "rx" or not q.drops:
+            continue
+        count = q.drops or 0
+        yield finding(
+            ctx,
+            "nic-rx-drop",
+            f"{d.dev} rx queue {q.queue} dropping packets",
+            Level.FAIL,
+            f"{d.dev} rx-queue {q.queue}",
+            f"{count} packets dropped {since(ctx)} by {d.driver or 'the driver'} on rx "
+            f"queue {q.queue} of {d.dev}: the queue's ring was full when they arrived "
+            f"(its CPU did not drain it in time).{skew}",
+            count,
+            "packets",
+            [
+                moved(
+                    ctx,
+                    f"ethtool {d.dev} rx queue {q.queue} drops",
+                    count,
+                    f"ethtool -S {d.dev}",
+                    CounterRef(C.NIC_QUEUE, (d.dev, "rx", q.queue, "drops")),
+                )
+            ],
+            _ring_fix(ctx, d.dev),
+        )
+
+
+def _driver_drops(ctx: Context, d: NicDelta, skew: str) -> Iterator[Finding]:
+    """One finding per driver drop counter that moved, with its meaning from the driver map
+    (policer counters are nic-policer's)."""
+    dmap = driver_map(d.driver)
+    for name, count in sorted(d.nic_drops.items()):
+        if count <= 0:
+            continue
+        info = dmap.drop(name) if dmap else None
+        meaning = info.meaning if info else None
+        where = info.where if info else OTHER
+        if where == POLICER:
+            continue  # reported by nic-policer
+        fixes = _ring_fix(ctx, d.dev)
+        if where == PORT_BUFFER:
+            fixes.append(
+                Fix(
+                    knob=f"flow control on {d.dev}",
+                    current=None,
+                    desired=None,
+                    command=f"ethtool -a {d.dev}",
+                    note="drops in the NIC's port buffer before any ring: the host as a "
+                    "whole is too slow or pause frames are off",
+                    scope=MANUAL,
+                )
+            )
+        yield finding(
+            ctx,
+            "nic-rx-drop",
+            f"{d.dev} dropping received packets ({name})",
+            Level.FAIL,
+            d.dev,
+            f"{count} packets dropped {since(ctx)} by {d.driver or 'the NIC'} "
+            f"({name}: {meaning or 'driver drop counter'}).{skew}",
+            count,
+            "packets",
+            [_ethtool(ctx, d.dev, name, count)],
+            fixes,
+        )
+
+
+def _netdev_drops(ctx: Context, d: NicDelta, skew: str) -> Iterator[Finding]:
+    """Drivers without a map: the generic netdev counters."""
+    for name in ("rx_missed_errors", "rx_fifo_errors", "rx_over_errors"):
+        count = d.stats.get(name, 0)
+        if count <= 0:
+            continue
+        yield finding(
+            ctx,
+            "nic-rx-drop",
+            f"{d.dev} dropping received packets ({name})",
+            Level.FAIL,
+            d.dev,
+            f"{count} packets lost {since(ctx)} in the NIC ({name}: ring or "
+            f"FIFO full).{skew}",
+            count,
+            "packets",
+            [
+                moved(
+                    ctx,
+                    f"{d.dev} statistics/{name}",
+                    count,
+                    f"/sys/class/net/{d.dev}/statistics/{name}",
+                    CounterRef(C.NIC_STAT, (d.dev, name)),
+                )
+            ],
+            _ring_fix(ctx, d.dev),
+        )
+
+
 @rule("nic-rx-drop", "NIC dropped received packets (ring, FIFO, port buffer) per queue")
 def nic_rx_drop(ctx: Context) -> Iterator[Finding]:
     for d in ctx.window.nics():
-        dmap = driver_map(d.driver)
-        rx_packets = [(q.queue, q.packets or 0) for q in d.queues if q.direction == "rx"]
-        share = _queue_share(rx_packets)
-        skew = ""
-        if share and share[1] >= 0.4:
-            skew = (
-                f" rx queue {share[0]} carried {share[1]:.0%} of the received packets: "
-                "RSS puts too many flows on one queue/CPU."
-            )
-        per_queue = [q for q in d.queues if q.direction == "rx" and q.drops]
-        for q in per_queue:
-            count = q.drops or 0
-            yield finding(
-                ctx,
-                "nic-rx-drop",
-                f"{d.dev} rx queue {q.queue} dropping packets",
-                Level.FAIL,
-                f"{d.dev} rx-queue {q.queue}",
-                f"{count} packets dropped {since(ctx)} by {d.driver or 'the driver'} on rx "
-                f"queue {q.queue} of {d.dev}: the queue's ring was full when they arrived "
-                f"(its CPU did not drain it in time).{skew}",
-                count,
-                "packets",
-                [
-                    moved(
-                        ctx,
-                        f"ethtool {d.dev} rx queue {q.queue} drops",
-                        count,
-                        f"ethtool -S {d.dev}",
-                        CounterRef(C.NIC_QUEUE, (d.dev, "rx", q.queue, "drops")),
-                    )
-                ],
-                _ring_fix(ctx, d.dev),
-            )
-        for name, count in sorted(d.nic_drops.items()):
-            if count <= 0:
-                continue
-            info = dmap.drop(name) if dmap else None
-            meaning = info.meaning if info else None
-            where = info.where if info else OTHER
-            if where == POLICER:
-                continue  # reported by nic-policer
-            fixes = _ring_fix(ctx, d.dev)
-            if where == PORT_BUFFER:
-                fixes.append(
-                    Fix(
-                        knob=f"flow control on {d.dev}",
-                        current=None,
-                        desired=None,
-                        command=f"ethtool -a {d.dev}",
-                        note="drops in the NIC's port buffer before any ring: the host as a "
-                        "whole is too slow or pause frames are off",
-                        scope=MANUAL,
-                    )
-                )
-            yield finding(
-                ctx,
-                "nic-rx-drop",
-                f"{d.dev} dropping received packets ({name})",
-                Level.FAIL,
-                d.dev,
-                f"{count} packets dropped {since(ctx)} by {d.driver or 'the NIC'} "
-                f"({name}: {meaning or 'driver drop counter'}).{skew}",
-                count,
-                "packets",
-                [_ethtool(ctx, d.dev, name, count)],
-                fixes,
-            )
+        skew = _skew(d)
+        yield from _queue_drops(ctx, d, skew)
+        yield from _driver_drops(ctx, d, skew)
+        per_queue = any(q.direction == "rx" and q.drops for q in d.queues)
         nic = ctx.nics.get(d.dev)
         stacked = nic is not None and nic.kind in ("bond", "vlan", "bridge", "team")
         if not d.nic_drops and not per_queue and not stacked:
-            # Drivers without a map: the generic netdev counters.
-            for name in ("rx_missed_errors", "rx_fifo_errors", "rx_over_errors"):
-                count = d.stats.get(name, 0)
-                if count > 0:
-                    yield finding(
-                        ctx,
-                        "nic-rx-drop",
-                        f"{d.dev} dropping received packets ({name})",
-                        Level.FAIL,
-                        d.dev,
-                        f"{count} packets lost {since(ctx)} in the NIC ({name}: ring or "
-                        f"FIFO full).{skew}",
-                        count,
-                        "packets",
-                        [
-                            moved(
-                                ctx,
-                                f"{d.dev} statistics/{name}",
-                                count,
-                                f"/sys/class/net/{d.dev}/statistics/{name}",
-                                CounterRef(C.NIC_STAT, (d.dev, name)),
-                            )
-                        ],
-                        _ring_fix(ctx, d.dev),
-                    )
+            yield from _netdev_drops(ctx, d, skew)
 
 
 @rule("nic-policer", "cloud NIC allowance exceeded: packets shaped or dropped by the platform")

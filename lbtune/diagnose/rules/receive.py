@@ -85,106 +85,132 @@ def _times(n: int) -> str:
     return "once" if n == 1 else f"{n} times"
 
 
-def _tcp_receive(
-    ctx: Context,
-    rule_id: str,
-    title: str,
-    pinned_title: str,
-    level: Level,
-    count: int,
-    unit: str,
-    what: str,
-    evidence: list[Evidence],
-    default_too: bool = False,
-) -> Iterator[Finding]:
+@dataclass(frozen=True)
+class _TcpLoss:
+    """A TCP receive-side loss as one rule saw it, before it is blamed on a socket or a sysctl.
+
+    `pinned_title` takes `{port}`. `default_too`: the loss is bounded by the socket's buffer
+    as it is now, not as far as it may grow, so the fix raises tcp_rmem's default as well as
+    its maximum."""
+
+    rule_id: str
+    title: str
+    pinned_title: str
+    level: Level
+    count: int
+    unit: str
+    what: str  # the sentence that opens every finding's text
+    evidence: tuple[Evidence, ...]
+    default_too: bool = False
+
+
+def _tcp_receive(ctx: Context, loss: _TcpLoss) -> Iterator[Finding]:
     """Findings of a TCP receive-side loss: per application port whose sockets pin a small
-    SO_RCVBUF (the application's fix), and a tcp_rmem finding for the rest. `default_too`:
-    the loss is bounded by the socket's buffer as it is now, not as far as it may grow, so
-    the fix raises tcp_rmem's default as well as its maximum."""
+    SO_RCVBUF (the application's fix), and a tcp_rmem finding for the rest."""
     rmem = ctx.sysctl_ints("net.ipv4.tcp_rmem") or _TCP_RMEM_DEFAULT
     receivers = ctx.window.receivers()
     pinned, others = _split(receivers or [], rmem[1])
     for p in pinned:
-        several = (
-            f"{p.sockets} sockets of tcp {p.endpoint} have"
-            if p.sockets > 1
-            else (f"The socket of tcp {p.endpoint} has")
-        )
-        yield finding(
-            ctx,
-            rule_id,
-            pinned_title.format(port=p.port),
-            level,
-            f"tcp {p.endpoint}",
-            f"{what} {several} a receive buffer of {p.rcvbuf} "
-            f"bytes, below net.ipv4.tcp_rmem's default ({rmem[1]}): the application set "
-            "SO_RCVBUF, so the kernel does not autotune it and tcp_rmem does not apply to it. "
-            f"{p.queued} bytes of receive memory in use, {p.unread} bytes unread: the "
-            "application also reads more slowly than data arrives.",
-            p.drops or count,
-            "segments" if p.drops else unit,
-            [
-                *evidence,
-                moved(
-                    ctx,
-                    f"sock_diag tcp {p.endpoint} drops",
-                    p.drops,
-                    "sock_diag",
-                    CounterRef(C.RECEIVERS, (p.family, p.addr, p.port)),
-                ),
-            ],
-            [
-                Fix(
-                    knob=f"SO_RCVBUF of the application's sockets on tcp port {p.port}",
-                    current=str(p.rcvbuf),
-                    desired="not set",
-                    note="stop setting it (TCP then autotunes up to tcp_rmem's maximum, "
-                    f"{rmem[2]}) or set it to at least {pow2_at_least(4 * p.rcvbuf)}; raising "
-                    "net.ipv4.tcp_rmem changes nothing for these sockets",
-                    scope=APPLICATION,
-                ),
-                Fix(
-                    knob=f"the application's read loop on tcp port {p.port}",
-                    current=None,
-                    desired=None,
-                    note="data waits unread: more workers or threads, or less work per read",
-                    scope=APPLICATION,
-                ),
-            ],
-        )
+        yield _pinned_finding(ctx, loss, p, rmem)
     if pinned and not others:
         return
-    default = max(2 * rmem[1], 131072) if default_too else rmem[1]
+    yield _tcp_rmem_finding(ctx, loss, rmem, receivers, others)
+
+
+def _pinned_finding(ctx: Context, loss: _TcpLoss, p: _Pinned, rmem: list[int]) -> Finding:
+    """The application's finding: its sockets on one port fixed a small SO_RCVBUF."""
+    several = (
+        f"{p.sockets} sockets of tcp {p.endpoint} have"
+        if p.sockets > 1
+        else (f"The socket of tcp {p.endpoint} has")
+    )
+    return finding(
+        ctx,
+        loss.rule_id,
+        loss.pinned_title.format(port=p.port),
+        loss.level,
+        f"tcp {p.endpoint}",
+        f"{loss.what} {several} a receive buffer of {p.rcvbuf} "
+        f"bytes, below net.ipv4.tcp_rmem's default ({rmem[1]}): the application set "
+        "SO_RCVBUF, so the kernel does not autotune it and tcp_rmem does not apply to it. "
+        f"{p.queued} bytes of receive memory in use, {p.unread} bytes unread: the "
+        "application also reads more slowly than data arrives.",
+        p.drops or loss.count,
+        "segments" if p.drops else loss.unit,
+        [
+            *loss.evidence,
+            moved(
+                ctx,
+                f"sock_diag tcp {p.endpoint} drops",
+                p.drops,
+                "sock_diag",
+                CounterRef(C.RECEIVERS, (p.family, p.addr, p.port)),
+            ),
+        ],
+        [
+            Fix(
+                knob=f"SO_RCVBUF of the application's sockets on tcp port {p.port}",
+                current=str(p.rcvbuf),
+                desired="not set",
+                note="stop setting it (TCP then autotunes up to tcp_rmem's maximum, "
+                f"{rmem[2]}) or set it to at least {pow2_at_least(4 * p.rcvbuf)}; raising "
+                "net.ipv4.tcp_rmem changes nothing for these sockets",
+                scope=APPLICATION,
+            ),
+            Fix(
+                knob=f"the application's read loop on tcp port {p.port}",
+                current=None,
+                desired=None,
+                note="data waits unread: more workers or threads, or less work per read",
+                scope=APPLICATION,
+            ),
+        ],
+    )
+
+
+def _pressure(receivers: Optional[list[ReceiverDelta]], others: list[ReceiverDelta]) -> str:
+    """The sentence on autotuned sockets under pressure (worst one named), for tcp_rmem's
+    finding."""
+    if receivers is None:
+        return " Per-socket buffers were not read here (`ss -tm` shows them)."
+    if others:
+        w = max(others, key=lambda r: (r.drops or 0, r.sock.queued)).sock
+        return (
+            f" {len(others)} autotuned socket(s) under pressure, e.g. tcp "
+            f"{endpoint(w.family, w.addr, w.port)} <- {w.peer}: receive buffer {w.rcvbuf}, "
+            f"{w.queued} in use."
+        )
+    return " No socket was under receive pressure at the end of the window."
+
+
+def _tcp_rmem_finding(
+    ctx: Context,
+    loss: _TcpLoss,
+    rmem: list[int],
+    receivers: Optional[list[ReceiverDelta]],
+    others: list[ReceiverDelta],
+) -> Finding:
+    """The host's finding: tcp_rmem (its maximum, and its default when `default_too`)."""
+    default = max(2 * rmem[1], 131072) if loss.default_too else rmem[1]
     needed = f"{rmem[0]} {default} {max(2 * rmem[2], 16777216)}"
     how = (
         "the default too: an autotuned socket's buffer starts there and grows only as the "
         "application reads; sockets take it when created (accepted ones from their "
         "listener): restart the application; and read faster"
-        if default_too
+        if loss.default_too
         else "and read faster"
     )
-    if receivers is None:
-        sockets = " Per-socket buffers were not read here (`ss -tm` shows them)."
-    elif others:
-        w = max(others, key=lambda r: (r.drops or 0, r.sock.queued)).sock
-        sockets = (
-            f" {len(others)} autotuned socket(s) under pressure, e.g. tcp "
-            f"{endpoint(w.family, w.addr, w.port)} <- {w.peer}: receive buffer {w.rcvbuf}, "
-            f"{w.queued} in use."
-        )
-    else:
-        sockets = " No socket was under receive pressure at the end of the window."
-    yield finding(
+    return finding(
         ctx,
-        rule_id,
-        title,
-        level,
+        loss.rule_id,
+        loss.title,
+        loss.level,
         "tcp sockets",
-        f"{what} The application reads too slowly, or tcp_rmem's maximum is too small for "
-        f"the bandwidth-delay product.{sockets}",
-        count,
-        unit,
-        evidence,
+        f"{loss.what} The application reads too slowly, or tcp_rmem's maximum is too small for "
+        f"the bandwidth-delay product.{_pressure(receivers, others)}",
+        loss.count,
+        loss.unit,
+        list(loss.evidence),
         [sysctl_fix(ctx, "net.ipv4.tcp_rmem", needed, how)],
     )
 
@@ -199,8 +225,7 @@ def socket_backlog_drop(ctx: Context) -> Iterator[Finding]:
     n = ctx.window.snmp("TcpExt.TCPBacklogDrop")
     if n <= 0:
         return
-    yield from _tcp_receive(
-        ctx,
+    loss = _TcpLoss(
         "socket-backlog-drop",
         "TCP segments dropped: socket backlog full",
         "TCP segments dropped on port {port}: SO_RCVBUF set small by the application",
@@ -209,13 +234,14 @@ def socket_backlog_drop(ctx: Context) -> Iterator[Finding]:
         "segments",
         f"{n} segments dropped {since(ctx)}: they arrived while the application held the "
         "socket and its backlog (bounded by the receive + send buffer) was full.",
-        [snmp_ev(ctx, "TcpExt.TCPBacklogDrop")],
+        (snmp_ev(ctx, "TcpExt.TCPBacklogDrop"),),
         # the backlog limit is sk_rcvbuf + sk_sndbuf + 64 KiB as they are (tcp_add_backlog):
         # measured in a namespace, raising tcp_rmem's maximum alone left the drops as they
         # were (median 53 drops per trigger either way), raising the default stopped them
         # (bench/results/receive_faults.md)
         default_too=True,
     )
+    yield from _tcp_receive(ctx, loss)
 
 
 @rule(
@@ -238,8 +264,7 @@ def rcvbuf_prune(ctx: Context) -> Iterator[Finding]:
     lost = pruned + ofo
     if lost <= 0 and collapsed <= 0:
         return
-    yield from _tcp_receive(
-        ctx,
+    loss = _TcpLoss(
         "rcvbuf-prune",
         "TCP receive buffer pressure: queues pruned",
         "TCP receive queues pruned on port {port}: SO_RCVBUF set small by the application",
@@ -249,7 +274,7 @@ def rcvbuf_prune(ctx: Context) -> Iterator[Finding]:
         f"The kernel ran out of receive buffer {_times(called)} {since(ctx)} and had to "
         f"collapse queues ({collapsed} segments copied); {_times(lost)} it dropped queued "
         "data (the sender retransmits).",
-        [
+        tuple(
             snmp_ev(ctx, k)
             for k in (
                 "TcpExt.PruneCalled",
@@ -257,8 +282,9 @@ def rcvbuf_prune(ctx: Context) -> Iterator[Finding]:
                 "TcpExt.RcvPruned",
                 "TcpExt.OfoPruned",
             )
-        ],
+        ),
     )
+    yield from _tcp_receive(ctx, loss)
 
 
 _READ_FASTER = "or read faster (more threads, SO_REUSEPORT)"

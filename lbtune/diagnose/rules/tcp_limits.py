@@ -8,6 +8,7 @@ tcp_max_tw_buckets and ip_local_port_range belong to each namespace.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 from lbtune.diagnose.context import Context
@@ -24,6 +25,7 @@ from lbtune.diagnose.rules.base import (
 from lbtune.diagnose.rules.registry import rule
 from lbtune.observe import counters as C
 from lbtune.observe.counters import CounterRef
+from lbtune.observe.model import Sample, SockStat
 from lbtune.observe.procnet import SOCKSTAT
 from lbtune.tune.plan import Mode
 from lbtune.vocab import Level
@@ -148,6 +150,74 @@ def tcp_memory_pressure(ctx: Context) -> Iterator[Finding]:
 PORT_RANGE = "10000 65535"  # as profiles/web.toml and lb-proxy.toml set it
 
 
+@dataclass(frozen=True)
+class _PortsUsed:
+    """How many ports of the range are taken, and how that was counted."""
+
+    used: int
+    how: str  # the sentence after the number
+    evidence: Evidence
+    exact: bool  # counted per destination (sock_diag), not estimated from TIME_WAIT
+    unit: str
+
+
+def _ports_used(after: Sample, st: SockStat, size: int) -> _PortsUsed:
+    if after.ephemeral_in_use is not None:
+        how = (
+            "TCP sockets hold a local port of the range toward one destination (the busiest "
+            "pair of source address and destination, counted with sock_diag)"
+        )
+        evidence = reading(
+            "sock_diag tcp ports in range, busiest destination", after.ephemeral_in_use,
+            "sock_diag", CounterRef(C.EPHEMERAL),
+        )  # fmt: skip
+        return _PortsUsed(after.ephemeral_in_use, how, evidence, True, "ports in use")
+    # A recorded tree has no per-socket list: TIME_WAIT holds its port for 60 s, but a
+    # server's TIME_WAIT sockets hold the server port, not ephemeral ones.
+    used = st.tcp_tw
+    how = (
+        "sockets are in TIME_WAIT (an estimate from /proc/net/sockstat: it matters only "
+        "if this host opens the connections, e.g. a client or a proxy to upstreams)"
+    )
+    if used > size:
+        how += (
+            f"; more than the range's {size} ports, so they go to several destinations: "
+            "the range runs out per (source, destination) pair, and a capture cannot "
+            "count per pair"
+        )
+    return _PortsUsed(used, how, _sockstat("tw", "tcp_tw", used), False, "sockets in TIME_WAIT")
+
+
+def _port_fixes(ctx: Context) -> list[Fix]:
+    """A wider range, TIME_WAIT reuse, and fewer connections per destination."""
+    return [
+        sysctl_fix(
+            ctx,
+            "net.ipv4.ip_local_port_range",
+            PORT_RANGE,
+            "the range of the shipped web and lb-proxy profiles: 55,536 ports per "
+            "destination, above the common service ports. To go lower, list the ports "
+            "services listen on in net.ipv4.ip_local_reserved_ports first",
+            mode=Mode.SET,
+        ),
+        sysctl_fix(
+            ctx,
+            "net.ipv4.tcp_tw_reuse",
+            1,
+            "reuse TIME_WAIT ports for new outgoing connections (safe with timestamps)",
+            mode=Mode.SET,
+        ),
+        Fix(
+            knob="connections per destination",
+            current=None,
+            desired=None,
+            note="reuse connections (keep-alive, connection pools) or spread them over "
+            "more source addresses or destinations: the range is per destination",
+            scope=APPLICATION,
+        ),
+    ]
+
+
 @rule(
     "ephemeral-ports",
     "local ports used up by connections and TIME_WAIT (client)",
@@ -160,38 +230,10 @@ def ephemeral_ports(ctx: Context) -> Iterator[Finding]:
     if st is None or not rng or len(rng) != 2:
         return
     size = max(1, rng[1] - rng[0] + 1)
-    if after.ephemeral_in_use is not None:
-        used = after.ephemeral_in_use
-        how = (
-            "TCP sockets hold a local port of the range toward one destination (the busiest "
-            "pair of source address and destination, counted with sock_diag)"
-        )
-        evidence = reading(
-            "sock_diag tcp ports in range, busiest destination", used, "sock_diag",
-            CounterRef(C.EPHEMERAL),
-        )  # fmt: skip
-        exact = True
-        unit = "ports in use"
-    else:
-        # A recorded tree has no per-socket list: TIME_WAIT holds its port for 60 s, but a
-        # server's TIME_WAIT sockets hold the server port, not ephemeral ones.
-        used = st.tcp_tw
-        how = (
-            "sockets are in TIME_WAIT (an estimate from /proc/net/sockstat: it matters only "
-            "if this host opens the connections, e.g. a client or a proxy to upstreams)"
-        )
-        if used > size:
-            how += (
-                f"; more than the range's {size} ports, so they go to several destinations: "
-                "the range runs out per (source, destination) pair, and a capture cannot "
-                "count per pair"
-            )
-        evidence = _sockstat("tw", "tcp_tw", used)
-        exact = False
-        unit = "sockets in TIME_WAIT"
-    if used < 0.8 * size:
+    p = _ports_used(after, st, size)
+    if p.used < 0.8 * size:
         return
-    if exact and used >= size:
+    if p.exact and p.used >= size:
         title = "Ephemeral ports exhausted"
         effect = (
             "every port of the range is held: new outgoing connections to a destination "
@@ -207,37 +249,12 @@ def ephemeral_ports(ctx: Context) -> Iterator[Finding]:
         ctx,
         "ephemeral-ports",
         title,
-        Level.FAIL if exact and used >= 0.95 * size else Level.WARN,
+        Level.FAIL if p.exact and p.used >= 0.95 * size else Level.WARN,
         "ip_local_port_range",
-        f"{used} {how}, against a local port range of {size} ({rng[0]}-{rng[1]}): {effect}.",
-        used,
-        unit,
-        [evidence],
-        [
-            sysctl_fix(
-                ctx,
-                "net.ipv4.ip_local_port_range",
-                PORT_RANGE,
-                "the range of the shipped web and lb-proxy profiles: 55,536 ports per "
-                "destination, above the common service ports. To go lower, list the ports "
-                "services listen on in net.ipv4.ip_local_reserved_ports first",
-                mode=Mode.SET,
-            ),
-            sysctl_fix(
-                ctx,
-                "net.ipv4.tcp_tw_reuse",
-                1,
-                "reuse TIME_WAIT ports for new outgoing connections (safe with timestamps)",
-                mode=Mode.SET,
-            ),
-            Fix(
-                knob="connections per destination",
-                current=None,
-                desired=None,
-                note="reuse connections (keep-alive, connection pools) or spread them over "
-                "more source addresses or destinations: the range is per destination",
-                scope=APPLICATION,
-            ),
-        ],
+        f"{p.used} {p.how}, against a local port range of {size} ({rng[0]}-{rng[1]}): {effect}.",
+        p.used,
+        p.unit,
+        [p.evidence],
+        _port_fixes(ctx),
         gauge=True,
     )

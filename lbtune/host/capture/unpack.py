@@ -26,8 +26,8 @@ import zlib
 from typing import IO, Any, Callable
 
 from lbtune.errors import BadInput
+from lbtune.host.capture.manifest import MANIFEST
 
-MANIFEST = "lbtune-capture.json"
 # Limits. A capture is a few MB (no file over 64 MiB, host/capture/tree.py); a sosreport unpacks
 # to some hundreds of MB in tens of thousands of files; sysfs paths are some 15 levels deep.
 MAX_UNPACKED = 2 << 30  # bytes written, hard-link copies included

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from lbtune import __version__
+from lbtune.host.capture.manifest import MANIFEST
 from lbtune.host.capture.tree import UNSAFE, CaptureTree, safe_member
-from lbtune.host.capture.unpack import MANIFEST, unpack_capture
 from lbtune.host.capture.unpack import link_inside as _inside
-from lbtune.host.fs import HostFS
+from lbtune.host.capture.unpack import unpack_capture
 from lbtune.host.host import Host
+from lbtune.host.identity import MACHINE_ID, machine_hash
 from lbtune.host.kernel.cputopology import CPU_SYS
 from lbtune.host.kernel.irqbalance import CONFIG_FILES as IRQBALANCE_CONFIG
 from lbtune.host.kernel.irqbalance import UNIT_WANTS as IRQBALANCE_WANTS
@@ -44,7 +45,7 @@ from lbtune.host.net.qdisc import TC_QDISC_RECORD, format_tc_qdisc
 from lbtune.host.net.sockdiag import SS_RECORD, format_ss
 from lbtune.host.outfile import check_output, write_output
 
-__all__ = ["MANIFEST", "read_manifest", "unpack_capture", "write_capture"]
+__all__ = ["MANIFEST", "unpack_capture", "write_capture"]
 
 FORMAT_VERSION = 1
 
@@ -240,8 +241,6 @@ def _record_commands(t: CaptureTree, host: Host, names: list[str]) -> list[dict[
 
 
 def _machine(host: Host) -> Optional[str]:
-    from lbtune.host.identity import MACHINE_ID, machine_hash
-
     raw = host.fs.read(MACHINE_ID)
     return machine_hash(raw) if raw and raw.strip() else None
 
@@ -361,14 +360,3 @@ def write_capture(host: Host, output: str, force: bool = False) -> CaptureResult
         uptime=manifest["uptime"],
     )
 
-
-def read_manifest(fs: HostFS) -> Optional[dict[str, Any]]:
-    """The manifest of an unpacked capture, None when the tree is not an lbtune capture."""
-    text = fs.read("/" + MANIFEST)  # bounded, never blocks on a FIFO
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None

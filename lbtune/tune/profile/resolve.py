@@ -10,6 +10,7 @@ from lbtune.errors import BadInput
 from lbtune.host.inventory import Inventory
 from lbtune.host.kernel.cpulist import format_cpulist
 from lbtune.host.net.ifname import is_ifname
+from lbtune.tune import knobs as k
 from lbtune.tune.knobs.sysctl import SysctlKnob
 from lbtune.tune.plan import Mode, Target
 from lbtune.tune.profile.cpuexpr import NODE_NAME, eval_cpu_expr, parse_cpu_expr
@@ -129,8 +130,6 @@ class _Resolver:
     def governor(self) -> None:
         if not self.p.governor:
             return
-        from lbtune.tune import knobs as k
-
         wanted: dict[int, tuple[str, Setting]] = {}
         for expr, s in self.p.governor.items():
             for cpu in self.cpus(expr, f"governor.{expr}", self.data):
@@ -142,8 +141,6 @@ class _Resolver:
     def irqbalance(self) -> None:
         if not self.p.irqbalance:
             return
-        from lbtune.tune import knobs as k
-
         if "state" in self.p.irqbalance:
             s = self.p.irqbalance["state"]
             self.add(k.IrqbalanceKnob("service"), s.value, s, "irqbalance.state")
@@ -166,6 +163,7 @@ class _Resolver:
 
         The strategy's candidates (lbtune.tune.placement), narrowed to `cpus` when given.
         """
+        # Imported here: placement reads NICs, which a sysctl-only profile never loads.
         from lbtune.tune.placement import candidate_cpus
 
         strategy = spec["strategy"]
@@ -199,135 +197,177 @@ class _Resolver:
             self.nic(sel, nic, {**defaults, **section})
 
     def nic(self, sel: str, nic: Nic, sec: Mapping[str, Setting]) -> None:
-        from lbtune.tune import knobs as k
-        from lbtune.tune.placement import irq_cpus, xps_for
-
+        """The targets of one `[nic.SEL]` section, in apply order. Channels decide how many
+        rx queues RPS covers and which tx queues XPS keeps; the IRQ placement decides the
+        channel count (`channels = "cpus"`), RPS "same" and XPS "match-irqs"."""
         prefix = f"nic.{sel}"
-        name = nic.name
         if "txqueuelen" in sec:
             s = sec["txqueuelen"]
-            self.add(k.TxqueuelenKnob(name), str(s.value), s, f"{prefix}.txqueuelen")
+            self.add(k.TxqueuelenKnob(nic.name), str(s.value), s, f"{prefix}.txqueuelen")
         placed: Optional[frozenset[int]] = None
         if "irq_affinity" in sec:
             placed = self.placement_cpus(sec["irq_affinity"].value, f"{prefix}.irq_affinity", nic)
         queues = len(nic.rx_queues)
         tx_after: Optional[int] = None  # tx queues left by a planned channel count
         if "channels" in sec:
-            s = sec["channels"]
-            ch = nic.channels
-            kind = "combined" if ch is None or ch.combined_max else "rx/tx"
-            limit = (
-                (ch.combined_max if kind == "combined" else min(ch.rx_max or 0, ch.tx_max or 0))
-                if ch
-                else None
-            )
-            if s.value == "cpus":
-                count = len(placed if placed is not None else self._nic_local(nic))
-                if limit:
-                    count = min(count, limit)
-            else:
-                count = s.value
-                if limit is not None and count > limit:
-                    raise BadInput(
-                        f"{self.p.name}: {prefix}.channels = {count}: "
-                        f"{name} supports at most {limit}"
-                    )
-            kinds = ("combined",) if kind == "combined" else ("rx", "tx")
-            for kd in kinds:
-                self.add(k.ChannelsKnob(f"{name}:{kd}"), str(count), s, f"{prefix}.channels")
-            if s.mode is Mode.SET:
+            count = self.nic_channels(prefix, nic, sec["channels"], placed)
+            if sec["channels"].mode is Mode.SET:
                 queues = tx_after = count
         if "rings" in sec:
-            s = sec["rings"]
-            rings = nic.rings
-            for d in ("rx", "tx"):
-                if nic.rings_fixed is not None:
-                    # the driver cannot change them: "max" and a number are planned alike,
-                    # as "unsettable" rows (RingKnob.unsettable), never an error
-                    self.add(k.RingKnob(f"{name}:{d}"), str(s.value), s, f"{prefix}.rings")
-                    continue
-                cur = getattr(rings, d) if rings else None
-                limit = getattr(rings, f"{d}_max") if rings else None
-                if s.value == "max":
-                    if limit is None:
-                        if d == "rx":
-                            raise BadInput(
-                                f'{self.p.name}: {prefix}.rings = "max": '
-                                f"{name} reports no ring sizes"
-                            )
-                        continue
-                    value = limit
-                else:
-                    value = s.value
-                    if limit is not None and value > limit:
-                        raise BadInput(
-                            f"{self.p.name}: {prefix}.rings = {value}: "
-                            f"{name} {d} ring max is {limit}"
-                        )
-                    if rings is not None and cur is None and limit is None:
-                        continue
-                self.add(k.RingKnob(f"{name}:{d}"), str(value), s, f"{prefix}.rings")
+            self.nic_rings(prefix, nic, sec["rings"])
         irq_map: Optional[dict[int, int]] = None
         if "irq_affinity" in sec:
-            s = sec["irq_affinity"]
-            spec = s.value
             assert placed is not None
-            irq_map = irq_cpus(self.inv, nic, "list", cpus=placed, use_hint=spec["use_hint"])
-            for irq, cpu in sorted(irq_map.items()):
-                if cpu not in self.online:
-                    raise BadInput(
-                        f"{self.p.name}: {prefix}.irq_affinity puts IRQ {irq} on offline CPU {cpu}"
-                    )
-                self.add(
-                    k.IrqAffinityKnob(str(irq)), format_cpulist({cpu}), s, f"{prefix}.irq_affinity"
-                )
+            irq_map = self.nic_irq_affinity(prefix, nic, sec["irq_affinity"], placed)
         if "rps" in sec:
-            s = sec["rps"]
-            rps = s.value
-            if "cpus" in rps:
-                how = rps["cpus"]
-                if how == "same":
-                    if irq_map is None:
-                        raise BadInput(
-                            f'{self.p.name}: {prefix}.rps.cpus = "same" needs irq_affinity'
-                        )
-                    cpus = frozenset(irq_map.values())
-                elif how == "local":
-                    cpus = self._nic_local(nic)
-                elif how == "none":
-                    cpus = frozenset()
-                else:
-                    cpus = self.cpus(how, f"{prefix}.rps.cpus", nic)
-                for q in range(queues):
-                    self.add(
-                        k.RpsCpusKnob(f"{name}:rx-{q}"), format_cpulist(cpus), s, f"{prefix}.rps"
-                    )
-            if "flow_cnt" in rps:
-                for q in range(queues):
-                    self.add(
-                        k.RpsFlowCntKnob(f"{name}:rx-{q}"), str(rps["flow_cnt"]), s, f"{prefix}.rps"
-                    )
+            self.nic_rps(prefix, nic, sec["rps"], queues, irq_map)
         if "xps" in sec:
-            s = sec["xps"]
-            if s.value == "none":
-                for tq in nic.tx_queues:
-                    if tx_after is not None and tq.index >= tx_after:
-                        continue  # a tx queue the planned channel count removes
-                    self.add(k.XpsCpusKnob(f"{name}:tx-{tq.index}"), "", s, f"{prefix}.xps")
+            self.nic_xps(prefix, nic, sec["xps"], tx_after, irq_map)
+
+    def nic_channels(
+        self, prefix: str, nic: Nic, s: Setting, placed: Optional[frozenset[int]]
+    ) -> int:
+        """Plan the channel count; returns it. "cpus" is one per placement CPU (or nic-local
+        CPU), capped by what the driver supports; a number above that is refused."""
+        name = nic.name
+        ch = nic.channels
+        kind = "combined" if ch is None or ch.combined_max else "rx/tx"
+        limit = (
+            (ch.combined_max if kind == "combined" else min(ch.rx_max or 0, ch.tx_max or 0))
+            if ch
+            else None
+        )
+        if s.value == "cpus":
+            count = len(placed if placed is not None else self._nic_local(nic))
+            if limit:
+                count = min(count, limit)
+        else:
+            count = s.value
+            if limit is not None and count > limit:
+                raise BadInput(
+                    f"{self.p.name}: {prefix}.channels = {count}: "
+                    f"{name} supports at most {limit}"
+                )
+        kinds = ("combined",) if kind == "combined" else ("rx", "tx")
+        for kd in kinds:
+            self.add(k.ChannelsKnob(f"{name}:{kd}"), str(count), s, f"{prefix}.channels")
+        return int(count)
+
+    def nic_rings(self, prefix: str, nic: Nic, s: Setting) -> None:
+        """Plan rx and tx ring sizes: "max" or a number, checked against the driver's maximum."""
+        name = nic.name
+        rings = nic.rings
+        for d in ("rx", "tx"):
+            if nic.rings_fixed is not None:
+                # the driver cannot change them: "max" and a number are planned alike,
+                # as "unsettable" rows (RingKnob.unsettable), never an error
+                self.add(k.RingKnob(f"{name}:{d}"), str(s.value), s, f"{prefix}.rings")
+                continue
+            cur = getattr(rings, d) if rings else None
+            limit = getattr(rings, f"{d}_max") if rings else None
+            if s.value == "max":
+                if limit is None:
+                    if d == "rx":
+                        raise BadInput(
+                            f'{self.p.name}: {prefix}.rings = "max": '
+                            f"{name} reports no ring sizes"
+                        )
+                    continue
+                value = limit
             else:
+                value = s.value
+                if limit is not None and value > limit:
+                    raise BadInput(
+                        f"{self.p.name}: {prefix}.rings = {value}: "
+                        f"{name} {d} ring max is {limit}"
+                    )
+                if rings is not None and cur is None and limit is None:
+                    continue
+            self.add(k.RingKnob(f"{name}:{d}"), str(value), s, f"{prefix}.rings")
+
+    def nic_irq_affinity(
+        self, prefix: str, nic: Nic, s: Setting, placed: frozenset[int]
+    ) -> dict[int, int]:
+        """Pin each queue IRQ to one of the `placed` CPUs; returns IRQ -> CPU."""
+        from lbtune.tune.placement import irq_cpus  # see placement_cpus
+
+        spec = s.value
+        irq_map = irq_cpus(self.inv, nic, "list", cpus=placed, use_hint=spec["use_hint"])
+        for irq, cpu in sorted(irq_map.items()):
+            if cpu not in self.online:
+                raise BadInput(
+                    f"{self.p.name}: {prefix}.irq_affinity puts IRQ {irq} on offline CPU {cpu}"
+                )
+            self.add(
+                k.IrqAffinityKnob(str(irq)), format_cpulist({cpu}), s, f"{prefix}.irq_affinity"
+            )
+        return irq_map
+
+    def nic_rps(
+        self,
+        prefix: str,
+        nic: Nic,
+        s: Setting,
+        queues: int,
+        irq_map: Optional[dict[int, int]],
+    ) -> None:
+        """Plan RPS CPUs and flow counts for the first `queues` rx queues."""
+        name = nic.name
+        rps = s.value
+        if "cpus" in rps:
+            how = rps["cpus"]
+            if how == "same":
                 if irq_map is None:
-                    raise BadInput(f'{self.p.name}: {prefix}.xps = "match-irqs" needs irq_affinity')
-                for txq, cpus in xps_for(irq_map, nic).items():
-                    if tx_after is not None and txq >= tx_after:
-                        continue  # a tx queue the planned channel count removes
-                    xps = format_cpulist(cpus)
-                    self.add(k.XpsCpusKnob(f"{name}:tx-{txq}"), xps, s, f"{prefix}.xps")
+                    raise BadInput(
+                        f'{self.p.name}: {prefix}.rps.cpus = "same" needs irq_affinity'
+                    )
+                cpus = frozenset(irq_map.values())
+            elif how == "local":
+                cpus = self._nic_local(nic)
+            elif how == "none":
+                cpus = frozenset()
+            else:
+                cpus = self.cpus(how, f"{prefix}.rps.cpus", nic)
+            for q in range(queues):
+                self.add(
+                    k.RpsCpusKnob(f"{name}:rx-{q}"), format_cpulist(cpus), s, f"{prefix}.rps"
+                )
+        if "flow_cnt" in rps:
+            for q in range(queues):
+                self.add(
+                    k.RpsFlowCntKnob(f"{name}:rx-{q}"), str(rps["flow_cnt"]), s, f"{prefix}.rps"
+                )
+
+    def nic_xps(
+        self,
+        prefix: str,
+        nic: Nic,
+        s: Setting,
+        tx_after: Optional[int],
+        irq_map: Optional[dict[int, int]],
+    ) -> None:
+        """Plan XPS: cleared ("none") or matching the IRQ placement, skipping the tx queues
+        a planned channel count removes (index >= `tx_after`)."""
+        from lbtune.tune.placement import xps_for  # see placement_cpus
+
+        name = nic.name
+        if s.value == "none":
+            for tq in nic.tx_queues:
+                if tx_after is not None and tq.index >= tx_after:
+                    continue  # a tx queue the planned channel count removes
+                self.add(k.XpsCpusKnob(f"{name}:tx-{tq.index}"), "", s, f"{prefix}.xps")
+            return
+        if irq_map is None:
+            raise BadInput(f'{self.p.name}: {prefix}.xps = "match-irqs" needs irq_affinity')
+        for txq, cpus in xps_for(irq_map, nic).items():
+            if tx_after is not None and txq >= tx_after:
+                continue  # a tx queue the planned channel count removes
+            xps = format_cpulist(cpus)
+            self.add(k.XpsCpusKnob(f"{name}:tx-{txq}"), xps, s, f"{prefix}.xps")
 
     def cmdline(self) -> None:
         if not self.p.cmdline:
             return
-        from lbtune.tune import knobs as k
-
         isolating: set[int] = set()
         for param, s in self.p.cmdline.items():
             cpus = self.cpus(s.value["cpus"], f"cmdline.{param}", self.data)
@@ -352,8 +392,6 @@ class _Resolver:
         pinned = sorted({int(t.knob.obj) for t in self.targets if t.knob.kind == "irq_affinity"})
         if not bans or not pinned:
             return
-        from lbtune.tune import knobs as k
-
         s = self.p.irqbalance["ban"]
         value = ",".join(str(n) for n in pinned)
         self.add(k.IrqbalanceBanIrqKnob("banned_irqs"), value, s, "irqbalance.ban")

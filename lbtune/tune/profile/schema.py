@@ -168,8 +168,8 @@ def _sysctl_value(key: str, raw: object, mode: Mode, where: _Where, wkey: str) -
 
 def _check_sysctlkey_text(key: str, where: _Where) -> None:
     wkey = f"sysctl.{key_text(key)}"
-    probe = key.replace(DATA, _DATA_PLACEHOLDER)
-    if "{" in probe or "}" in probe:
+    checked = key.replace(DATA, _DATA_PLACEHOLDER)  # {data} as a name sysctl_path takes
+    if "{" in checked or "}" in checked:
         raise where.bad(wkey, "the only placeholder is {data} (the data interface)")
     if DATA in key:
         parts = key.split(".")
@@ -178,7 +178,7 @@ def _check_sysctlkey_text(key: str, where: _Where) -> None:
         ):
             raise where.bad(wkey, "{data} may only stand for the interface in net.*.conf.*")
     try:
-        sysctl_path(probe)
+        sysctl_path(checked)
     except BadInput as e:
         raise where.bad(wkey, str(e)) from None
     if key in FORBIDDEN_SYSCTLS or key.startswith("kernel.usermodehelper."):

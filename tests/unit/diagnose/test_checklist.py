@@ -11,7 +11,7 @@ from lbtune.diagnose.checklist import (
     Checklist,
     CheckResult,
     ClockState,
-    LiveProbes,
+    LiveReadings,
     parse_ip_o_addr,
     run_checklist,
 )
@@ -27,10 +27,12 @@ def run(
     vip: Optional[str] = None,
     load: Optional[str] = None,
     iface: Optional[str] = None,
-    probes: Optional[LiveProbes] = None,
+    probes: Optional[LiveReadings] = None,
 ) -> Checklist:
     path = root if isinstance(root, pathlib.Path) else HOSTS / root
-    return run_checklist(Host.open(str(path)), role, vip=vip, load=load, iface=iface, probes=probes)
+    return run_checklist(
+        Host.open(str(path)), role, vip=vip, load=load, iface=iface, readings=probes
+    )
 
 
 def check(cl: Checklist, name: str) -> CheckResult:
@@ -292,14 +294,14 @@ def test_governor(tmp_path: pathlib.Path) -> None:
 
 
 def test_live_probes_clock_and_nofile() -> None:
-    bad = LiveProbes((1024, 4096), ClockState(False, "not synchronised (STA_UNSYNC)"))
+    bad = LiveReadings((1024, 4096), ClockState(False, "not synchronised (STA_UNSYNC)"))
     cl = run(KVM, "client", probes=bad)
     c = check(cl, "clock-sync")
     assert c.level is Level.WARN and "STA_UNSYNC" in c.reason
     n = check(cl, "nofile")
     assert n.level is Level.WARN and "soft 1024 hard 4096" in n.reason
     assert "ulimit -n 4096" in n.fix
-    good = LiveProbes((65536, 1048576), ClockState(True, "synchronised"))
+    good = LiveReadings((65536, 1048576), ClockState(True, "synchronised"))
     cl = run(KVM, "client", probes=good)
     assert check(cl, "clock-sync").level is Level.PASS
     assert check(cl, "nofile").level is Level.PASS

@@ -15,6 +15,7 @@ from lbtune.diagnose.loadlint import (
     read_load_facts,
     split_command,
 )
+from lbtune.diagnose.loadlint.rules import HOST_RULES
 from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.fs import HostFS
 from lbtune.host.net.sockdiag import ListenSocket
@@ -314,3 +315,11 @@ def test_parse_port_list() -> None:
     assert parse_port_list("1,3-5") == {1, 3, 4, 5}
     with pytest.raises(ValueError):
         parse_port_list("5-3")
+
+
+def test_every_host_rule_is_registered_once_and_documented() -> None:
+    ids = [i for r in HOST_RULES for i in r.ids]
+    assert len(ids) == len(set(ids)) and len(ids) >= 7
+    text = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "checklist.md").read_text()
+    for rule_id in ids:
+        assert f"| `{rule_id}`" in text, rule_id
