@@ -42,9 +42,19 @@ def _ring(cur: Optional[int], mx: Optional[int]) -> str:
 
 
 def _render(inv: Any, show_all: bool) -> None:
+    out = console()
+    _render_cpus(out, inv)
+    for nic in inv.nics:
+        if not show_all and (nic.kind == "loopback"):
+            continue
+        _render_nic(out, nic)
+    _render_irqbalance(out, inv.irqbalance)
+
+
+def _render_cpus(out: Any, inv: Any) -> None:
+    """The host line, CPUs per NUMA node, and the CPU parameters of the command line."""
     from rich.table import Table
 
-    out = console()
     topo = inv.cpus
     where = f" netns {inv.netns}" if inv.netns else ""
     out.print(
@@ -77,53 +87,58 @@ def _render(inv: Any, show_all: bool) -> None:
     if notes:
         out.print("  " + "  ".join(notes))
 
-    for nic in inv.nics:
-        if not show_all and (nic.kind == "loopback"):
-            continue
-        numa = "?" if nic.numa_node is None else ("none" if nic.numa_node < 0 else nic.numa_node)
-        out.print()
-        out.print(
-            f"[bold]{nic.name}[/bold]  {nic.kind}  driver {nic.driver or '?'}"
-            + (f"  pci {nic.bus}" if nic.bus else "")
-            + f"  numa {numa}"
-            + (f"  local cpus {cpus(nic.local_cpus)}" if nic.local_cpus else "")
-            + f"  {nic.operstate or '?'}"
-            + (f"  {nic.speed_mbps} Mb/s" if nic.speed_mbps else "")
-            + f"  mtu {nic.mtu}  txqueuelen {nic.txqueuelen}"
+
+def _render_nic(out: Any, nic: Any) -> None:
+    """One NIC: its header line, rings and channels, and the queue -> IRQ -> CPU table."""
+    from rich.table import Table
+
+    numa = "?" if nic.numa_node is None else ("none" if nic.numa_node < 0 else nic.numa_node)
+    out.print()
+    out.print(
+        f"[bold]{nic.name}[/bold]  {nic.kind}  driver {nic.driver or '?'}"
+        + (f"  pci {nic.bus}" if nic.bus else "")
+        + f"  numa {numa}"
+        + (f"  local cpus {cpus(nic.local_cpus)}" if nic.local_cpus else "")
+        + f"  {nic.operstate or '?'}"
+        + (f"  {nic.speed_mbps} Mb/s" if nic.speed_mbps else "")
+        + f"  mtu {nic.mtu}  txqueuelen {nic.txqueuelen}"
+    )
+    r, c = nic.rings, nic.channels
+    rings = f"rings rx {_ring(r.rx, r.rx_max)} tx {_ring(r.tx, r.tx_max)}" if r else "rings n/a"
+    if c:
+        parts = [
+            f"{k} {_ring(getattr(c, k), getattr(c, k + '_max'))}"
+            for k in ("combined", "rx", "tx", "other")
+            if getattr(c, k + "_max")
+        ]
+        chans = "channels " + (" ".join(parts) if parts else "none")
+    else:
+        chans = "channels n/a"
+    out.print(
+        f"  {rings}  {chans}  queues rx {len(nic.rx_queues)} tx {len(nic.tx_queues)}"
+        + (f"  lower {','.join(nic.lower)}" if nic.lower else "")
+    )
+    if not nic.irqs:
+        out.print("  no per-queue IRQs")
+        return
+    t = Table(box=None, pad_edge=False, padding=(0, 2, 0, 2))
+    for col in ("queue", "irq", "name", "affinity", "effective", "hint", "count"):
+        t.add_column(col, justify="right" if col in ("irq", "count") else "left")
+    for q in nic.irqs:
+        t.add_row(
+            f"{q.direction}-{q.queue}",
+            str(q.irq),
+            q.name.split("@pci:")[0],  # the PCI address is in the NIC's header line
+            cpus(q.affinity),
+            cpus(q.effective),
+            cpus(q.hint),
+            str(q.count),
         )
-        r, c = nic.rings, nic.channels
-        rings = f"rings rx {_ring(r.rx, r.rx_max)} tx {_ring(r.tx, r.tx_max)}" if r else "rings n/a"
-        if c:
-            parts = [
-                f"{k} {_ring(getattr(c, k), getattr(c, k + '_max'))}"
-                for k in ("combined", "rx", "tx", "other")
-                if getattr(c, k + "_max")
-            ]
-            chans = "channels " + (" ".join(parts) if parts else "none")
-        else:
-            chans = "channels n/a"
-        out.print(
-            f"  {rings}  {chans}  queues rx {len(nic.rx_queues)} tx {len(nic.tx_queues)}"
-            + (f"  lower {','.join(nic.lower)}" if nic.lower else "")
-        )
-        if not nic.irqs:
-            out.print("  no per-queue IRQs")
-            continue
-        t = Table(box=None, pad_edge=False, padding=(0, 2, 0, 2))
-        for col in ("queue", "irq", "name", "affinity", "effective", "hint", "count"):
-            t.add_column(col, justify="right" if col in ("irq", "count") else "left")
-        for q in nic.irqs:
-            t.add_row(
-                f"{q.direction}-{q.queue}",
-                str(q.irq),
-                q.name.split("@pci:")[0],  # the PCI address is in the NIC's header line
-                cpus(q.affinity),
-                cpus(q.effective),
-                cpus(q.hint),
-                str(q.count),
-            )
-        out.print(t)
-    ib = inv.irqbalance
+    out.print(t)
+
+
+def _render_irqbalance(out: Any, ib: Any) -> None:
+    """Whether irqbalance runs, starts at boot, and what it leaves alone."""
     out.print()
     state = f"running (pid {ib.pid})" if ib.running else "not running"
     enabled = {True: "enabled", False: "disabled", None: "boot state unknown"}[ib.enabled]
