@@ -19,10 +19,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Optional, Union
 
-from lbtune.lab.guests.uml import ENV_WORKDIR
+from lbtune.lab.protocol import ENV_WORKDIR
 
 PROGRESS_FILE = "progress.jsonl"
-WORKDIR_ENV = ENV_WORKDIR  # set by lbtune.lab.guests.uml inside the guest
+WORKDIR_ENV = ENV_WORKDIR  # set for each call by the guest agent (lbtune.lab.protocol)
 
 START, DONE, FAIL, TICK, INFO = "start", "done", "fail", "tick", "info"
 

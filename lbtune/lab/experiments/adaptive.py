@@ -32,7 +32,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from lbtune.errors import BadInput
-from lbtune.lab.guests.uml import LabKernel, LabUnavailable, run_in_lab
 from lbtune.lab.inguest.balancer import configure_realserver, load_ipvs_modules
 from lbtune.lab.inguest.entry import in_lab
 from lbtune.lab.inguest.labnet import Topology, build_topology, plan_topology, teardown_topology
@@ -42,11 +41,10 @@ from lbtune.lab.inguest.shell import STATE_DIR, LabStepFailed, Shell, lbtune_arg
 from lbtune.lab.progress import (
     INFO,
     TICK,
-    ProgressCallback,
-    ProgressReader,
     ProgressWriter,
     Steps,
 )
+from lbtune.lab.protocol import LabUnavailable
 
 SCHEMES = ("rr", "wlc", "adapt")
 RUN_DIR = "/run/lbtune-lab/adaptive"
@@ -374,7 +372,8 @@ def run_adaptive(cfg: AdaptiveConfig, progress: Optional[ProgressWriter] = None
 
 def guest_run(config: dict[str, Any], progress: Optional[ProgressWriter] = None
               ) -> dict[str, Any]:  # fmt: skip
-    """run_in_lab target."""
+    """The guest target (lbtune.lab.launch.run_adaptive_lab): the experiment for a JSON
+    config, its result as JSON."""
     try:
         cfg = AdaptiveConfig(rates=tuple(int(r) for r in config["rates"]),
                              schemes=tuple(config["schemes"]),
@@ -384,22 +383,6 @@ def guest_run(config: dict[str, Any], progress: Optional[ProgressWriter] = None
     except (KeyError, TypeError, ValueError) as e:
         raise BadInput(f"adaptive configuration: {e}") from None
     return run_adaptive(cfg, progress).to_json()
-
-
-GUEST_TARGET = "lbtune.lab.experiments.adaptive:guest_run"
-
-
-def run_adaptive_lab(cfg: AdaptiveConfig, on_step: Optional[ProgressCallback] = None,
-                     kernel: Optional[LabKernel] = None) -> dict[str, Any]:  # fmt: skip
-    """Host side: boot the lab kernel, run the experiment in it, return its JSON result."""
-    from lbtune.host.signals import interruptible
-
-    reader = ProgressReader(on_step or (lambda step: None))
-    timeout = 300.0 + len(cfg.schemes) * (cfg.duration + 40.0)
-    with interruptible():
-        res = run_in_lab(GUEST_TARGET, asdict(cfg), timeout=timeout, kernel=kernel,
-                         watch=reader.poll)  # fmt: skip
-    return res.value  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from lbtune.errors import BadInput, LbtuneError
-from lbtune.host.signals import interruptible
+from lbtune.host.deadline import wait_until
 from lbtune.lab.experiments.failover_stats import Event, FailoverResult, ProbeRecord, switch_windows
-from lbtune.lab.guests.uml import LabKernel, LabUnavailable, run_in_lab
 from lbtune.lab.inguest.balancer import configure_realserver, load_ipvs_modules
 from lbtune.lab.inguest.entry import in_lab
 from lbtune.lab.inguest.labnet import Node, build_topology, plan_topology, teardown_topology
@@ -44,11 +43,10 @@ from lbtune.lab.inguest.servers import HTTP_PORT, WebServer
 from lbtune.lab.inguest.shell import LabStepFailed, Shell, netns_argv
 from lbtune.lab.progress import (
     INFO,
-    ProgressCallback,
-    ProgressReader,
     ProgressWriter,
     Steps,
 )
+from lbtune.lab.protocol import LabUnavailable
 
 RUN_DIR = "/run/lbtune-lab/failover"
 MAX_KILLS = 50
@@ -63,11 +61,7 @@ SYNC_WAIT = 10.0
 def _wait(done: Callable[[], bool], timeout: float) -> Optional[float]:
     """Seconds until `done()` holds, polled every POLL (None: not within timeout)."""
     t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if done():
-            return time.monotonic() - t0
-        time.sleep(POLL)
-    return None
+    return time.monotonic() - t0 if wait_until(done, timeout, POLL) else None
 
 
 @dataclass(frozen=True)
@@ -129,9 +123,9 @@ class _Director:
 
     def start(self) -> None:
         self.starts += 1
-        argv = ["ip", "netns", "exec", self.node.netns, "keepalived", "-n", "-l", "-D",
-                "-f", self.conf, "-p", f"{self.dir}/keepalived.pid",
-                "-r", f"{self.dir}/vrrp.pid", "-c", f"{self.dir}/checkers.pid"]  # fmt: skip
+        argv = netns_argv(self.node.netns, [
+            "keepalived", "-n", "-l", "-D", "-f", self.conf, "-p", f"{self.dir}/keepalived.pid",
+            "-r", f"{self.dir}/vrrp.pid", "-c", f"{self.dir}/checkers.pid"])  # fmt: skip
         with open(os.path.join(self.dir, f"keepalived-{self.starts}.log"), "wb") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -436,35 +430,10 @@ def run_failover(
 
 
 def guest_run(config: Mapping[str, Any], progress: Optional[ProgressWriter] = None) -> Any:
-    """run_in_lab target: the experiment for a JSON config, its result as JSON."""
+    """The guest target (lbtune.lab.launch.run_failover_lab): the experiment for a JSON
+    config, its result as JSON."""
     try:
         cfg = FailoverConfig(**dict(config))
     except TypeError as e:
         raise BadInput(f"lab failover configuration: {e}") from None
     return run_failover(cfg, progress).to_json()
-
-
-# --------------------------------------------------------------------------- host side
-
-GUEST_TARGET = "lbtune.lab.experiments.failover:guest_run"
-BOOT_BUDGET = 120.0
-
-
-def run_failover_lab(
-    config: FailoverConfig,
-    on_step: Optional[ProgressCallback] = None,
-    kernel: Optional[LabKernel] = None,
-) -> FailoverResult:
-    """Run the experiment in a lab kernel (a running `lab up` guest, or a fresh boot)."""
-    from lbtune.lab.experiments.failover_stats import result_from_json
-    from lbtune.lab.guests import session
-
-    payload = dataclasses.asdict(config)
-    timeout = BOOT_BUDGET + config.budget()
-    if session.current() is not None:
-        return result_from_json(session.request_run(payload, on_step, timeout, "failover"))
-    reader = ProgressReader(on_step or (lambda step: None))
-    with interruptible():
-        res = run_in_lab(GUEST_TARGET, payload, timeout=timeout, kernel=kernel,
-                         watch=reader.poll)  # fmt: skip
-    return result_from_json(res.value)

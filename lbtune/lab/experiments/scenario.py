@@ -38,7 +38,6 @@ from typing import Any, Mapping, Optional
 
 from lbtune.errors import BadInput, LbtuneError
 from lbtune.lab.experiments import labprofile
-from lbtune.lab.guests.uml import LabUnavailable
 from lbtune.lab.inguest.balancer import (
     LabService,
     RealServer,
@@ -60,6 +59,7 @@ from lbtune.lab.inguest.load import LoadResult, load_argv, parse_load, pick_tool
 from lbtune.lab.inguest.servers import HAPROXY_BALANCE, HTTP_PORT, Proxy, WebServer
 from lbtune.lab.inguest.shell import RUN_DIR, LabStepFailed, Shell
 from lbtune.lab.progress import FAIL, INFO, TICK, ProgressWriter, Steps, StepTime
+from lbtune.lab.protocol import LabUnavailable
 
 MODES = ("dr", "proxy")
 FAULTS = ("wrong-arp",)

@@ -54,20 +54,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from lbtune.lab.guests.api import Guest, completed
-from lbtune.lab.guests.uml import (
-    ENV_KEEP,
-    WATCH_INTERVAL,
+from lbtune.host.atomic import write_json_atomic
+from lbtune.host.deadline import wait_until
+from lbtune.host.net.netns import netns_argv
+from lbtune.host.runner import pid_alive
+from lbtune.lab.guests.api import AgentClient, Guest, Watch, completed, guest_pythonpath
+from lbtune.lab.guests.uml import ENV_KEEP
+from lbtune.lab.inguest.entry import split_target
+from lbtune.lab.protocol import (
+    AGENT_LOG,
+    FORK_CALLS,
+    READY,
+    REBOOT,
     LabError,
     LabTimeout,
     LabUnavailable,
-    Watch,
-    _guest_pythonpath,
-    pid_alive,
+    argv_request,
+    call_request,
+    stop_request,
 )
-from lbtune.lab.inguest.entry import (
-    VM_CMDLINE_MARK as CMDLINE_MARK,  # lbtune.lab.inguest.entry.in_lab()
-)
+from lbtune.lab.protocol import VM_CMDLINE_MARK as CMDLINE_MARK  # what in_lab() looks for
 
 ENV_CACHE = "LBTUNE_VM_CACHE"
 ENV_ACCEL = "LBTUNE_VM_ACCEL"
@@ -141,7 +147,9 @@ def find_qemu() -> str:
 GUEST_OWN_DIRS = ("/tmp", "/run")  # noqa: S108 - the guest's own tmpfs (render_stage1)
 
 
-def _check_host() -> None:
+def check_host() -> None:
+    """LabUnavailable unless this host can run the VM lab (root, iproute2, paths the guest
+    sees)."""
     if sys.platform != "linux":
         raise LabUnavailable("the VM lab runs on Linux hosts only")
     if os.geteuid() != 0:
@@ -346,7 +354,7 @@ def choose_accel(image: VmImage) -> tuple[str, str]:
 def probe_kvm(image: VmImage) -> tuple[str, str]:
     """Boot once under KVM (no NICs): KVM when the guest agent comes up in time, else TCG."""
     try:
-        g = VmGuest._start(image, "kvm", (), KVM_PROBE_TIMEOUT, nics=False)
+        g = VmGuest.start(image, "kvm", (), KVM_PROBE_TIMEOUT, nics=False)
     except (LabError, LabUnavailable) as exc:
         lines = str(exc).splitlines()
         errors = [ln.split(": ", 1)[-1] for ln in lines if "error" in ln.lower()]
@@ -402,7 +410,7 @@ def vm_lab_status() -> dict[str, Any]:
         image = find_vm_image()
         out["kernel"] = image.version
         out["qemu"] = find_qemu()
-        _check_host()
+        check_host()
     except LabUnavailable as exc:
         out["problem"] = str(exc)
         return out
@@ -582,15 +590,15 @@ class VmGuest(Guest):
     @classmethod
     def boot(cls, cmdline_extra: Sequence[str] = (), timeout: float = BOOT_TIMEOUT) -> VmGuest:
         """Boot the VM lab guest; LabUnavailable (cannot run here) or LabError (boot failed)."""
-        _check_host()
+        check_host()
         image = find_vm_image()
         find_qemu()
         reap_stale()
         accel, reason = choose_accel(image)
-        return cls._start(image, accel, cmdline_extra, timeout, accel_reason=reason)
+        return cls.start(image, accel, cmdline_extra, timeout, accel_reason=reason)
 
     @classmethod
-    def _start(
+    def start(
         cls,
         image: VmImage,
         accel: str,
@@ -600,6 +608,8 @@ class VmGuest(Guest):
         accel_reason: str = "",
         nics: bool = True,
     ) -> VmGuest:
+        """Boot `image` under `accel` once the host, image and accelerator are settled
+        (``boot`` settles them; ``lbtune lab up --vm`` reports each step between them)."""
         g = cls(image, accel, accel_reason, nics)
         try:
             g._make_state_disk()
@@ -665,16 +675,16 @@ class VmGuest(Guest):
     def _launch(self, cmdline_extra: tuple[str, ...], timeout: float) -> None:
         self.boots += 1
         self.cmdline_extra = cmdline_extra
-        for stale in ("ready.json", "reboot"):
+        for stale in (READY, REBOOT):
             (self.workdir / stale).unlink(missing_ok=True)
-        for sub in ("req", "res"):
-            shutil.rmtree(self.workdir / sub, ignore_errors=True)
-            (self.workdir / sub).mkdir()
+        for sub in (self.agent.dir.requests, self.agent.dir.answers):
+            shutil.rmtree(sub, ignore_errors=True)
+        self.agent.dir.make()
         wd = str(self.workdir)
         venv_bin = os.path.dirname(sys.executable)
         (self.workdir / "stage1.sh").write_text(render_stage1(self.image, wd), encoding="utf-8")
         (self.workdir / "stage2.sh").write_text(
-            render_stage2(wd, venv_bin, sys.executable, _guest_pythonpath(), os.getcwd()),
+            render_stage2(wd, venv_bin, sys.executable, guest_pythonpath(), os.getcwd()),
             encoding="utf-8",
         )
         argv = qemu_argv(
@@ -687,8 +697,7 @@ class VmGuest(Guest):
             cmdline_extra,
             self.nics,
         )
-        if self.nics:
-            argv = ["ip", "netns", "exec", self.netns, *argv]
+        argv = netns_argv(self.netns if self.nics else None, argv)
         log = open(self.workdir / f"qemu.{self.boots}.log", "wb")  # noqa: SIM115
         start = time.monotonic()
         try:
@@ -703,19 +712,22 @@ class VmGuest(Guest):
             log.close()
         owner = {"supervisor": os.getpid(), "qemu": self.proc.pid, "netns": self.netns}
         (self.workdir / OWNER).write_text(json.dumps(owner), encoding="utf-8")
-        ready = self.workdir / "ready.json"
-        deadline = start + timeout
+        ready = self.workdir / READY
         console = ConsoleWatch(self.console_path, 0)
-        while not ready.exists():
-            if self.proc.poll() is not None:
-                raise LabError(self._boot_failure(f"qemu exited {self.proc.returncode}"))
-            now = time.monotonic()
-            if now > deadline:
-                raise LabTimeout(
-                    self._boot_failure(f"no guest agent after {timeout:g} s"), pgid=self.proc.pid
-                )
-            self._check_wedge(console, "boot", now)
-            time.sleep(0.1)
+        proc = self.proc
+
+        def agent_up() -> bool:
+            if ready.exists():
+                return True
+            if proc.poll() is not None:
+                raise LabError(self._boot_failure(f"qemu exited {proc.returncode}"))
+            self._check_wedge(console, "boot", time.monotonic())
+            return False
+
+        if not wait_until(agent_up, start + timeout - time.monotonic(), 0.1):
+            raise LabTimeout(
+                self._boot_failure(f"no guest agent after {timeout:g} s"), pgid=proc.pid
+            )
         self.boot_seconds = time.monotonic() - start
         self.facts = json.loads(ready.read_text(encoding="utf-8"))
         self._record_boot()
@@ -723,11 +735,8 @@ class VmGuest(Guest):
     def _record_boot(self) -> None:
         """What this boot saw, for `lbtune doctor` (the cache's last-boot.json)."""
         record = {**self.describe(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        path = Path(cache_dir()) / LAST_BOOT
         with contextlib.suppress(OSError):
-            tmp = path.with_name(f".{LAST_BOOT}.{os.getpid()}")
-            tmp.write_text(json.dumps(record), encoding="utf-8")
-            os.replace(tmp, path)
+            write_json_atomic(Path(cache_dir()) / LAST_BOOT, record, fsync=False)
 
     def _boot_failure(self, what: str) -> str:
         tail = "\n".join(self.console().splitlines()[-15:])
@@ -762,7 +771,7 @@ class VmGuest(Guest):
             polite = not failed and self.broken is None
             if self.proc is not None and self.proc.poll() is None and polite:
                 try:
-                    self._request({"kind": "stop", "reboot": False})
+                    self._request(stop_request(reboot=False))
                     self._stop_qemu(grace=30)
                 except OSError:
                     pass
@@ -778,7 +787,7 @@ class VmGuest(Guest):
         """A real guest reboot (sync, ``reboot -f``); qemu then starts again with this kernel
         command line extension. What the guest wrote (the overlay) persists."""
         self._alive()
-        self._request({"kind": "stop", "reboot": True})
+        self._request(stop_request(reboot=True))
         self._stop_qemu(grace=timeout)
         try:
             self._launch(tuple(cmdline_extra), timeout)
@@ -798,19 +807,25 @@ class VmGuest(Guest):
         if self._closed or self.proc is None or self.proc.poll() is not None:
             raise LabError(f"the VM lab guest is not running\n{self.console()[-2000:]}")
 
+    @property
+    def agent(self) -> AgentClient:
+        """The host's half of the request protocol, in this guest's work directory."""
+        return AgentClient(self.workdir)
+
+    def running(self) -> bool:
+        """qemu still runs (a stop request sent by another process ends it)."""
+        return not self._closed and self.proc is not None and self.proc.poll() is None
+
     def _request(self, req: dict[str, Any]) -> str:
         self._seq += 1
         rid = f"{self._seq:06d}"
-        tmp = self.workdir / "req" / f".{rid}.tmp"
-        tmp.write_text(json.dumps(req), encoding="utf-8")
         self._marks[rid] = console_size(self.console_path)
-        os.replace(tmp, self.workdir / "req" / f"{rid}.json")
-        return rid
+        return self.agent.send(req, rid)
 
     def _no_answer(self, rid: str, timeout: float) -> str:
         """Why a request went unanswered, as far as the host can tell: whether the agent
         claimed it, and the last lines of the agent's log and of the guest console."""
-        claimed = not (self.workdir / "req" / f"{rid}.json").exists()
+        claimed = self.agent.claimed(rid)
 
         def tail(path: Path) -> str:
             try:
@@ -821,7 +836,7 @@ class VmGuest(Guest):
 
         return (f"the VM guest did not answer request {rid} in {timeout:g} s "
                 f"({'claimed by the agent' if claimed else 'never claimed by the agent'}); "
-                f"agent.log: {tail(self.workdir / 'agent.log')}; "
+                f"agent.log: {tail(self.workdir / AGENT_LOG)}; "
                 f"console: {tail(self.console_path)}; vCPUs: {self.vcpus()}")  # fmt: skip
 
     def _check_wedge(self, console: ConsoleWatch, rid: str, now: float) -> None:
@@ -856,27 +871,16 @@ class VmGuest(Guest):
         return vcpu_summary(text) or "(qemu monitor: no registers)"
 
     def _answer(self, rid: str, timeout: float, watch: Optional[Watch] = None) -> dict[str, Any]:
-        path = self.workdir / "res" / f"{rid}.json"
-        calldir = self.workdir / "calls" / rid
-        deadline = time.monotonic() + timeout
-        last_watch = 0.0
         console = ConsoleWatch(self.console_path, self._marks.pop(rid, None))
-        while not path.exists():
+
+        def check() -> None:
             self._alive()
-            now = time.monotonic()
-            if now > deadline:
-                self.broken = LabError(self._no_answer(rid, timeout))
-                raise self.broken
-            self._check_wedge(console, rid, now)
-            if watch is not None and time.monotonic() - last_watch >= WATCH_INTERVAL:
-                watch(calldir)
-                last_watch = time.monotonic()
-            time.sleep(0.05)
-        if watch is not None:
-            watch(calldir)  # the last lines the target wrote
-        out: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        path.unlink()
-        shutil.rmtree(calldir, ignore_errors=True)
+            self._check_wedge(console, rid, time.monotonic())
+
+        out = self.agent.wait(rid, timeout, watch, check)
+        if out is None:
+            self.broken = LabError(self._no_answer(rid, timeout))
+            raise self.broken
         if "error" in out and "ok" not in out:
             raise LabError(f"VM guest agent: {out['error']}")
         return out
@@ -887,9 +891,7 @@ class VmGuest(Guest):
         """Run argv in the guest (in network namespace netns there); never raises for a
         non-zero exit (returncode -9: killed at the timeout)."""
         self._alive()
-        rid = self._request(
-            {"kind": "argv", "argv": list(argv), "netns": netns, "timeout": timeout}
-        )
+        rid = self._request(argv_request(argv, netns, timeout))
         out = self._answer(rid, timeout + 30)
         return completed(argv, out)
 
@@ -907,20 +909,9 @@ class VmGuest(Guest):
         runs with the directory the target finds in ``$LBTUNE_LAB_WORKDIR``. A new
         interpreter, or with `fork_calls(True)` a child of the agent's fork server
         (lbtune.lab.inguest.agent) unless `fresh` or `netns` is given."""
-        from lbtune.lab.inguest.entry import split_target
-
         split_target(target)
         self._alive()
-        rid = self._request(
-            {
-                "kind": "call",
-                "target": target,
-                "args": list(args),
-                "timeout": timeout,
-                "netns": netns,
-                "fresh": fresh,
-            }
-        )
+        rid = self._request(call_request(target, args, timeout, netns, fresh))
         out = self._answer(rid, timeout + 30, watch)
         if not out.get("ok"):
             raise LabError(
@@ -933,8 +924,6 @@ class VmGuest(Guest):
     def fork_calls(self, on: bool) -> None:
         """Have the guest agent fork calls from its fork server (True) or start a new
         interpreter for each (False, the default); see lbtune.lab.inguest.agent."""
-        from lbtune.lab.inguest.agent import FORK_CALLS
-
         flag = self.workdir / FORK_CALLS
         if on:
             flag.touch()
