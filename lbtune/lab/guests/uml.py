@@ -712,13 +712,13 @@ def _wait_for_guest(pid: int, timeout: float, workdir: Path, watch: Optional[Wat
     """Wait for UML to exit (False on timeout), calling watch every WATCH_INTERVAL."""
     if watch is None:
         return _wait_exit_nowait(pid, timeout)
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        finished = _wait_exit_nowait(pid, min(WATCH_INTERVAL, max(0.0, remaining)))
+
+    def exited() -> bool:
+        finished = _wait_exit_nowait(pid, WATCH_INTERVAL)  # the interval is the wait itself
         watch(workdir)
-        if finished or remaining <= 0:
-            return finished
+        return finished
+
+    return wait_until(exited, timeout, 0)
 
 
 def _spawn(
