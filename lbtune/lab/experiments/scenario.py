@@ -18,7 +18,8 @@ namespaces, loads IPVS and starts servers) and returns a `ScenarioResult`:
 8. collect: per-server requests (nginx logs), IPVS connections per server, the share of reply
    bytes that crossed the director; then everything is stopped and removed.
 
-Progress goes to the work directory's progress file (lbtune.lab.progress) for the host.
+Progress goes to the call's progress file (lbtune.lab.progress) for the host; the host side
+is lbtune.lab.launch.run_lab.
 """
 
 from __future__ import annotations
