@@ -1,5 +1,5 @@
-"""A VM guest kept up by `lbtune lab up --vm` takes requests from another process: `session.attach()`
-is a Guest speaking the one request protocol (lbtune.lab.protocol) to the guest's agent, and
+"""A VM guest kept up by `lbtune lab up --vm` takes requests from another process:
+`session.attach()` is a Guest speaking the one request protocol (lbtune.lab.protocol) to the guest's agent, and
 `lab down` still leaves nothing. One boot for the module."""
 
 from __future__ import annotations

@@ -663,7 +663,8 @@ class _UmlReadying:
 
 def supervise_vm() -> int:
     """The detached supervisor of a VM guest: boots it, records what it is, and holds it until
-    `down` writes STOP_FILE into its work directory (or SIGTERM, or UP_TIMEOUT)."""
+    its agent ends (`down`'s stop request; LabError when the guest died otherwise), SIGTERM or
+    UP_TIMEOUT. Any process's requests reach the guest's agent meanwhile (`attach`)."""
     import tempfile
 
     from lbtune.host.signals import interruptible

@@ -27,7 +27,9 @@ overlay whose upper layer is an ext4 image file per guest (virtio-blk; a 9p uppe
 overlayfs whiteouts or xattrs), so what the guest writes - /etc, /var/lib/lbtune - survives a
 guest reboot and nothing on the host changes; tmpfs on /tmp and /run; the kernel's full module
 tree over /lib/modules/<ver>; the run's work directory at its host path (a second 9p export).
-A guest agent (lbtune.lab.inguest.agent) serves the host's requests through that work directory.
+The guest agent (lbtune.lab.inguest.agent) serves the host's requests through that work
+directory, in the one request protocol of both backends (lbtune.lab.protocol); kept up by
+``lbtune lab up --vm`` (lbtune.lab.guests.session) it serves any process's requests.
 
 Cleanup on every exit path (normal, exception, KeyboardInterrupt): the qemu process group is
 SIGKILLed and reaped, the network namespace deleted, work directory and state disk removed
