@@ -1,6 +1,6 @@
 """A VM guest kept up by `lbtune lab up --vm` takes requests from another process:
-`session.attach()` is a Guest speaking the one request protocol (lbtune.lab.protocol) to the guest's agent, and
-`lab down` still leaves nothing. One boot for the module."""
+`session.attach()` is a Guest speaking the one request protocol (lbtune.lab.protocol) to the
+guest agent, and `lab down` still leaves nothing. One boot for the module."""
 
 from __future__ import annotations
 
