@@ -66,6 +66,7 @@ from lbtune.lab.inguest.entry import split_target
 from lbtune.lab.protocol import (
     AGENT_LOG,
     FORK_CALLS,
+    IN_VM_ENV,
     READY,
     REBOOT,
     LabError,
@@ -206,7 +207,7 @@ def render_stage2(
     q = shlex.quote
     path = f"{venv_bin}:{GUEST_PATH}"
     return f"""\
-export PATH={q(path)} HOME=/root LANG=C.UTF-8 LBTUNE_IN_VM=1 PYTHONDONTWRITEBYTECODE=1
+export PATH={q(path)} HOME=/root LANG=C.UTF-8 {IN_VM_ENV}=1 PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH={q(":".join(pythonpath))} PYTHONUNBUFFERED=1
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
