@@ -79,9 +79,9 @@ class Window:
     probes: int
     established: int  # keep-alive connections open and serving at the switch
     lost: int  # of those, broken during the window
-    recovered: bool  # a probe succeeded after the window's last failure
+    recovered: bool  # a fresh connection succeeded after the window's last failure
     reasons: tuple[str, ...] = ()
-    max_gap_s: float = 0.0  # longest pause between probe starts: the resolution achieved
+    max_gap_s: float = 0.0  # longest pause between fresh-connection starts: the resolution achieved
     held: Optional[int] = None  # keep-alive connections the new master held at the switch
 
 

@@ -382,7 +382,7 @@ def _check_backend(backend: str) -> float:
         vm.check_host()
         vm.find_vm_image()
         vm.find_qemu()
-        return timeout + vm.KVM_PROBE_TIMEOUT + 60.0  # the probe boot, set-up and mkfs
+        return timeout + vm.KVM_TRIAL_TIMEOUT + 60.0  # the KVM trial boot, set-up and mkfs
     raise ValueError(f"lab backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 
 

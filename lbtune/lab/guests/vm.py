@@ -18,9 +18,10 @@ local_cpulist 2-3) as a NIC in a multi-socket server does; eth1 e1000e (a tap in
 namespace); a vmxnet3 on tap2 whose driver is not loaded at boot (the NIC whose rx ring qemu
 overruns, for the nic-rx-drop fix loop: virtio and e1000e make qemu wait for a free buffer;
 ``modprobe vmxnet3`` makes it eth2); serial console to a log file.
-Accelerator: KVM only when a short probe boot proves it works on this host (nested KVM can
+Accelerator: KVM only when a short trial boot proves it works on this host (nested KVM can
 hang after the decompressor), else TCG (``-accel tcg,thread=multi -cpu max``);
-``LBTUNE_VM_ACCEL=kvm|tcg`` overrides, and the probe's answer is cached in the image cache.
+``LBTUNE_VM_ACCEL=kvm|tcg`` overrides, and the trial's answer is cached in the image cache
+(its messages keep the words "KVM probe boot" that users and `lbtune doctor` output know).
 
 Filesystems in the guest: the host's ``/`` read-only over virtio-9p is the lower layer of an
 overlay whose upper layer is an ext4 image file per guest (virtio-blk; a 9p upper cannot hold
@@ -89,7 +90,7 @@ QUEUES = 4
 NIC_NODE = 1  # eth0's NUMA node (the expander bridge's numa_node)
 STATE_DISK_SIZE = "4G"  # sparse: the guest's writes only
 BOOT_TIMEOUT = 300.0  # TCG on 2 shared cores: ~7 s alone, much more under load
-KVM_PROBE_TIMEOUT = 40.0
+KVM_TRIAL_TIMEOUT = 40.0
 OWNER = "owner.json"  # in a work directory: who runs it (reap_stale)
 LAST_BOOT = "last-boot.json"  # in the cache: what the most recent boot saw (lbtune doctor)
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -330,7 +331,7 @@ def _kvm_usable_device() -> bool:
 
 
 def choose_accel(image: VmImage) -> tuple[str, str]:
-    """("kvm"|"tcg", why): the override, the cached probe answer, or a probe boot now."""
+    """("kvm"|"tcg", why): the override, the cached trial answer, or a trial boot now."""
     requested = os.environ.get(ENV_ACCEL, "").strip().lower()
     if requested in ("kvm", "tcg"):
         return requested, f"requested ({ENV_ACCEL})"
@@ -346,7 +347,7 @@ def choose_accel(image: VmImage) -> tuple[str, str]:
             return str(known["accel"]), str(known["reason"]) + " (cached probe)"
     except (OSError, ValueError, KeyError):
         pass
-    accel, reason = probe_kvm(image)
+    accel, reason = try_kvm(image)
     with contextlib.suppress(OSError):
         cache.write_text(
             json.dumps({"key": key, "accel": accel, "reason": reason}), encoding="utf-8"
@@ -354,10 +355,10 @@ def choose_accel(image: VmImage) -> tuple[str, str]:
     return accel, reason
 
 
-def probe_kvm(image: VmImage) -> tuple[str, str]:
+def try_kvm(image: VmImage) -> tuple[str, str]:
     """Boot once under KVM (no NICs): KVM when the guest agent comes up in time, else TCG."""
     try:
-        g = VmGuest.start(image, "kvm", (), KVM_PROBE_TIMEOUT, nics=False)
+        g = VmGuest.start(image, "kvm", (), KVM_TRIAL_TIMEOUT, nics=False)
     except (LabError, LabUnavailable) as exc:
         lines = str(exc).splitlines()
         errors = [ln.split(": ", 1)[-1] for ln in lines if "error" in ln.lower()]
@@ -406,7 +407,7 @@ def reap_stale(directory: Optional[str] = None) -> list[str]:
 
 def vm_lab_status() -> dict[str, Any]:
     """What can be said about the VM lab without booting it (for `lbtune doctor`): the image,
-    qemu, /dev/kvm, the cached KVM probe and the last boot's facts; ``unchecked`` names what
+    qemu, /dev/kvm, the cached KVM trial and the last boot's facts; ``unchecked`` names what
     only a boot proves. ``available`` is False with ``problem`` and ``fix`` when it cannot run."""
     out: dict[str, Any] = {"available": False, "problem": "", "fix": "make setup (as root)"}
     try:
@@ -421,8 +422,8 @@ def vm_lab_status() -> dict[str, Any]:
     out["kvm_device"] = _kvm_usable_device()
     out["tun_device"] = os.path.exists("/dev/net/tun")
     try:
-        probe = json.loads((Path(cache_dir()) / "kvm-probe.json").read_text(encoding="utf-8"))
-        out["accelerator"] = f"{probe['accel']} ({probe['reason']})"
+        trial = json.loads((Path(cache_dir()) / "kvm-probe.json").read_text(encoding="utf-8"))
+        out["accelerator"] = f"{trial['accel']} ({trial['reason']})"
     except (OSError, ValueError, KeyError):
         out["accelerator"] = "not probed yet (the first boot probes KVM, else TCG)"
     try:
