@@ -726,7 +726,8 @@ def _selftest_reason(st: SelfTest, director: str) -> str:
 def guest_run(
     config: Mapping[str, Any], progress: Optional[ProgressWriter] = None
 ) -> dict[str, Any]:
-    """run_in_lab target: the scenario for a JSON config, its result as JSON."""
+    """The guest target (lbtune.lab.launch.run_lab): the scenario for a JSON config, its
+    result as JSON."""
     try:
         cfg = _decode(ScenarioConfig, dict(config))
     except (KeyError, TypeError) as e:
