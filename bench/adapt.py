@@ -31,7 +31,8 @@ from results_io import run_meta, write_json, write_markdown
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from lbtune.lab.experiments.adaptive import SCHEMES, AdaptiveConfig, rows, run_adaptive_lab  # noqa: E402
+from lbtune.lab.experiments.adaptive import SCHEMES, AdaptiveConfig, rows  # noqa: E402
+from lbtune.lab.launch import run_adaptive_lab  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ from results_io import run_meta, write_json
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from lbtune.lab.experiments.failover import FailoverConfig, run_failover_lab  # noqa: E402
+from lbtune.lab.experiments.failover import FailoverConfig  # noqa: E402
 from lbtune.lab.guests import session  # noqa: E402
+from lbtune.lab.launch import run_failover_lab  # noqa: E402
 
 CASES = (("default", 1.0, True), ("fast", 0.1, True), ("fast-nosync", 0.1, False))
 # Not measured here: the seed's figure for MetalLB layer-2 leader loss, quoted as a reference.

@@ -15,6 +15,7 @@ import stat
 from typing import Callable, Optional
 
 from lbtune.errors import BadInput, MalformedHostFile
+from lbtune.host.atomic import TMP_INFIX, fsync_dir, write_atomic
 from lbtune.host.kernel.cpulist import CpuListError, parse_cpulist, parse_cpumask
 
 
@@ -401,21 +402,7 @@ class HostFS:
     ) -> None:
         """Replace the file at the real path `target` by a new inode holding `content`:
         `<target>.lbtune-tmp-<pid>`, fsync, rename over `target`, fsync the directory."""
-        tmp = f"{target}{TMP_INFIX}{os.getpid()}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-        fd = os.open(tmp, flags, mode)
-        try:
-            if owner is not None and os.geteuid() == 0:
-                os.fchown(fd, *owner)
-            os.fchmod(fd, mode)  # the umask must not narrow a restored file's mode
-            os.write(fd, content)
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
-        os.close(fd)
-        os.replace(tmp, target)
+        write_atomic(target, content, mode, owner=owner, exact_mode=True)
         directory, base = os.path.split(target)
         _remove_dead_temps(directory, base)  # of an earlier writer of this file, killed
         fsync_dir(directory)
@@ -484,7 +471,6 @@ class HostFS:
         return fd
 
 
-TMP_INFIX = ".lbtune-tmp-"
 
 
 def _remove_dead_temps(directory: str, base: str) -> None:
@@ -535,14 +521,9 @@ def _process_start(pid: int) -> Optional[float]:
         return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError, StopIteration):
         return None
+
+
 def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n} bytes"
 
 
-def fsync_dir(directory: str) -> None:
-    """Make a rename or unlink in `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -15,6 +15,7 @@ import stat
 from typing import IO
 
 from lbtune.errors import BadInput
+from lbtune.host.atomic import commit, write_temp
 
 
 def check_output(path: str, force: bool, option: str = "-o") -> str:
@@ -46,22 +47,13 @@ def check_output(path: str, force: bool, option: str = "-o") -> str:
 def write_output(path: str, data: bytes, force: bool, option: str = "-o") -> str:
     """Write `data` to `path` (see module doc); returns the absolute path written."""
     out = check_output(path, force, option)
-    tmp = f"{out}.lbtune-tmp-{os.getpid()}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(tmp, flags, 0o644)
+        tmp = write_temp(out, data, 0o644, exclusive=True)
     except OSError as e:
         raise BadInput(f"{option} {path}: {e.strerror or e}") from None
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         check_output(path, force, option)  # nothing slipped in meanwhile
-        os.replace(tmp, out)
+        commit(tmp, out)
     except BaseException as e:
         if os.path.lexists(tmp):
             os.unlink(tmp)

@@ -1,11 +1,12 @@
 """The few things without a kernel API (systemctl, bootloader tools) run as argument lists.
 
 Never a shell, never a string: every call is `argv` as a list. Tests inject a runner that
-records calls instead of running them.
+records calls instead of running them. `pid_alive` says whether a process started runs.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -51,3 +52,21 @@ class CommandRunner:
         except subprocess.TimeoutExpired:
             return CommandResult(args, 124, "", f"{args[0]}: timed out")
         return CommandResult(args, proc.returncode, proc.stdout, proc.stderr)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while pid runs. A zombie (killed, not yet reaped by its parent) still answers
+    kill(0), so its /proc state decides; a process we may not signal counts as running."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return bool(fields) and fields[0] not in ("Z", "X")

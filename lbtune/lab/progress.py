@@ -1,9 +1,10 @@
 """Progress of a lab scenario, passed from the guest to the host as JSON lines in a file.
 
-The guest appends one `Step` per line to `progress.jsonl` in the run's work directory (the
-hostfs mount shared with the host); the host reads the new lines while the guest runs
-(`ProgressReader.poll`) and hands them to the front end's display. A file rather than a pipe
-because the guest's only channel to the host is that directory.
+The guest appends one `Step` per line to `progress.jsonl` in the call's directory
+(``$LBTUNE_LAB_WORKDIR``: ``calls/<id>/`` of the work directory the host shares with the guest,
+lbtune.lab.protocol); the host reads the new lines while the guest runs
+(`ProgressReader.poll`, a Guest call's ``watch``) and hands them to the front end's display. A
+file rather than a pipe because the guest's only channel to the host is that directory.
 
 `Steps` is the one step context of every in-guest run (scenario, failover, adaptive): a
 ``with steps.step(name, detail)`` block writes START, then DONE or FAIL with the error, and
@@ -19,10 +20,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Optional, Union
 
-from lbtune.lab.guests.uml import ENV_WORKDIR
+from lbtune.lab.protocol import ENV_WORKDIR
 
 PROGRESS_FILE = "progress.jsonl"
-WORKDIR_ENV = ENV_WORKDIR  # set by lbtune.lab.guests.uml inside the guest
+WORKDIR_ENV = ENV_WORKDIR  # set for each call by the guest agent (lbtune.lab.protocol)
 
 START, DONE, FAIL, TICK, INFO = "start", "done", "fail", "tick", "info"
 

@@ -194,20 +194,20 @@ def test_a_python_under_tmp_is_refused_before_any_boot(monkeypatch, tmp_path):
     from lbtune.lab.guests import vm
     from lbtune.lab.guests.uml import LabUnavailable
 
-    vm._check_host()  # this checkout and venv are visible in the guest
+    vm.check_host()  # this checkout and venv are visible in the guest
     for path in ("/tmp/checkout/.venv/bin/python", "/run/x/bin/python3"):
         monkeypatch.setattr(sys, "executable", path)
         with pytest.raises(LabUnavailable, match="mounts its own /tmp and /run") as e:
-            vm._check_host()
+            vm.check_host()
         assert path in str(e.value) and "\n" not in str(e.value)
     monkeypatch.setattr(sys, "executable", "/tmpfoo/bin/python")  # a prefix, not the directory
-    vm._check_host()
+    vm.check_host()
     # a venv outside /tmp that is a symlink into it: the guest follows the link to nothing
     outside = Path(tempfile.mkdtemp(dir="/var/tmp"))
     try:
         (outside / "venv").symlink_to(tmp_path)
         monkeypatch.setattr(sys, "executable", str(outside / "venv" / "python3"))
         with pytest.raises(LabUnavailable, match=str(tmp_path)):
-            vm._check_host()
+            vm.check_host()
     finally:
         shutil.rmtree(outside)

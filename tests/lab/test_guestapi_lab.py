@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lbtune.lab.guests.api import Guest, UmlGuest, boot_guest
-from lbtune.lab.guests.uml import LabError, LabKernel
+from lbtune.lab.guests.api import Guest
+from lbtune.lab.guests.boot import boot_guest
+from lbtune.lab.guests.uml import LabError, LabKernel, UmlGuest
 from lbtune.lab.progress import DONE, START, ProgressReader, Step
 
 pytestmark = pytest.mark.lab

@@ -60,7 +60,8 @@ def render(doc: dict[str, Any]) -> None:
 
 def run_adaptive_command(ctx: click.Context, rates: Optional[str], schemes: Optional[str],
                          duration: float, connections: int) -> int:  # fmt: skip
-    from lbtune.lab.experiments.adaptive import SCHEMES, AdaptiveConfig, run_adaptive_lab
+    from lbtune.lab.experiments.adaptive import SCHEMES, AdaptiveConfig
+    from lbtune.lab.launch import run_adaptive_lab
 
     cfg = AdaptiveConfig(
         rates=int_list(rates, "--rates", "60,60,15") or AdaptiveConfig.rates,

@@ -37,7 +37,8 @@ def failover_command(ctx: click.Context, /, kills: int, advert_int: float, sync:
     connections that survived. Exit 0 when every switch moved the VIP (and, with sync, no
     established connection broke), 1 otherwise, 3 when the lab kernel is unavailable.
     """
-    from lbtune.lab.experiments.failover import FailoverConfig, run_failover_lab
+    from lbtune.lab.experiments.failover import FailoverConfig
+    from lbtune.lab.launch import run_failover_lab
 
     s = runtime_of(ctx)
     if s.netns or s.root != "/":

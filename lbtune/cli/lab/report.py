@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
+
 from lbtune.lab.experiments.scenario import ScenarioResult
 
 
@@ -12,10 +14,18 @@ def _num(n: float) -> str:
 
 
 def render_result(out: Any, r: ScenarioResult) -> None:
-    """Print r on the rich console out."""
-    from rich.markup import escape
-    from rich.table import Table
+    """Print r on the rich console out, one section after the other."""
+    _render_header(out, r)
+    _render_checklists(out, r)
+    _render_selftest_and_load(out, r)
+    _render_servers(out, r)
+    _render_bypass(out, r)
+    _render_diagnosis(out, r)
+    _render_verdict(out, r)
 
+
+def _render_header(out: Any, r: ScenarioResult) -> None:
+    """What ran, and the profiles applied per node."""
     c = r.config
     what = "IPVS DR" if c.mode == "dr" else "HAProxy proxy"
     weights = ",".join(str(w) for w in c.server_weights)
@@ -29,6 +39,10 @@ def render_result(out: Any, r: ScenarioResult) -> None:
             f"  profile    {p.node:<7} {p.profile:<14} {p.changed} changed, "
             f"{p.unchanged} already set{skipped}"
         )
+
+
+def _render_checklists(out: Any, r: ScenarioResult) -> None:
+    """Each node's checklist verdict, its failed checks and what the lab tolerated."""
     for cl in r.checklists:
         n = cl.summary
         verdict = "[red]NOT READY[/red]" if cl.failed or cl.error else "[green]ready[/green]"
@@ -42,6 +56,10 @@ def render_result(out: Any, r: ScenarioResult) -> None:
             out.print(f"             skip {name}: lab: {escape(why)}")
         if cl.error:
             out.print(f"             [red]error[/red]: {escape(cl.error)}")
+
+
+def _render_selftest_and_load(out: Any, r: ScenarioResult) -> None:
+    """The self-test's answers and the load's throughput, latency and errors."""
     st = r.selftest
     if st is not None:
         answers = ", ".join(f"{k} {v}" for k, v in sorted(st.answers.items()))
@@ -59,40 +77,57 @@ def render_result(out: Any, r: ScenarioResult) -> None:
             f"             {_num(ld.requests)} requests in {ld.seconds:.1f} s: "
             f"[bold]{ld.rps:,.0f} req/s[/bold]; latency {lat}; errors: {errs}"
         )
-    if r.servers:
-        t = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
-        for col in ("server", "address", "weight", "requests", "share", "expected"):
-            t.add_column(col, justify="left" if col in ("server", "address") else "right")
+
+
+def _render_servers(out: Any, r: ScenarioResult) -> None:
+    """The per-server table: requests, shares, expected shares, IPVS connections."""
+    from rich.table import Table
+
+    if not r.servers:
+        return
+    c = r.config
+    t = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    for col in ("server", "address", "weight", "requests", "share", "expected"):
+        t.add_column(col, justify="left" if col in ("server", "address") else "right")
+    if c.mode == "dr":
+        t.add_column("IPVS conns", justify="right")
+    for s in r.servers:
+        row = [s.name, s.address, str(s.weight), _num(s.requests), f"{s.share:.1%}",
+               "-" if s.expected is None else f"{s.expected:.1%}"]  # fmt: skip
         if c.mode == "dr":
-            t.add_column("IPVS conns", justify="right")
-        for s in r.servers:
-            row = [s.name, s.address, str(s.weight), _num(s.requests), f"{s.share:.1%}",
-                   "-" if s.expected is None else f"{s.expected:.1%}"]  # fmt: skip
-            if c.mode == "dr":
-                row.append("-" if s.connections is None else str(s.connections))
-            t.add_row(*row)
-        out.print(t)
-        if c.mode == "dr" and c.keepalive and any(s.expected is not None for s in r.servers):
-            # HAProxy balances every request; IPVS only the connections
-            out.print(
-                "  expected: the weight share of the connections IPVS schedules; with "
-                "keep-alive each connection carries many requests, so request shares can "
-                "drift from it (IPVS conns: what was scheduled; --no-keepalive schedules "
-                "every request)"
-            )
-    if r.bypass is not None:
-        how = ("DR: the real servers answer the client directly" if c.mode == "dr"
-               else "proxy: every reply passes through HAProxy")  # fmt: skip
-        extra = ""
-        if r.bypass.overhead > 0:
-            extra = (
-                f"; the director also received {r.bypass.overhead:.0%} more: the headers, "
-                "handshakes and ACKs of its own connections to the servers, both ways"
-            )
+            row.append("-" if s.connections is None else str(s.connections))
+        t.add_row(*row)
+    out.print(t)
+    if c.mode == "dr" and c.keepalive and any(s.expected is not None for s in r.servers):
+        # HAProxy balances every request; IPVS only the connections
         out.print(
-            f"  replies through the director: {r.bypass.through_director:.0%} of reply bytes "
-            f"({how}{extra})"
+            "  expected: the weight share of the connections IPVS schedules; with "
+            "keep-alive each connection carries many requests, so request shares can "
+            "drift from it (IPVS conns: what was scheduled; --no-keepalive schedules "
+            "every request)"
         )
+
+
+def _render_bypass(out: Any, r: ScenarioResult) -> None:
+    """How much of the reply bytes crossed the director."""
+    if r.bypass is None:
+        return
+    how = ("DR: the real servers answer the client directly" if r.config.mode == "dr"
+           else "proxy: every reply passes through HAProxy")  # fmt: skip
+    extra = ""
+    if r.bypass.overhead > 0:
+        extra = (
+            f"; the director also received {r.bypass.overhead:.0%} more: the headers, "
+            "handshakes and ACKs of its own connections to the servers, both ways"
+        )
+    out.print(
+        f"  replies through the director: {r.bypass.through_director:.0%} of reply bytes "
+        f"({how}{extra})"
+    )
+
+
+def _render_diagnosis(out: Any, r: ScenarioResult) -> None:
+    """`lbtune diagnose` of the director under load, and the run's notes."""
     d = r.diagnosis
     if d is not None:
         if d.error:
@@ -106,6 +141,10 @@ def render_result(out: Any, r: ScenarioResult) -> None:
                 out.print(f"             {finding.level:<8} {title} ({obj})")
     for note in r.notes:
         out.print(f"  [dim]note: {note}[/dim]")
+
+
+def _render_verdict(out: Any, r: ScenarioResult) -> None:
+    """OK, or FAILED with where the run stopped and why."""
     if r.ok:
         serving = sum(1 for s in r.servers if s.requests > 0)
         out.print(f"[green]OK[/green]: {serving} of {len(r.servers)} real servers served, "

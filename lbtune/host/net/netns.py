@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from lbtune.errors import BadInput, NeedsPrivilege
 
@@ -52,6 +52,15 @@ def netns_path(name: str) -> str:
     if not os.path.exists(path):
         raise BadInput(f"--netns {name}: no such network namespace (see `ip netns list`)")
     return path
+
+
+def netns_argv(netns: Optional[str], argv: Sequence[str]) -> list[str]:
+    """`argv` as run in network namespace `netns` by `ip netns exec` (which also mounts the
+    namespace's /sys for it), or as is for None: the one way lbtune runs a command in a
+    namespace (a client inside this process uses `NetnsThread`; a user says `--netns`)."""
+    if isinstance(argv, str):  # a string would be one program name with spaces
+        raise TypeError("argv must be a sequence of arguments, not a string")
+    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
 
 
 def _unshare_mounts(libc: ctypes.CDLL) -> None:

@@ -14,7 +14,7 @@ state, the director sets weights from it), scaled down to the one-CPU lab guest:
   `lbtune ipvs agent` reports (egress use, listen queue, connections);
 * measured per scheme: requests/s, latency percentiles and errors (wrk), requests per
   server (nginx logs), and per server every second: egress Mbit/s, established connections,
-  load (the agents) and the weight in the kernel (adapt's log).
+  load (the node agents) and the weight in the kernel (adapt's log).
 
 The director is configured with `lbtune ipvs apply` (a TOML config, the real reconcile);
 real servers as in the main scenario. Runs only inside the lab guest (`guest_run`).
@@ -32,7 +32,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from lbtune.errors import BadInput
-from lbtune.lab.guests.uml import LabKernel, LabUnavailable, run_in_lab
 from lbtune.lab.inguest.balancer import configure_realserver, load_ipvs_modules
 from lbtune.lab.inguest.entry import in_lab
 from lbtune.lab.inguest.labnet import Topology, build_topology, plan_topology, teardown_topology
@@ -42,11 +41,10 @@ from lbtune.lab.inguest.shell import STATE_DIR, LabStepFailed, Shell, lbtune_arg
 from lbtune.lab.progress import (
     INFO,
     TICK,
-    ProgressCallback,
-    ProgressReader,
     ProgressWriter,
     Steps,
 )
+from lbtune.lab.protocol import LabUnavailable
 
 SCHEMES = ("rr", "wlc", "adapt")
 RUN_DIR = "/run/lbtune-lab/adaptive"
@@ -78,7 +76,7 @@ class AdaptiveConfig:
 
 @dataclass(frozen=True)
 class Sample:
-    """One second of one server, from its agent (weight: what IPVS held then)."""
+    """One second of one server, from its node agent (weight: what IPVS held then)."""
 
     t: float
     server: str
@@ -178,7 +176,7 @@ _lbtune = lbtune_argv  # the name tests/lab/guest/adapt_e2e.py imports
 
 
 class _Sampler(threading.Thread):
-    """Reads every agent once a second from the director's namespace."""
+    """Reads every node agent once a second from the director's namespace."""
 
     def __init__(self, director_ns: str, servers: list[tuple[str, str]],
                  weights: dict[str, int]) -> None:  # fmt: skip
@@ -201,7 +199,7 @@ class _Sampler(threading.Thread):
                     except FetchError:
                         continue
                     if doc.get("egress_bps") is None:
-                        continue  # the agent could not read its link counters this time
+                        continue  # the node agent could not read its link counters this time
                     self.samples.append(Sample(
                         t, name, round(float(doc["egress_bps"]) / 1e6, 2),
                         int(doc["connections"]), float(doc["load"]),
@@ -216,8 +214,8 @@ class _Experiment:
         self.topo = plan_topology(len(cfg.rates), rates=list(cfg.rates))
         self.director = self.topo.directors[0]
         self.web: list[_Web] = []
-        self.agents: list[subprocess.Popen[str]] = []
-        self.agent_argv: list[list[str]] = []  # each agent's [NETNS, lbtune ARGS...]
+        self.node_agents: list[subprocess.Popen[str]] = []
+        self.node_agent_argv: list[list[str]] = []  # each node agent's [NETNS, lbtune ARGS...]
         self.config_path = f"{RUN_DIR}/director.toml"
 
     def build(self) -> None:
@@ -237,12 +235,12 @@ class _Experiment:
                 args = [s.netns, "ipvs", "agent", "--agent-port", str(AGENT_PORT),
                         "--port", str(HTTP_PORT), "--egress", s.iface, "--signals",
                         AGENT_SIGNALS, "--json", "--interval", "1"]  # fmt: skip
-                self.agent_argv.append(args)  # to start one again (tests kill agents)
-                self.agents.append(self.start_agent(args, s.name))
+                self.node_agent_argv.append(args)  # to start one again (tests kill node agents)
+                self.node_agents.append(self.start_node_agent(args, s.name))
         load_ipvs_modules("wlc", self.shell)
         load_ipvs_modules("rr", self.shell)
 
-    def start_agent(self, argv: list[str], name: str) -> subprocess.Popen[str]:
+    def start_node_agent(self, argv: list[str], name: str) -> subprocess.Popen[str]:
         """`lbtune --netns NETNS ARGS` for argv = [NETNS, ARGS...]; once it listens."""
         proc = self.shell.spawn_lbtune(argv[0], *argv[1:])
         line = proc.stdout.readline() if proc.stdout else ""
@@ -332,7 +330,7 @@ class _Experiment:
                             error, at_end, self.kernel_weights())  # fmt: skip
 
     def teardown(self) -> None:
-        for p in self.agents:
+        for p in self.node_agents:
             p.terminate()
             with contextlib.suppress(Exception):
                 p.communicate(timeout=5)
@@ -374,7 +372,8 @@ def run_adaptive(cfg: AdaptiveConfig, progress: Optional[ProgressWriter] = None
 
 def guest_run(config: dict[str, Any], progress: Optional[ProgressWriter] = None
               ) -> dict[str, Any]:  # fmt: skip
-    """run_in_lab target."""
+    """The guest target (lbtune.lab.launch.run_adaptive_lab): the experiment for a JSON
+    config, its result as JSON."""
     try:
         cfg = AdaptiveConfig(rates=tuple(int(r) for r in config["rates"]),
                              schemes=tuple(config["schemes"]),
@@ -384,22 +383,6 @@ def guest_run(config: dict[str, Any], progress: Optional[ProgressWriter] = None
     except (KeyError, TypeError, ValueError) as e:
         raise BadInput(f"adaptive configuration: {e}") from None
     return run_adaptive(cfg, progress).to_json()
-
-
-GUEST_TARGET = "lbtune.lab.experiments.adaptive:guest_run"
-
-
-def run_adaptive_lab(cfg: AdaptiveConfig, on_step: Optional[ProgressCallback] = None,
-                     kernel: Optional[LabKernel] = None) -> dict[str, Any]:  # fmt: skip
-    """Host side: boot the lab kernel, run the experiment in it, return its JSON result."""
-    from lbtune.host.signals import interruptible
-
-    reader = ProgressReader(on_step or (lambda step: None))
-    timeout = 300.0 + len(cfg.schemes) * (cfg.duration + 40.0)
-    with interruptible():
-        res = run_in_lab(GUEST_TARGET, asdict(cfg), timeout=timeout, kernel=kernel,
-                         watch=reader.poll)  # fmt: skip
-    return res.value  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

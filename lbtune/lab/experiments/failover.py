@@ -8,16 +8,18 @@
    keepalived --peer` (the user's command, run as a child process), dir1 as master, and
    Debian's keepalived runs it in the director's namespace in the foreground (`-n -l -D`,
    its own pid files under the run directory); dir1 wins the election and holds the VIP;
-4. load: the prober (lbtune.lab.inguest.failoverclient) in the client: a fresh connection every 20
-ms and a
-   few keep-alive connections with a request every 100 ms;
+4. load: the failover client (lbtune.lab.inguest.failoverclient) in the client namespace: a
+   fresh connection every 20 ms and a few keep-alive connections with a request every 100 ms;
 5. kills, `kills` times: the master dies as a host dies (SIGKILL to its keepalived's
    process group, then its cable pulled: the bridge port down; a killed keepalived alone
    leaves the VIP up), dir2 takes over; then dir1 "reboots" (VIP, IPVS table and sync
    daemons cleared, cable back, keepalived started) and takes the VIP back (preemption);
-6. the prober's record is cut into one window per switch (lbtune.lab.experiments.failover_stats).
+6. the failover client's record is cut into one window per switch
+   (lbtune.lab.experiments.failover_stats).
 
-Progress goes to the work directory's progress file like `lab run`'s.
+Progress goes to the call's progress file like `lab run`'s (lbtune.lab.progress). The host
+side is lbtune.lab.launch.run_failover_lab. Its messages keep the word "prober" for the
+failover client: they are output users and scripts already read.
 """
 
 from __future__ import annotations
@@ -34,9 +36,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from lbtune.errors import BadInput, LbtuneError
-from lbtune.host.signals import interruptible
-from lbtune.lab.experiments.failover_stats import Event, FailoverResult, ProbeRecord, switch_windows
-from lbtune.lab.guests.uml import LabKernel, LabUnavailable, run_in_lab
+from lbtune.host.deadline import wait_until
+from lbtune.lab.experiments.failover_stats import (
+    ClientRecord,
+    Event,
+    FailoverResult,
+    switch_windows,
+)
 from lbtune.lab.inguest.balancer import configure_realserver, load_ipvs_modules
 from lbtune.lab.inguest.entry import in_lab
 from lbtune.lab.inguest.labnet import Node, build_topology, plan_topology, teardown_topology
@@ -44,11 +50,10 @@ from lbtune.lab.inguest.servers import HTTP_PORT, WebServer
 from lbtune.lab.inguest.shell import LabStepFailed, Shell, netns_argv
 from lbtune.lab.progress import (
     INFO,
-    ProgressCallback,
-    ProgressReader,
     ProgressWriter,
     Steps,
 )
+from lbtune.lab.protocol import LabUnavailable
 
 RUN_DIR = "/run/lbtune-lab/failover"
 MAX_KILLS = 50
@@ -63,11 +68,7 @@ SYNC_WAIT = 10.0
 def _wait(done: Callable[[], bool], timeout: float) -> Optional[float]:
     """Seconds until `done()` holds, polled every POLL (None: not within timeout)."""
     t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if done():
-            return time.monotonic() - t0
-        time.sleep(POLL)
-    return None
+    return time.monotonic() - t0 if wait_until(done, timeout, POLL) else None
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,8 @@ class FailoverConfig:
     sync: bool = True  # IPVS connection sync daemon (lvs_sync_daemon)
     servers: int = 2
     preempt_delay: float = 3.0  # a returning master syncs connections as backup this long
-    keepalive: int = 4  # long-lived keep-alive connections of the prober
-    interval: float = 0.02  # seconds between fresh-connection probes
+    keepalive: int = 4  # long-lived keep-alive connections of the failover client
+    interval: float = 0.02  # seconds between fresh connections
     settle: float = 2.0  # seconds of steady traffic after each switch
 
     def __post_init__(self) -> None:
@@ -129,9 +130,9 @@ class _Director:
 
     def start(self) -> None:
         self.starts += 1
-        argv = ["ip", "netns", "exec", self.node.netns, "keepalived", "-n", "-l", "-D",
-                "-f", self.conf, "-p", f"{self.dir}/keepalived.pid",
-                "-r", f"{self.dir}/vrrp.pid", "-c", f"{self.dir}/checkers.pid"]  # fmt: skip
+        argv = netns_argv(self.node.netns, [
+            "keepalived", "-n", "-l", "-D", "-f", self.conf, "-p", f"{self.dir}/keepalived.pid",
+            "-r", f"{self.dir}/vrrp.pid", "-c", f"{self.dir}/checkers.pid"])  # fmt: skip
         with open(os.path.join(self.dir, f"keepalived-{self.starts}.log"), "wb") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -172,8 +173,8 @@ class _Failover:
         self.topo = plan_topology(config.servers, directors=2)
         self.dirs = [_Director(n, self.shell) for n in self.topo.directors]
         self.web: list[WebServer] = []
-        self.prober: Optional[subprocess.Popen[bytes]] = None
-        self.ports_file = os.path.join(RUN_DIR, "prober.ports")
+        self.client_proc: Optional[subprocess.Popen[bytes]] = None
+        self.ports_file = os.path.join(RUN_DIR, "client.ports")
 
     def export(self, me: Node, peer: Node, role: str, toml: str) -> str:
         args = ["ipvs", "export", toml, "--format", "keepalived", "--peer", peer.address,
@@ -221,7 +222,8 @@ class _Failover:
         return ""
 
     def ka_ports(self) -> frozenset[int]:
-        """The client ports of the prober's serving keep-alive connections (its --ports)."""
+        """The client ports of the failover client's serving keep-alive connections (its
+        --ports)."""
         try:
             with open(self.ports_file, encoding="utf-8") as fh:
                 return frozenset(int(p) for p in json.load(fh)["ports"])
@@ -230,7 +232,7 @@ class _Failover:
 
     def held(self, node: Node) -> tuple[int, int]:
         """(held, serving): how many of the serving keep-alive connections node's IPVS
-        table holds as ESTABLISHED. Only those: a fresh probe is established for a few
+        table holds as ESTABLISHED. Only those: a fresh connection is established for a few
         ms and would make a table that lacks a keep-alive connection look complete."""
         ports = self.ka_ports()
         out = self.shell.run(["ipvsadm", "-L", "-n", "-c"], node.netns)
@@ -291,45 +293,46 @@ class _Failover:
         self.shell.check(["ip", "link", "set", d.node.bridge_port, "up"])
         d.start()
 
-    def start_prober(self, stop: str, out: str) -> None:
+    def start_client(self, stop: str, out: str) -> None:
         # niced up: on the one-CPU guest the measuring client must not wait behind the
-        # orchestrator's own `ip` processes, or probes would be skipped during the outage
+        # orchestrator's own `ip` processes, or fresh connections would be skipped during the
+        # outage
         argv = netns_argv(self.topo.client.netns, [
             "nice", "-n", "-10", sys.executable, "-m", "lbtune.lab.inguest.failoverclient",
             "--vip", self.topo.vip, "--port", str(HTTP_PORT),
             "--interval", f"{self.config.interval:g}", "--keepalive", str(self.config.keepalive),
             "--stop", stop, "--out", out, "--ports", self.ports_file])  # fmt: skip
-        self.prober = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.client_proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-    def check_prober(self) -> None:
-        assert self.prober is not None
-        if self.prober.poll() is not None:
-            err = (self.prober.stderr.read() if self.prober.stderr else b"").decode(
+    def check_client(self) -> None:
+        assert self.client_proc is not None
+        if self.client_proc.poll() is not None:
+            err = (self.client_proc.stderr.read() if self.client_proc.stderr else b"").decode(
                 errors="replace").strip().splitlines()
             raise LabStepFailed(f"the prober exited: {(err or ['no output'])[-1]}")
 
-    def stop_prober(self, stop: str, out: str) -> ProbeRecord:
+    def stop_client(self, stop: str, out: str) -> ClientRecord:
         with open(stop, "w", encoding="ascii") as fh:
             fh.write("stop\n")
-        assert self.prober is not None
+        assert self.client_proc is not None
         try:
-            _, err = self.prober.communicate(timeout=60)
+            _, err = self.client_proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            self.prober.kill()
+            self.client_proc.kill()
             raise LabStepFailed("the prober did not stop") from None
-        self.prober = None
+        self.client_proc = None
         try:
             with open(out, encoding="utf-8") as fh:
-                return ProbeRecord.from_json(json.load(fh))
+                return ClientRecord.from_json(json.load(fh))
         except (OSError, ValueError) as e:
             detail = err.decode(errors="replace").strip().splitlines()
             raise LabStepFailed(f"no prober result: {(detail or [str(e)])[-1]}") from None
 
     def teardown(self) -> None:
-        if self.prober is not None and self.prober.poll() is None:
-            self.prober.kill()
-            self.prober.wait()
+        if self.client_proc is not None and self.client_proc.poll() is None:
+            self.client_proc.kill()
+            self.client_proc.wait()
         for d in self.dirs:
             d.stop()
         for w in self.web:
@@ -352,10 +355,10 @@ def run_failover(
     d1, d2 = run.dirs
     events: list[Event] = []
     configs: dict[str, str] = {}
-    record: Optional[ProbeRecord] = None
+    record: Optional[ClientRecord] = None
     reason = ""
     end = 0.0
-    stop, out = os.path.join(RUN_DIR, "prober.stop"), os.path.join(RUN_DIR, "prober.json")
+    stop, out = os.path.join(RUN_DIR, "client.stop"), os.path.join(RUN_DIR, "client.json")
     timeout = 5 * config.master_down() + config.preempt_delay + 10
     try:
         with run.step("topology", f"{len(run.topo.nodes)} namespaces, 2 directors"):
@@ -378,9 +381,9 @@ def run_failover(
             if run.wait_vip(d1.node, timeout + 5) is None:
                 raise LabStepFailed(f"dir1 never took the VIP: {d1.log_tail()}")
         with run.step("load", "prober: fresh connections and keep-alive connections"):
-            run.start_prober(stop, out)
-            time.sleep(config.settle + 1.0)  # the prober's start-up, then steady traffic
-            run.check_prober()
+            run.start_client(stop, out)
+            time.sleep(config.settle + 1.0)  # the failover client's start-up, then steady traffic
+            run.check_client()
         watch_sync = config.sync and config.keepalive > 0
         for k in range(1, config.kills + 1):
             held: Optional[int] = None
@@ -423,7 +426,7 @@ def run_failover(
                          f"{took:.2f} s{synced}; client ARP -> {owner or '?'}")  # fmt: skip
         end = time.monotonic()
         with run.step("collect"):
-            record = run.stop_prober(stop, out)
+            record = run.stop_client(stop, out)
     except LabStepFailed as e:
         reason = reason or str(e)
     finally:
@@ -436,35 +439,10 @@ def run_failover(
 
 
 def guest_run(config: Mapping[str, Any], progress: Optional[ProgressWriter] = None) -> Any:
-    """run_in_lab target: the experiment for a JSON config, its result as JSON."""
+    """The guest target (lbtune.lab.launch.run_failover_lab): the experiment for a JSON
+    config, its result as JSON."""
     try:
         cfg = FailoverConfig(**dict(config))
     except TypeError as e:
         raise BadInput(f"lab failover configuration: {e}") from None
     return run_failover(cfg, progress).to_json()
-
-
-# --------------------------------------------------------------------------- host side
-
-GUEST_TARGET = "lbtune.lab.experiments.failover:guest_run"
-BOOT_BUDGET = 120.0
-
-
-def run_failover_lab(
-    config: FailoverConfig,
-    on_step: Optional[ProgressCallback] = None,
-    kernel: Optional[LabKernel] = None,
-) -> FailoverResult:
-    """Run the experiment in a lab kernel (a running `lab up` guest, or a fresh boot)."""
-    from lbtune.lab.experiments.failover_stats import result_from_json
-    from lbtune.lab.guests import session
-
-    payload = dataclasses.asdict(config)
-    timeout = BOOT_BUDGET + config.budget()
-    if session.current() is not None:
-        return result_from_json(session.request_run(payload, on_step, timeout, "failover"))
-    reader = ProgressReader(on_step or (lambda step: None))
-    with interruptible():
-        res = run_in_lab(GUEST_TARGET, payload, timeout=timeout, kernel=kernel,
-                         watch=reader.poll)  # fmt: skip
-    return result_from_json(res.value)

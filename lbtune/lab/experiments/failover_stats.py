@@ -1,13 +1,13 @@
-"""What a failover run measured: the prober's record cut into one window per VIP switch.
+"""What a failover run measured: the failover client's record cut into a window per VIP switch.
 
-Pure functions over the prober's timestamps (lbtune.lab.inguest.failoverclient) and the
-orchestrator's
-event times (lbtune.lab.experiments.failover), both CLOCK_MONOTONIC in the same guest:
+Pure functions over the failover client's timestamps (lbtune.lab.inguest.failoverclient) and
+the orchestrator's event times (lbtune.lab.experiments.failover), both CLOCK_MONOTONIC in the
+same guest:
 
-* loss window: from the start of the first failed fresh-connection probe to the start of
-  the first successful one after the last failure, within the switch's window (0 when no
-  probe failed). Probes every 20 ms: the resolution is about one interval;
-* failed requests: the failed probes of the window;
+* loss window: from the start of the first failed fresh connection to the start of the
+  first successful one after the last failure, within the switch's window (0 when none
+  failed). One every 20 ms: the resolution is about one interval;
+* failed requests: the failed fresh connections of the window;
 * keep-alive connections: those established (answered at least once) before the switch and
   still open then, and how many of them broke during the window;
 * held (sync on): how many of the serving keep-alive connections the new master's IPVS
@@ -16,8 +16,8 @@ event times (lbtune.lab.experiments.failover), both CLOCK_MONOTONIC in the same 
   held and still lost is sync failing, not timing.
 
 A switch's window runs from its event to the next event (the last to the end of the run),
-both moved back by the probe timeout: a probe started just before the kill can fail
-because of it.
+both moved back by the fresh connections' timeout: one started just before the kill can
+fail because of it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-PROBE_TIMEOUT = 0.5  # the prober's default --timeout
+FRESH_TIMEOUT = 0.5  # the failover client's default --timeout
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,15 @@ class Conn:
 
 
 @dataclass(frozen=True)
-class ProbeRecord:
-    """The prober's output: probes as (start, ok) and its keep-alive connections."""
+class ClientRecord:
+    """The failover client's output: its fresh connections ("probes") as (start, ok) and its
+    keep-alive connections."""
 
     probes: tuple[tuple[float, bool], ...]
     conns: tuple[Conn, ...]
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProbeRecord:
+    def from_json(cls, data: Mapping[str, Any]) -> ClientRecord:
         probes = tuple(sorted((float(p[0]), bool(p[1])) for p in data["probes"]))
         conns = tuple(Conn(float(c["opened"]), None if c["broken"] is None else
                            float(c["broken"]), str(c["reason"])) for c in data["conns"])
@@ -78,14 +79,14 @@ class Window:
     probes: int
     established: int  # keep-alive connections open and serving at the switch
     lost: int  # of those, broken during the window
-    recovered: bool  # a probe succeeded after the window's last failure
+    recovered: bool  # a fresh connection succeeded after the window's last failure
     reasons: tuple[str, ...] = ()
-    max_gap_s: float = 0.0  # longest pause between probe starts: the resolution achieved
+    max_gap_s: float = 0.0  # longest pause between fresh-connection starts: the resolution achieved
     held: Optional[int] = None  # keep-alive connections the new master held at the switch
 
 
 def switch_windows(
-    record: ProbeRecord, events: Sequence[Event], end: float, timeout: float = PROBE_TIMEOUT
+    record: ClientRecord, events: Sequence[Event], end: float, timeout: float = FRESH_TIMEOUT
 ) -> tuple[Window, ...]:
     out = []
     for i, ev in enumerate(events):

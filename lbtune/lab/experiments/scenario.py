@@ -18,7 +18,8 @@ namespaces, loads IPVS and starts servers) and returns a `ScenarioResult`:
 8. collect: per-server requests (nginx logs), IPVS connections per server, the share of reply
    bytes that crossed the director; then everything is stopped and removed.
 
-Progress goes to the work directory's progress file (lbtune.lab.progress) for the host.
+Progress goes to the call's progress file (lbtune.lab.progress) for the host; the host side
+is lbtune.lab.launch.run_lab.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from typing import Any, Mapping, Optional
 
 from lbtune.errors import BadInput, LbtuneError
 from lbtune.lab.experiments import labprofile
-from lbtune.lab.guests.uml import LabUnavailable
 from lbtune.lab.inguest.balancer import (
     LabService,
     RealServer,
@@ -60,6 +60,7 @@ from lbtune.lab.inguest.load import LoadResult, load_argv, parse_load, pick_tool
 from lbtune.lab.inguest.servers import HAPROXY_BALANCE, HTTP_PORT, Proxy, WebServer
 from lbtune.lab.inguest.shell import RUN_DIR, LabStepFailed, Shell
 from lbtune.lab.progress import FAIL, INFO, TICK, ProgressWriter, Steps, StepTime
+from lbtune.lab.protocol import LabUnavailable
 
 MODES = ("dr", "proxy")
 FAULTS = ("wrong-arp",)
@@ -725,7 +726,8 @@ def _selftest_reason(st: SelfTest, director: str) -> str:
 def guest_run(
     config: Mapping[str, Any], progress: Optional[ProgressWriter] = None
 ) -> dict[str, Any]:
-    """run_in_lab target: the scenario for a JSON config, its result as JSON."""
+    """The guest target (lbtune.lab.launch.run_lab): the scenario for a JSON config, its
+    result as JSON."""
     try:
         cfg = _decode(ScenarioConfig, dict(config))
     except (KeyError, TypeError) as e:

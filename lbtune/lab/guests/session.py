@@ -1,46 +1,47 @@
-"""A lab that stays up: `lbtune lab up`, runs in it, `lbtune lab down`.
+"""A lab that stays up: `lbtune lab up`, requests to it from any process, `lbtune lab down`.
 
-`up()` starts a detached supervisor process (``python -m lbtune.lab.guests.session supervise``, its
-own session, so closing the terminal does not stop it). The supervisor boots the lab kernel
-with lbtune.lab.guests.uml and runs `serve()` inside it; `serve` loads IPVS, says it is ready and
-then waits for requests in the run's work directory (the hostfs directory both sides see):
-
-* ``request-ID.json`` with a scenario config: the guest runs it, writing progress to
-  ``progress-ID.jsonl`` and the result to ``result-ID.json``;
-* ``request-ID.json`` with ``{"stop": true}``: the guest powers off.
+`up()` starts a detached supervisor process (``python -m lbtune.lab.guests.session supervise``,
+its own session, so closing the terminal does not stop it). The supervisor boots the guest and
+holds it; the guest agent (lbtune.lab.inguest.agent) serves requests in the guest's work
+directory (lbtune.lab.protocol: ``req/<id>.json`` in, ``res/<id>.json`` out, the call's
+progress in ``calls/<id>/``), the same protocol whichever backend runs it. `attach()` gives
+the lab that is up as a lbtune.lab.guests.api.Guest (`SessionGuest`) that any process may
+call; lbtune.lab.launch.run uses it when a lab is up. A stop request ends the agent, and the
+guest powers off.
 
 The state file (``/run/lbtune/lab-up.json`` for root, ``$LBTUNE_LAB_RUN_DIR`` overrides)
-names the supervisor, the work directory and the session's token. `down()` asks the guest to
-stop, and if it does not, terminates the supervisor, whose UML runner kills the guest's whole
-process group and removes the work directory; as a last resort every process whose command
-line names the work directory is killed. An interrupted run in an up lab takes the lab down:
-the guest's half-run scenario cannot be stopped from outside any other way.
+names the supervisor, the work directory and the session's token, and says ``ready`` once the
+guest takes requests. `down()` sends the stop request, and if the guest does not stop,
+terminates the supervisor, whose runner kills the guest's whole process group and removes
+the work directory; as a last resort every process whose command line names the work
+directory is killed. An interrupted run in an up lab takes the lab down: the guest's
+half-run scenario cannot be stopped from outside any other way.
 
 The lock (``lab-up.lock`` beside the state file, ``flock``): `up()` takes it before it looks
 for a lab that is up and hands it to the supervisor, which holds it for as long as it lives
-(the UML guest does not inherit it). So two racing `lab up`s cannot both boot, and a free lock
+(the guest does not inherit it). So two racing `lab up`s cannot both boot, and a free lock
 with a state file left behind means the supervisor died (kill -9 gives it no chance to take
-its guest down). `reap_dead()` then kills every process of that session - the UML guest runs
+its guest down). `reap_dead()` then kills every process of that session - the guest runs
 in its own process group with the supervisor's environment, which carries the session's
 token (``LBTUNE_LAB_SESSION``) - and removes the work directory; `lab up`, `lab status` and
 `lab down` call it first and say in one line what they reaped.
 
-Two backends (lbtune.lab.guests.api): ``up()`` boots the UML guest, ``up("vm")`` the VM guest
-(lbtune.lab.guests.vm: Debian's kernel under qemu). The VM supervisor (``supervise --vm``) boots a
-VmGuest and holds it until ``request-stop.json`` appears in its work directory; the state
-file then also says ``backend``, ``accelerator`` and why, ``kernel``, ``boot_seconds`` and
-``phase`` (what the boot is doing, shown by `lab up` on stderr). The same lock serves both
-backends, so a racing `up` of either kind cannot boot a second guest. A VM supervisor that died
-leaves a qemu, a host network namespace and files: `reap_dead()` kills the qemu (it carries the
-token too) and lbtune.lab.guests.vm.reap_stale removes the rest. `lab run` runs in the UML guest
-only.
+Two backends (lbtune.lab.guests.api): ``up()`` boots the UML guest
+(lbtune.lab.guests.uml.run_agent_in_lab, which loads IPVS before it says ready), ``up("vm")``
+the VM guest (lbtune.lab.guests.vm: Debian's kernel under qemu). The VM supervisor
+(``supervise --vm``) boots a VmGuest and holds it until its agent stops; the state file then
+also says ``backend``, ``accelerator`` and why, ``kernel``, ``boot_seconds`` and ``phase``
+(what the boot is doing, shown by `lab up` on stderr). The same lock serves both backends, so
+a racing `up` of either kind cannot boot a second guest. A VM supervisor that died leaves a
+qemu, a host network namespace and files: `reap_dead()` kills the qemu (it carries the token
+too) and removes the rest. `lab run` and `lab failover` run in the UML guest only
+(lbtune.lab.launch).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import secrets
 import shutil
@@ -51,19 +52,25 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from lbtune.errors import BadInput, ExitCode, LbtuneError
-from lbtune.lab.guests.api import BACKENDS
-from lbtune.lab.guests.uml import (
-    ENV_WORKDIR,
+from lbtune.host.atomic import write_json_atomic
+from lbtune.host.deadline import wait_until
+from lbtune.host.runner import pid_alive
+from lbtune.lab.guests import vm
+from lbtune.lab.guests.api import BACKENDS, AgentClient, Guest, Watch, completed
+from lbtune.lab.guests.uml import find_lab_kernel, run_agent_in_lab
+from lbtune.lab.protocol import (
+    READY,
+    REBOOT,
     LabError,
     LabUnavailable,
-    find_lab_kernel,
-    pid_alive,
-    run_in_lab,
+    argv_request,
+    call_request,
+    read_json,
+    stop_request,
 )
-from lbtune.lab.progress import ProgressCallback, ProgressReader, ProgressWriter
 
 ENV_RUN_DIR = "LBTUNE_LAB_RUN_DIR"
 DEFAULT_RUN_DIR = "/run/lbtune"
@@ -75,8 +82,9 @@ UP_TIMEOUT = 12 * 3600.0  # a lab left up is taken down after this long
 READY_TIMEOUT = 120.0
 ENV_VM_BOOT_TIMEOUT = "LBTUNE_VM_BOOT_TIMEOUT"  # seconds a `lab up --vm` boot may take
 PROGRESS_EVERY = 30.0  # seconds between "still booting" lines of `lab up --vm`
-STOP_FILE = "request-stop.json"
 POLL = 0.2
+SETUP = "setup"  # the id of the supervisor's own request that readies a UML guest
+SETUP_TARGET = "lbtune.lab.inguest.balancer:load_ipvs_modules"
 
 
 class LabBusy(LbtuneError):
@@ -188,24 +196,11 @@ def _own_workdir(workdir: str) -> bool:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with open(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_json_atomic(path, dict(data), 0o600)
 
 
 def _read_json(path: Path) -> Optional[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json(path)
 
 
 def _is_supervisor(pid: int) -> bool:
@@ -245,10 +240,7 @@ def current() -> Optional[LabSession]:
     if pid <= 0 or not _is_supervisor(pid):
         return None
     backend = data.get("backend") if data.get("backend") in BACKENDS else "uml"
-    if backend == "vm":
-        ready = bool(workdir) and data.get("ready") is True
-    else:
-        ready = bool(workdir) and os.path.exists(os.path.join(workdir, "ready"))
+    ready = bool(workdir) and data.get("ready") is True
     boot = data.get("boot_seconds")
     return LabSession(
         pid, workdir, float(data.get("started", 0.0)), ready, str(backend),
@@ -272,18 +264,15 @@ def _lock(wait: float = 0.0) -> Iterator[Optional[int]]:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as e:
         raise LabRunDirUnusable(f"{path}: cannot open the lab lock ({e.strerror or e})") from None
+    def locked() -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
     try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    yield None
-                    return
-                time.sleep(0.05)
-        yield fd
+        yield fd if wait_until(locked, wait) else None
     finally:
         os.close(fd)
 
@@ -330,16 +319,14 @@ def _reap_vm_files(supervisor: int, workdir: str, tmpdir: Any) -> list[str]:
     its work directory and state disk. `workdir` from the state file, else (it died while
     booting) the lbtune-vm.* directories in its `tmpdir` whose owner.json names it. Not
     vm.reap_stale: the supervisor may still be an unreaped zombie, which that takes for alive."""
-    from lbtune.lab.guests.vm import OWNER
-
     dirs = [Path(workdir)] if workdir else []
     if isinstance(tmpdir, str) and os.path.isabs(tmpdir) and supervisor > 0:
-        for owner in sorted(Path(tmpdir).glob(f"lbtune-vm.*/{OWNER}")):
+        for owner in sorted(Path(tmpdir).glob(f"lbtune-vm.*/{vm.OWNER}")):
             ours = (_read_json(owner) or {}).get("supervisor") == supervisor
             if ours and owner.parent not in dirs and _own_workdir(str(owner.parent)):
                 dirs.append(owner.parent)
     for wd in dirs:
-        owner_data = _read_json(wd / OWNER) or {}
+        owner_data = _read_json(wd / vm.OWNER) or {}
         qemu = owner_data.get("qemu")
         if isinstance(qemu, int) and qemu > 0 and qemu in processes_naming(str(wd)):
             _kill_groups([qemu])
@@ -364,9 +351,7 @@ def _kill_groups(pids: list[int], timeout: float = 10.0) -> list[int]:
                 os.killpg(group, signal.SIGKILL)
             else:
                 os.kill(p, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    while any(pid_alive(p) for p in alive) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not any(pid_alive(p) for p in alive), timeout)
     return alive
 
 
@@ -375,11 +360,9 @@ def _kill_groups(pids: list[int], timeout: float = 10.0) -> list[int]:
 
 def vm_boot_timeout() -> float:
     """Seconds a `lab up --vm` boot may take ($LBTUNE_VM_BOOT_TIMEOUT, else vm.BOOT_TIMEOUT)."""
-    from lbtune.lab.guests.vm import BOOT_TIMEOUT
-
     raw = os.environ.get(ENV_VM_BOOT_TIMEOUT, "").strip()
     if not raw:
-        return BOOT_TIMEOUT
+        return vm.BOOT_TIMEOUT
     try:
         value = float(raw)
     except ValueError:
@@ -395,13 +378,11 @@ def _check_backend(backend: str) -> float:
         find_lab_kernel()
         return READY_TIMEOUT
     if backend == "vm":
-        from lbtune.lab.guests import vm
-
         timeout = vm_boot_timeout()
-        vm._check_host()
+        vm.check_host()
         vm.find_vm_image()
         vm.find_qemu()
-        return timeout + vm.KVM_PROBE_TIMEOUT + 60.0  # the probe boot, set-up and mkfs
+        return timeout + vm.KVM_TRIAL_TIMEOUT + 60.0  # the KVM trial boot, set-up and mkfs
     raise ValueError(f"lab backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
@@ -431,28 +412,32 @@ def up(backend: str = "uml", on_progress: Optional[Callable[[str], None]] = None
     say = on_progress or (lambda line: None)
     start = time.monotonic()
     say(f"    0 s  the {backend} lab supervisor (pid {proc.pid}) boots the guest; Ctrl-C stops it")
-    deadline = start + ready_timeout
     phase, last_said = "", start
+    up_now: list[LabSession] = []
+
+    def ready() -> bool:
+        nonlocal phase, last_said
+        session = current()
+        if session is not None and session.ready:
+            up_now.append(session)
+            return True
+        if proc.poll() is not None:
+            detail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+            detail = [ln for ln in detail if ln.startswith("lbtune lab:")] or detail
+            raise LabError(f"the lab guest did not come up: {(detail or ['no output'])[-1]}")
+        now = time.monotonic()
+        if session is not None and session.phase and session.phase != phase:
+            phase, last_said = session.phase, now
+            say(f"{now - start:5.0f} s  {phase}")
+        elif backend == "vm" and now - last_said >= PROGRESS_EVERY:
+            last_said = now
+            seen = _vm_console_stage(proc.pid)
+            say(f"{now - start:5.0f} s  still booting" + (f" ({seen})" if seen else ""))
+        return False
+
     try:
-        while time.monotonic() < deadline:
-            session = current()
-            if session is not None and session.ready:
-                return session
-            if proc.poll() is not None:
-                detail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-                detail = [ln for ln in detail if ln.startswith("lbtune lab:")] or detail
-                raise LabError(
-                    f"the lab guest did not come up: {(detail or ['no output'])[-1]}"
-                )
-            now = time.monotonic()
-            if session is not None and session.phase and session.phase != phase:
-                phase, last_said = session.phase, now
-                say(f"{now - start:5.0f} s  {phase}")
-            elif backend == "vm" and now - last_said >= PROGRESS_EVERY:
-                last_said = now
-                seen = _vm_console_stage(proc.pid)
-                say(f"{now - start:5.0f} s  still booting" + (f" ({seen})" if seen else ""))
-            time.sleep(POLL)
+        if wait_until(ready, start + ready_timeout - time.monotonic(), POLL):
+            return up_now[0]
     except BaseException:
         _terminate(proc.pid, None, grace=0)  # Ctrl-C of `lab up`: no guest stays behind
         reap_dead()
@@ -466,11 +451,9 @@ def _vm_console_stage(supervisor: int) -> str:
     """How far the VM guest of `supervisor` has got, from its serial console log."""
     import tempfile
 
-    from lbtune.lab.guests.vm import OWNER
-
     data = _read_json(_state_path()) or {}
     tmpdir = data.get("tmpdir") if isinstance(data.get("tmpdir"), str) else tempfile.gettempdir()
-    for owner in Path(str(tmpdir)).glob(f"lbtune-vm.*/{OWNER}"):
+    for owner in Path(str(tmpdir)).glob(f"lbtune-vm.*/{vm.OWNER}"):
         if (_read_json(owner) or {}).get("supervisor") != supervisor:
             continue
         try:
@@ -486,45 +469,70 @@ def _vm_console_stage(supervisor: int) -> str:
     return ""
 
 
-def request_run(
-    payload: Mapping[str, Any], on_step: Optional[ProgressCallback], timeout: float,
-    kind: str = "run",
-) -> Any:
-    """Run one scenario (kind "run") or failover experiment (kind "failover") in the lab that
-    is up; its JSON result. Ctrl-C takes the lab down."""
+class SessionGuest(Guest):
+    """The guest of the lab that is up, as a Guest: requests go into its work directory and
+    its agent answers (lbtune.lab.protocol), from whichever process asks. `close` leaves the
+    lab up (`down` takes it down)."""
+
+    def __init__(self, session: LabSession) -> None:
+        self.session = session
+        self.backend = session.backend
+        self.agent = AgentClient(Path(session.workdir))
+
+    def _check(self) -> None:
+        if not _is_supervisor(self.session.supervisor):
+            raise LabError("the lab went down during the run")
+
+    def _ask(self, req: Mapping[str, Any], timeout: float,
+             watch: Optional[Watch] = None) -> dict[str, Any]:  # fmt: skip
+        rid = self.agent.send(req)
+        out = self.agent.wait(rid, timeout, watch, self._check)
+        if out is None:
+            raise LabError(f"the run did not finish in {timeout:g} s")
+        if "error" in out and "ok" not in out:
+            raise LabError(f"lab run failed in the guest: {out['error']}")
+        return out
+
+    def call(
+        self,
+        target: str,
+        args: Sequence[Any] = (),
+        timeout: float = 300,
+        netns: Optional[str] = None,
+        watch: Optional[Watch] = None,
+    ) -> Any:
+        # the guest ends the call a little after the host gives up, so the host's word stands
+        out = self._ask(call_request(target, args, timeout + 30, netns), timeout, watch)
+        if not out.get("ok"):
+            raise LabError(
+                f"lab run failed in the guest: {out.get('error', 'unknown error')}",
+                guest_traceback=str(out.get("traceback", "")),
+                exc_type=str(out.get("exc_type", "")),
+            )
+        return out.get("value")
+
+    def run(
+        self, argv: Sequence[str], netns: Optional[str] = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        return completed(argv, self._ask(argv_request(argv, netns, timeout), timeout + 30))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "kernel": self.session.kernel,
+            "accelerator": self.session.accelerator,
+            "workdir": self.session.workdir,
+        }
+
+
+def attach() -> Optional[SessionGuest]:
+    """The lab that is up as a Guest, or None when no lab is up; LabError while it boots."""
     session = current()
-    if session is None or not session.ready:
+    if session is None:
+        return None
+    if not session.ready:
         raise LabError("no lab is up")
-    if session.backend != "uml":
-        raise LabBusy(
-            f"the lab that is up is the {session.backend} guest; lab runs use the UML guest "
-            "(lbtune lab down, then run again)"
-        )
-    rid = secrets.token_hex(4)
-    wd = Path(session.workdir)
-    reader = ProgressReader(on_step or (lambda step: None), f"progress-{rid}.jsonl")
-    result = wd / f"result-{rid}.json"
-    _write_json(wd / f"request-{rid}.json", {kind: dict(payload)})
-    deadline = time.monotonic() + timeout
-    try:
-        while not result.exists():
-            reader.poll(wd)
-            if not _is_supervisor(session.supervisor):
-                raise LabError("the lab went down during the run")
-            if time.monotonic() > deadline:
-                raise LabError(f"the run did not finish in {timeout:g} s")
-            time.sleep(POLL)
-        reader.poll(wd)
-    except BaseException:
-        down()
-        raise
-    data = _read_json(result) or {}
-    for name in (f"result-{rid}.json", f"progress-{rid}.jsonl"):
-        with contextlib.suppress(OSError):
-            (wd / name).unlink()
-    if "error" in data:
-        raise LabError(f"lab run failed in the guest: {data['error']}")
-    return data.get("value")
+    return SessionGuest(session)
 
 
 def down(timeout: float = 30.0) -> bool:
@@ -534,7 +542,7 @@ def down(timeout: float = 30.0) -> bool:
         return False
     if session.ready:
         with contextlib.suppress(OSError):
-            _write_json(Path(session.workdir) / STOP_FILE, {"stop": True})
+            AgentClient(Path(session.workdir)).send(stop_request())
     # a VM guest powers off through its agent (sync, poweroff: slow under TCG); one still
     # booting has no agent to ask, so its supervisor is told (SIGTERM) at once
     grace = (2 * timeout if session.backend == "vm" else timeout) if session.ready else 0.0
@@ -547,15 +555,10 @@ def down(timeout: float = 30.0) -> bool:
 
 def _terminate(pid: int, workdir: Optional[str], grace: float = 10.0) -> None:
     """Wait for the supervisor to finish, SIGTERM it, and kill whatever names workdir."""
-    deadline = time.monotonic() + grace
-    while _is_supervisor(pid) and time.monotonic() < deadline:
-        time.sleep(POLL)
-    if _is_supervisor(pid):
+    if not wait_until(lambda: not _is_supervisor(pid), grace, POLL):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10.0
-        while _is_supervisor(pid) and time.monotonic() < deadline:
-            time.sleep(POLL)
+        wait_until(lambda: not _is_supervisor(pid), 10.0, POLL)
     if workdir:
         for other in processes_naming(workdir):
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -597,27 +600,22 @@ def processes_naming(text: str) -> list[int]:
 
 
 def supervise() -> int:
-    """The detached supervisor: keeps the guest booted until it stops or is told to."""
+    """The detached supervisor of a UML guest: boots it, readies it (IPVS loaded), and keeps
+    it booted until its agent stops or the supervisor is told to."""
     from lbtune.host.signals import interruptible
 
     state = _state_path()
     started = time.time()
     token = os.environ.get(ENV_SESSION, "")
     kernel = ""
-    with contextlib.suppress(LabUnavailable):  # run_in_lab below says why in one line
+    with contextlib.suppress(LabUnavailable):  # run_agent_in_lab below says why in one line
         kernel = find_lab_kernel().version
     _write_json(state, {"supervisor": os.getpid(), "token": token, "started": started,
                         "backend": "uml", "accelerator": "uml", "kernel": kernel,
                         "accelerator_reason": "User-Mode Linux: host processes"})  # fmt: skip
-
-    def record(workdir: Path) -> None:
-        data = _read_json(state)
-        if data is not None and data.get("supervisor") == os.getpid() and not data.get("workdir"):
-            _write_json(state, {**data, "workdir": str(workdir)})
-
     try:
         with interruptible():
-            run_in_lab("lbtune.lab.guests.session:serve", timeout=UP_TIMEOUT, watch=record)
+            run_agent_in_lab(timeout=UP_TIMEOUT, watch=_UmlReadying(state).watch)
     except (LabError, LabUnavailable, KeyboardInterrupt) as e:
         print(f"lbtune lab: {e}", file=sys.stderr)
         return 1
@@ -629,47 +627,47 @@ def supervise() -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- guest side
+class _UmlReadying:
+    """The UML supervisor's watch of its booting guest: record the work directory at once
+    (so `down` and `reap_dead` find it), ask the agent to load IPVS when it is up, and say
+    ready in the state file when that is done."""
 
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.agent: Optional[AgentClient] = None
+        self.ready = False
 
-def serve() -> dict[str, Any]:
-    """Inside the guest: run scenario requests from the work directory until told to stop."""
-    from lbtune.lab.experiments.failover import guest_run as failover_run
-    from lbtune.lab.experiments.scenario import guest_run
-    from lbtune.lab.inguest.balancer import load_ipvs_modules
+    def _update(self, **fields: Any) -> None:
+        data = _read_json(self.state)
+        if data is not None and data.get("supervisor") == os.getpid():
+            _write_json(self.state, {**data, **fields})
 
-    wd = Path(os.environ[ENV_WORKDIR])
-    load_ipvs_modules("rr")
-    (wd / "ready").write_text("ready\n", encoding="ascii")
-    runs = 0
-    while True:
-        for req in sorted(wd.glob("request-*.json")):
-            data = _read_json(req) or {}
-            req.unlink()
-            if data.get("stop"):
-                return {"runs": runs}
-            rid = req.stem.split("-", 1)[1]
-            writer = ProgressWriter(str(wd), f"progress-{rid}.jsonl")
-            try:
-                if "failover" in data:
-                    value = failover_run(data["failover"], writer)
-                else:
-                    value = guest_run(data["run"], writer)
-                out: dict[str, Any] = {"value": value}
-            except Exception as e:  # reported to the host, which raises it there
-                out = {"error": f"{type(e).__name__}: {e}"}
-            _write_json(wd / f"result-{rid}.json", out)
-            runs += 1
-        time.sleep(POLL)
+    def watch(self, workdir: Path) -> None:
+        if self.ready:
+            return
+        if self.agent is None:
+            self.agent = AgentClient(workdir)
+            self._update(workdir=str(workdir))
+            self.agent.send(call_request(SETUP_TARGET, ["rr"], READY_TIMEOUT), SETUP)
+            return
+        if not (workdir / READY).exists():
+            return
+        out = self.agent.wait(SETUP, 0)
+        if out is None:
+            return
+        if not out.get("ok"):
+            raise LabError(f"the lab guest could not load IPVS: {out.get('error')}")
+        self.ready = True
+        self._update(ready=True)
 
 
 def supervise_vm() -> int:
     """The detached supervisor of a VM guest: boots it, records what it is, and holds it until
-    `down` writes STOP_FILE into its work directory (or SIGTERM, or UP_TIMEOUT)."""
+    its agent ends (`down`'s stop request; LabError when the guest died otherwise), SIGTERM or
+    UP_TIMEOUT. Any process's requests reach the guest's agent meanwhile (`attach`)."""
     import tempfile
 
     from lbtune.host.signals import interruptible
-    from lbtune.lab.guests import vm
 
     state = _state_path()
     me = os.getpid()
@@ -686,7 +684,7 @@ def supervise_vm() -> int:
     try:
         with interruptible():
             timeout = vm_boot_timeout()
-            vm._check_host()
+            vm.check_host()
             image = vm.find_vm_image()
             vm.find_qemu()
             vm.reap_stale()
@@ -695,16 +693,15 @@ def supervise_vm() -> int:
             accel, reason = vm.choose_accel(image)
             update(accelerator=accel, accelerator_reason=reason,
                    phase=f"booting kernel {image.version} under {accel} ({reason})")  # fmt: skip
-            with vm.VmGuest._start(image, accel, (), timeout, accel_reason=reason) as g:
+            with vm.VmGuest.start(image, accel, (), timeout, accel_reason=reason) as g:
                 facts = g.describe()
                 update(workdir=str(g.workdir), ready=True, phase="ready", **{
                     k: facts.get(k) for k in
                     ("kernel", "boot_seconds", "cpus", "nodes", "nics", "cmdline")})  # fmt: skip
-                stop = g.workdir / STOP_FILE
-                deadline = time.monotonic() + UP_TIMEOUT
-                while not stop.exists() and time.monotonic() < deadline:
-                    g._alive()  # LabError when qemu died
-                    time.sleep(POLL)
+                # until `down`'s stop request ends the agent (the guest then powers off)
+                wait_until(lambda: not g.running(), UP_TIMEOUT, POLL)
+                if not g.running() and not (g.workdir / REBOOT).exists():
+                    raise LabError("the VM lab guest is not running")
     except (LabError, LabUnavailable, KeyboardInterrupt) as e:
         print(f"lbtune lab: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
               file=sys.stderr)  # fmt: skip

@@ -1,17 +1,21 @@
-"""Run Python code inside the lab kernel (Debian's User-Mode-Linux) and get its result back.
+"""The UML backend of the lab: Debian's User-Mode-Linux kernel run as an ordinary process.
 
 ``run_in_lab("pkg.mod:func", *args)`` boots ``linux.uml`` as an ordinary, unprivileged process
 with the host filesystem as its read-only root (hostfs), calls ``func(*args)`` inside the guest
-with the caller's interpreter and ``sys.path`` (lbtune.lab.inguest.entry), and returns the JSON
-result;
-``run_pytest_in_lab(nodeid)`` runs pytest inside the guest. One boot is about 2-3 s.
+with the caller's interpreter and ``sys.path``, and returns the JSON result;
+``run_pytest_in_lab(nodeid)`` runs pytest inside the guest; ``UmlGuest`` is the backend behind
+lbtune.lab.guests.api.Guest; ``run_agent_in_lab`` keeps a guest up until told to stop (the
+UML ``lbtune lab up``). One boot is about 2-3 s. All of them run the guest agent
+(lbtune.lab.inguest.agent) as the guest program and speak lbtune.lab.protocol to it: a run
+for one call writes its request before the boot and the agent (``--once``) answers it and
+exits.
 
 What one run does:
 
 * a private work directory (``tempfile.mkdtemp``) holds the generated init script, the UML
-  console log, the guest program's output, its exit status and its JSON result. The guest
-  mounts it through hostfs *at the same path*, so no path translation is needed. It is removed
-  afterwards; with ``LBTUNE_LAB_KEEP=1`` it is kept when the run fails.
+  console log, the guest program's output and exit status, and the protocol's requests and
+  answers. The guest mounts it through hostfs *at the same path*, so no path translation is
+  needed. It is removed afterwards; with ``LBTUNE_LAB_KEEP=1`` it is kept when the run fails.
 * UML is started in a new session (``start_new_session``) with ``umid=`` unique and
   ``uml_dir=`` inside the work directory, so nothing is written to ``~/.uml`` and concurrent runs
   do not collide. Whatever happens (success, guest crash, timeout, KeyboardInterrupt), the
@@ -40,7 +44,7 @@ panics at init ("userspace - ptrace set fp regs failed, errno = 14"). FPU modes:
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import os
 import platform
 import secrets
@@ -54,20 +58,36 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
-from lbtune.errors import ExitCode, LbtuneError, NeedsPrivilege
-from lbtune.lab.inguest.entry import IN_LAB_ENV, split_target
+from lbtune.host.deadline import wait_until
+from lbtune.lab.guests.api import (
+    WATCH_INTERVAL,
+    AgentClient,
+    Guest,
+    Watch,
+    completed,
+    guest_pythonpath,
+)
+from lbtune.lab.inguest.entry import split_target
+from lbtune.lab.protocol import (
+    ENV_WORKDIR,
+    IN_LAB_ENV,
+    LabError,
+    LabResult,
+    LabTimeout,
+    LabUnavailable,
+    argv_request,
+    call_request,
+)
 
 ENV_KERNEL = "LBTUNE_LAB_KERNEL"
 ENV_MODULES = "LBTUNE_LAB_MODULES"
 ENV_FPU = "LBTUNE_LAB_FPU"
 ENV_KEEP = "LBTUNE_LAB_KEEP"
-ENV_WORKDIR = "LBTUNE_LAB_WORKDIR"  # inside the guest: the run's work directory (hostfs)
-WATCH_INTERVAL = 0.25  # seconds between calls of a run's watch callback
-
-# Called with the work directory while the guest runs (progress files the guest writes).
-Watch = Callable[[Path], None]
+AGENT = "lbtune.lab.inguest.agent"
+ONE_CALL = "000001"  # the id of the one request of a run_in_lab boot
+T = TypeVar("T")
 
 DEFAULT_KERNEL = "/usr/bin/linux.uml"
 DEFAULT_MODULES_ROOT = "/usr/lib/uml/modules"
@@ -97,49 +117,6 @@ _HIDDEN_TOPS = ("/tmp", "/run", "/dev/shm")  # noqa: S108 - guest mount points, 
 _UNREACHABLE_TOPS = ("/proc", "/sys", "/dev", "/lib/modules", "/usr/lib/modules")
 
 
-class LabUnavailable(NeedsPrivilege):
-    """The lab kernel is missing or cannot run on this host."""
-
-
-class LabError(LbtuneError):
-    """A lab run failed: the guest function raised, or the guest did not finish.
-
-    ``guest_traceback`` holds the traceback text from inside the guest (empty when the guest
-    never got that far); ``result`` the partial LabResult, whose ``console`` and ``output``
-    explain boot failures; ``workdir`` the kept work directory (LBTUNE_LAB_KEEP=1) or None.
-    """
-
-    exit_code = ExitCode.INTERNAL
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        guest_traceback: str = "",
-        exc_type: str = "",
-        result: Optional[LabResult] = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.guest_traceback = guest_traceback
-        self.exc_type = exc_type
-        self.result = result
-        self.workdir: Optional[str] = None
-
-    def __str__(self) -> str:
-        if self.workdir:
-            return f"{self.message} (work directory kept: {self.workdir})"
-        return self.message
-
-
-class LabTimeout(LabError):
-    """The guest did not power off in time; its whole process group was killed."""
-
-    def __init__(self, message: str, *, pgid: int, result: Optional[LabResult] = None) -> None:
-        super().__init__(message, result=result)
-        self.pgid = pgid
-
-
 @dataclass(frozen=True)
 class LabKernel:
     """A usable lab kernel: the UML binary, its modules and how to run it on this CPU."""
@@ -162,24 +139,6 @@ class LabKernel:
             "compiler": self.compiler,
             "mem": self.mem,
         }
-
-
-@dataclass(frozen=True)
-class LabResult:
-    """What one lab run produced."""
-
-    target: str  # "pkg.mod:func" or the guest argv
-    value: Any  # the function's JSON-decoded return value (None for pytest runs)
-    exit_status: int  # exit status of the guest program (-1: it never finished)
-    output: str  # the guest program's stdout and stderr
-    console: str  # the UML console: boot log, kernel messages, init script messages
-    duration: float  # seconds from starting linux.uml to its exit
-    fpu_mode: str
-    uml_returncode: Optional[int] = None  # linux.uml exit status (-9: killed by lbtune)
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_status == 0
 
 
 # --------------------------------------------------------------------------- kernel discovery
@@ -324,24 +283,6 @@ def find_lab_kernel(
 # --------------------------------------------------------------------------- process groups
 
 
-def pid_alive(pid: int) -> bool:
-    """True while pid runs. A zombie (killed, not yet reaped by its parent) still answers
-    kill(0), so its /proc state decides; a process we may not signal counts as running."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
-            stat = fh.read()
-    except OSError:
-        return False
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return bool(fields) and fields[0] not in ("Z", "X")
-
-
 def process_group_members(pgid: int) -> list[int]:
     """PIDs of live (not zombie) processes in process group pgid."""
     members: list[int] = []
@@ -400,14 +341,16 @@ def _reap_group(proc: subprocess.Popen[bytes], grace: float = 5.0) -> list[int]:
     """SIGKILL the group, reap the leader, wait for the rest to die; return survivors (none)."""
     _kill_group(proc.pid)
     proc.wait()
-    deadline = time.monotonic() + grace
-    survivors = process_group_members(proc.pid)
-    while survivors and time.monotonic() < deadline:
+    survivors: list[int] = []
+
+    def gone() -> bool:
+        survivors[:] = process_group_members(proc.pid)
         for pid in survivors:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-        survivors = process_group_members(proc.pid)
+        return not survivors
+
+    wait_until(gone, grace)
     return survivors
 
 
@@ -447,18 +390,6 @@ def _unusable_as_workdir(path: str) -> bool:
     """The init script must be visible at boot: not under /proc, /sys or /dev (devtmpfs)."""
     real = os.path.realpath(path)
     return any(real == top or real.startswith(top + "/") for top in _UNREACHABLE_TOPS)
-
-
-def _guest_pythonpath() -> list[str]:
-    entries: list[str] = []
-    for entry in sys.path:
-        if not entry:
-            continue
-        absolute = os.path.abspath(entry)
-        if ":" in absolute or absolute in entries or not os.path.exists(absolute):
-            continue
-        entries.append(absolute)
-    return entries
 
 
 def _check_mount_path(path: str) -> None:
@@ -597,6 +528,7 @@ class _Boot:
     console: str
     duration: float
     uml_returncode: Optional[int]
+    pgid: int = 0  # linux.uml's pid: the guest's process group
 
 
 class _Workdir:
@@ -634,24 +566,53 @@ def _boot(
     label: str,
     watch: Optional[Watch] = None,
 ) -> _Boot:
+    """Boot the lab kernel running `argv` as the guest program, wait for it to power off
+    (LabTimeout after `timeout`), and say how it went (LabError when it did not finish)."""
     wd = str(workdir)
     _check_mount_path(wd)
     if _unusable_as_workdir(wd):
         raise LabUnavailable(f"lab work directory {wd} is not visible to the guest; set TMPDIR")
     guest_cwd = os.path.abspath(cwd or os.getcwd())
-    pythonpath = _guest_pythonpath()
+    pythonpath = guest_pythonpath()
     needed = [sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, guest_cwd]
     expose = [p for p in hidden_paths_to_expose(needed + pythonpath) if p != wd]
     for path in expose:
         _check_mount_path(path)
+    guest_env, host_extra, modprobe_wrapper = _guest_env(kernel, workdir, pythonpath, env)
+    init = workdir / "init"
+    init.write_text(
+        render_init_script(
+            workdir=wd,
+            modules_dir=kernel.modules_dir,
+            expose_ro=expose,
+            argv=argv,
+            env=guest_env,
+            cwd=guest_cwd,
+            init_env=_LEGACY_GUEST_ENV if kernel.fpu_mode == FPU_LEGACY else None,
+            modprobe_wrapper=modprobe_wrapper,
+        ),
+        encoding="utf-8",
+    )
+    init.chmod(0o755)
+    boot, finished, survivors = _run_kernel(
+        kernel, workdir, _kernel_cmdline(kernel, init, wd), host_extra, timeout, watch
+    )
+    _check_finished(boot, label, timeout, finished, survivors)
+    return boot
 
+
+def _guest_env(
+    kernel: LabKernel, workdir: Path, pythonpath: Sequence[str], env: Optional[Mapping[str, str]]
+) -> tuple[dict[str, str], dict[str, str], Optional[str]]:
+    """The guest program's environment, the host additions for linux.uml (the FPU shim) and
+    the modprobe wrapper of the legacy FPU mode (or None)."""
     guest_env = {
         "PATH": GUEST_PATH,
         "HOME": "/root",
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         IN_LAB_ENV: "1",
-        ENV_WORKDIR: wd,
+        ENV_WORKDIR: str(workdir),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(pythonpath),
@@ -670,23 +631,11 @@ def _boot(
         modprobe_wrapper = str(wrapper)
     if env:
         guest_env.update(env)
+    return guest_env, host_extra, modprobe_wrapper
 
-    init = workdir / "init"
-    init.write_text(
-        render_init_script(
-            workdir=wd,
-            modules_dir=kernel.modules_dir,
-            expose_ro=expose,
-            argv=argv,
-            env=guest_env,
-            cwd=guest_cwd,
-            init_env=_LEGACY_GUEST_ENV if kernel.fpu_mode == FPU_LEGACY else None,
-            modprobe_wrapper=modprobe_wrapper,
-        ),
-        encoding="utf-8",
-    )
-    init.chmod(0o755)
 
+def _kernel_cmdline(kernel: LabKernel, init: Path, wd: str) -> list[str]:
+    """linux.uml's command line (behind the seccomp launcher in the legacy FPU mode)."""
     umid = f"lbtune-{secrets.token_hex(6)}"
     cmdline = [
         kernel.binary,
@@ -704,7 +653,20 @@ def _boot(
     if kernel.fpu_mode == FPU_LEGACY:
         launcher = Path(__file__).with_name("seccomp_exec.py")
         cmdline = [sys.executable, "-I", "-S", str(launcher), *cmdline]
+    return cmdline
 
+
+def _run_kernel(
+    kernel: LabKernel,
+    workdir: Path,
+    cmdline: Sequence[str],
+    host_extra: Mapping[str, str],
+    timeout: float,
+    watch: Optional[Watch],
+) -> tuple[_Boot, bool, list[int]]:
+    """Run linux.uml until it exits or `timeout`, then kill its whole process group: what it
+    left, whether it finished, and the processes that survived SIGKILL (none)."""
+    wd = str(workdir)
     console_path = workdir / "console.log"
     start = time.monotonic()
     with open(console_path, "wb") as console_fh:
@@ -715,43 +677,48 @@ def _boot(
         finally:
             survivors = _reap_group(proc)
     duration = time.monotonic() - start
-
-    console = _read_text(console_path)
-    output = _read_text(workdir / "output")
     status_text = _read_text(workdir / "status").strip()
     exit_status = int(status_text) if status_text.lstrip("-").isdigit() else -1
-    boot = _Boot(workdir, kernel, exit_status, output, console, duration, proc.returncode)
+    boot = _Boot(workdir, kernel, exit_status, _read_text(workdir / "output"),
+                 _read_text(console_path), duration, proc.returncode, proc.pid)  # fmt: skip
+    return boot, finished, survivors
+
+
+def _check_finished(
+    boot: _Boot, label: str, timeout: float, finished: bool, survivors: list[int]
+) -> None:
+    """LabError (LabTimeout) unless the guest program ran to its end and nothing survived."""
+    pgid = boot.pgid
     if survivors:
         raise LabError(
-            f"lab run {label}: processes {survivors} of group {proc.pid} survived SIGKILL",
+            f"lab run {label}: processes {survivors} of group {pgid} survived SIGKILL",
             result=_result_of(boot, label, None),
         )
     if not finished:
         raise LabTimeout(
-            f"lab run {label} timed out after {timeout:g} s; UML process group {proc.pid} killed",
-            pgid=proc.pid,
+            f"lab run {label} timed out after {timeout:g} s; UML process group {pgid} killed",
+            pgid=pgid,
             result=_result_of(boot, label, None),
         )
-    if exit_status < 0:
+    if boot.exit_status < 0:
         raise LabError(
-            f"lab guest did not finish {label} (linux.uml exit status {proc.returncode}): "
-            f"{_console_hint(console)}",
+            f"lab guest did not finish {label} (linux.uml exit status {boot.uml_returncode}): "
+            f"{_console_hint(boot.console)}",
             result=_result_of(boot, label, None),
         )
-    return boot
 
 
 def _wait_for_guest(pid: int, timeout: float, workdir: Path, watch: Optional[Watch]) -> bool:
     """Wait for UML to exit (False on timeout), calling watch every WATCH_INTERVAL."""
     if watch is None:
         return _wait_exit_nowait(pid, timeout)
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        finished = _wait_exit_nowait(pid, min(WATCH_INTERVAL, max(0.0, remaining)))
+
+    def exited() -> bool:
+        finished = _wait_exit_nowait(pid, WATCH_INTERVAL)  # the interval is the wait itself
         watch(workdir)
-        if finished or remaining <= 0:
-            return finished
+        return finished
+
+    return wait_until(exited, timeout, 0)
 
 
 def _spawn(
@@ -785,6 +752,35 @@ def _result_of(boot: _Boot, label: str, value: Any) -> LabResult:
     )
 
 
+def _agent_argv(workdir: Path, once: bool) -> list[str]:
+    return [sys.executable, "-m", AGENT, str(workdir), *(["--once"] if once else [])]
+
+
+def _one_request(
+    lab: LabKernel,
+    req: Mapping[str, Any],
+    label: str,
+    *,
+    timeout: float,
+    cwd: Optional[str],
+    env: Optional[Mapping[str, str]],
+    watch: Optional[Watch] = None,
+    read: Callable[[_Boot, Optional[dict[str, Any]]], T],
+) -> T:
+    """Boot a guest whose agent answers `req` (written before the boot) and powers off;
+    `read(boot, answer)` (answer None when the agent wrote none) says what came of it, while
+    the work directory is still there (kept with LBTUNE_LAB_KEEP=1 when `read` raises)."""
+    with _Workdir() as workdir:
+        agent = AgentClient(workdir)
+        agent.send(req, ONE_CALL)
+        calldir = agent.dir.calldir(ONE_CALL)
+        boot = _boot(
+            lab, workdir, _agent_argv(workdir, once=True), timeout=timeout, cwd=cwd, env=env,
+            label=label, watch=None if watch is None else lambda _: watch(calldir),
+        )  # fmt: skip
+        return read(boot, agent.wait(ONE_CALL, 0, watch))
+
+
 def run_in_lab(
     target: str,
     *args: Any,
@@ -800,37 +796,43 @@ def run_in_lab(
     and the return value must be JSON-serialisable. An exception inside the guest raises
     LabError carrying the guest traceback; a run longer than timeout seconds raises LabTimeout
     after killing the UML process group; LabUnavailable when there is no usable lab kernel.
-    ``watch(workdir)`` is called every WATCH_INTERVAL seconds while the guest runs (the guest
-    finds that directory in ``$LBTUNE_LAB_WORKDIR``: progress files it writes there).
+    ``watch(directory)`` is called every WATCH_INTERVAL seconds while the guest runs with the
+    call's directory (the guest finds it in ``$LBTUNE_LAB_WORKDIR``: progress files it
+    writes there).
     """
     split_target(target)  # ValueError before booting anything
-    json_args = json.dumps(list(args))
     lab = kernel or find_lab_kernel()
-    with _Workdir() as workdir:
-        result_file = workdir / "result.json"
-        argv = [sys.executable, "-m", "lbtune.lab.inguest.entry", target, json_args,
-                str(result_file)]
-        boot = _boot(
-            lab, workdir, argv, timeout=timeout, cwd=cwd, env=env, label=target, watch=watch
+    req = call_request(target, args, timeout)
+    return _one_request(lab, req, target, timeout=timeout, cwd=cwd, env=env, watch=watch,
+                        read=lambda boot, payload: _call_result(target, boot, payload))
+
+
+def _call_result(target: str, boot: _Boot, payload: Optional[dict[str, Any]]) -> LabResult:
+    if payload is None or "ok" not in payload:
+        raise LabError(
+            f"lab guest wrote no result for {target} (exit status {boot.exit_status}): "
+            f"{_console_hint(boot.output or boot.console)}",
+            result=_result_of(boot, target, None),
         )
-        if watch is not None:
-            watch(workdir)  # the last lines the guest wrote before powering off
-        raw = _read_text(result_file)
-        if not raw:
-            raise LabError(
-                f"lab guest wrote no result for {target} (exit status {boot.exit_status}): "
-                f"{_console_hint(boot.output or boot.console)}",
-                result=_result_of(boot, target, None),
-            )
-        payload = json.loads(raw)
-        if not payload.get("ok"):
-            raise LabError(
-                f"{target} failed in the lab guest: {payload.get('error', 'unknown error')}",
-                guest_traceback=str(payload.get("traceback", "")),
-                exc_type=str(payload.get("exc_type", "")),
-                result=_result_of(boot, target, None),
-            )
-        return _result_of(boot, target, payload.get("value"))
+    call = _call_boot(boot, payload)
+    if not payload.get("ok"):
+        raise LabError(
+            f"{target} failed in the lab guest: {payload.get('error', 'unknown error')}",
+            guest_traceback=str(payload.get("traceback", "")),
+            exc_type=str(payload.get("exc_type", "")),
+            result=_result_of(call, target, None),
+        )
+    return _result_of(call, target, payload.get("value"))
+
+
+def _call_boot(boot: _Boot, answer: Mapping[str, Any], output: str = "") -> _Boot:
+    """The boot as its one request saw it: the request's exit status (an argv's own; a call's
+    as lbtune.lab.inguest.entry exits: 0 when it returned, 1 when it raised) and output."""
+    code = answer.get("returncode")
+    if not isinstance(code, int):
+        code = 0 if answer.get("ok") else 1
+    return dataclasses.replace(boot, exit_status=code,
+                               output=output or str(answer.get("output", "")))  # fmt: skip
 
 
 def run_pytest_in_lab(
@@ -849,9 +851,92 @@ def run_pytest_in_lab(
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args, nodeid]
     lab = kernel or find_lab_kernel()
     label = f"pytest {nodeid}"
+    # the request may run past the boot's timeout: the boot's LabTimeout says what happened
+    req = argv_request(argv, None, timeout + 60)
+
+    def read(boot: _Boot, answer: Optional[dict[str, Any]]) -> LabResult:
+        answer = _argv_answer(label, boot, answer)
+        output = str(answer.get("stdout", "")) + str(answer.get("stderr", ""))
+        return _result_of(_call_boot(boot, answer, output), label, None)
+
+    return _one_request(lab, req, label, timeout=timeout, cwd=cwd, env=env, read=read)
+
+
+def _argv_answer(label: str, boot: _Boot, answer: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The agent's answer to an argv request; LabError when it wrote none."""
+    if answer is None or "returncode" not in answer:
+        raise LabError(
+            f"lab guest wrote no result for {label} (exit status {boot.exit_status}): "
+            f"{_console_hint(boot.output or boot.console)}",
+            result=_result_of(boot, label, None),
+        )
+    return answer
+
+
+def run_agent_in_lab(
+    *,
+    timeout: float,
+    kernel: Optional[LabKernel] = None,
+    watch: Optional[Watch] = None,
+) -> LabResult:
+    """Boot a lab guest whose agent serves requests (lbtune.lab.protocol) until a stop
+    request, or until `timeout` (LabTimeout): the UML guest of ``lbtune lab up``.
+    ``watch(workdir)`` is called with the work directory every WATCH_INTERVAL seconds (the
+    agent is up once ``ready.json`` is there)."""
+    lab = kernel or find_lab_kernel()
     with _Workdir() as workdir:
-        boot = _boot(lab, workdir, argv, timeout=timeout, cwd=cwd, env=env, label=label)
-        return _result_of(boot, label, None)
+        boot = _boot(lab, workdir, _agent_argv(workdir, once=False), timeout=timeout, cwd=None,
+                     env=None, label=AGENT, watch=watch)  # fmt: skip
+        return _result_of(boot, AGENT, None)
+
+
+class UmlGuest(Guest):
+    """The UML backend: each call or run boots the lab kernel afresh (see the module doc)."""
+
+    backend = "uml"
+
+    def __init__(self, kernel: Optional[LabKernel] = None) -> None:
+        self.kernel = kernel or find_lab_kernel()
+
+    def call(
+        self,
+        target: str,
+        args: Sequence[Any] = (),
+        timeout: float = 300,
+        netns: Optional[str] = None,
+        watch: Optional[Watch] = None,
+    ) -> Any:
+        _no_netns(netns)
+        return run_in_lab(target, *args, timeout=timeout, kernel=self.kernel, watch=watch).value
+
+    def run(
+        self, argv: Sequence[str], netns: Optional[str] = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        _no_netns(netns)
+        label = shlex.join(argv)
+        return _one_request(
+            self.kernel, argv_request(argv, None, timeout), label, timeout=timeout + 60,
+            cwd=None, env=None,
+            read=lambda boot, answer: completed(argv, _argv_answer(label, boot, answer)),
+        )  # fmt: skip
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "kernel": self.kernel.version,
+            "accelerator": "uml",
+            "cpus": 1,
+            "fpu_mode": self.kernel.fpu_mode,
+            "binary": self.kernel.binary,
+        }
+
+
+def _no_netns(netns: Optional[str]) -> None:
+    if netns is not None:
+        raise ValueError(
+            "a UML guest lives for one call, so no namespace survives from one call to the next: "
+            "create and use it inside the target"
+        )
 
 
 def iter_lab_workdirs(directory: Optional[str] = None) -> Iterator[Path]:

@@ -18,16 +18,19 @@ local_cpulist 2-3) as a NIC in a multi-socket server does; eth1 e1000e (a tap in
 namespace); a vmxnet3 on tap2 whose driver is not loaded at boot (the NIC whose rx ring qemu
 overruns, for the nic-rx-drop fix loop: virtio and e1000e make qemu wait for a free buffer;
 ``modprobe vmxnet3`` makes it eth2); serial console to a log file.
-Accelerator: KVM only when a short probe boot proves it works on this host (nested KVM can
+Accelerator: KVM only when a short trial boot proves it works on this host (nested KVM can
 hang after the decompressor), else TCG (``-accel tcg,thread=multi -cpu max``);
-``LBTUNE_VM_ACCEL=kvm|tcg`` overrides, and the probe's answer is cached in the image cache.
+``LBTUNE_VM_ACCEL=kvm|tcg`` overrides, and the trial's answer is cached in the image cache
+(its messages keep the words "KVM probe boot" that users and `lbtune doctor` output know).
 
 Filesystems in the guest: the host's ``/`` read-only over virtio-9p is the lower layer of an
 overlay whose upper layer is an ext4 image file per guest (virtio-blk; a 9p upper cannot hold
 overlayfs whiteouts or xattrs), so what the guest writes - /etc, /var/lib/lbtune - survives a
 guest reboot and nothing on the host changes; tmpfs on /tmp and /run; the kernel's full module
 tree over /lib/modules/<ver>; the run's work directory at its host path (a second 9p export).
-A guest agent (lbtune.lab.inguest.agent) serves the host's requests through that work directory.
+The guest agent (lbtune.lab.inguest.agent) serves the host's requests through that work
+directory, in the one request protocol of both backends (lbtune.lab.protocol); kept up by
+``lbtune lab up --vm`` (lbtune.lab.guests.session) it serves any process's requests.
 
 Cleanup on every exit path (normal, exception, KeyboardInterrupt): the qemu process group is
 SIGKILLed and reaped, the network namespace deleted, work directory and state disk removed
@@ -54,20 +57,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from lbtune.lab.guests.api import Guest, completed
-from lbtune.lab.guests.uml import (
-    ENV_KEEP,
-    WATCH_INTERVAL,
+from lbtune.host.atomic import write_json_atomic
+from lbtune.host.deadline import wait_until
+from lbtune.host.net.netns import netns_argv
+from lbtune.host.runner import pid_alive
+from lbtune.lab.guests.api import AgentClient, Guest, Watch, completed, guest_pythonpath
+from lbtune.lab.guests.uml import ENV_KEEP
+from lbtune.lab.inguest.entry import split_target
+from lbtune.lab.protocol import (
+    AGENT_LOG,
+    FORK_CALLS,
+    IN_VM_ENV,
+    READY,
+    REBOOT,
     LabError,
     LabTimeout,
     LabUnavailable,
-    Watch,
-    _guest_pythonpath,
-    pid_alive,
+    argv_request,
+    call_request,
+    stop_request,
 )
-from lbtune.lab.inguest.entry import (
-    VM_CMDLINE_MARK as CMDLINE_MARK,  # lbtune.lab.inguest.entry.in_lab()
-)
+from lbtune.lab.protocol import VM_CMDLINE_MARK as CMDLINE_MARK  # what in_lab() looks for
 
 ENV_CACHE = "LBTUNE_VM_CACHE"
 ENV_ACCEL = "LBTUNE_VM_ACCEL"
@@ -80,7 +90,7 @@ QUEUES = 4
 NIC_NODE = 1  # eth0's NUMA node (the expander bridge's numa_node)
 STATE_DISK_SIZE = "4G"  # sparse: the guest's writes only
 BOOT_TIMEOUT = 300.0  # TCG on 2 shared cores: ~7 s alone, much more under load
-KVM_PROBE_TIMEOUT = 40.0
+KVM_TRIAL_TIMEOUT = 40.0
 OWNER = "owner.json"  # in a work directory: who runs it (reap_stale)
 LAST_BOOT = "last-boot.json"  # in the cache: what the most recent boot saw (lbtune doctor)
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -141,7 +151,9 @@ def find_qemu() -> str:
 GUEST_OWN_DIRS = ("/tmp", "/run")  # noqa: S108 - the guest's own tmpfs (render_stage1)
 
 
-def _check_host() -> None:
+def check_host() -> None:
+    """LabUnavailable unless this host can run the VM lab (root, iproute2, paths the guest
+    sees)."""
     if sys.platform != "linux":
         raise LabUnavailable("the VM lab runs on Linux hosts only")
     if os.geteuid() != 0:
@@ -196,7 +208,7 @@ def render_stage2(
     q = shlex.quote
     path = f"{venv_bin}:{GUEST_PATH}"
     return f"""\
-export PATH={q(path)} HOME=/root LANG=C.UTF-8 LBTUNE_IN_VM=1 PYTHONDONTWRITEBYTECODE=1
+export PATH={q(path)} HOME=/root LANG=C.UTF-8 {IN_VM_ENV}=1 PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH={q(":".join(pythonpath))} PYTHONUNBUFFERED=1
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
@@ -319,7 +331,7 @@ def _kvm_usable_device() -> bool:
 
 
 def choose_accel(image: VmImage) -> tuple[str, str]:
-    """("kvm"|"tcg", why): the override, the cached probe answer, or a probe boot now."""
+    """("kvm"|"tcg", why): the override, the cached trial answer, or a trial boot now."""
     requested = os.environ.get(ENV_ACCEL, "").strip().lower()
     if requested in ("kvm", "tcg"):
         return requested, f"requested ({ENV_ACCEL})"
@@ -335,7 +347,7 @@ def choose_accel(image: VmImage) -> tuple[str, str]:
             return str(known["accel"]), str(known["reason"]) + " (cached probe)"
     except (OSError, ValueError, KeyError):
         pass
-    accel, reason = probe_kvm(image)
+    accel, reason = try_kvm(image)
     with contextlib.suppress(OSError):
         cache.write_text(
             json.dumps({"key": key, "accel": accel, "reason": reason}), encoding="utf-8"
@@ -343,10 +355,10 @@ def choose_accel(image: VmImage) -> tuple[str, str]:
     return accel, reason
 
 
-def probe_kvm(image: VmImage) -> tuple[str, str]:
+def try_kvm(image: VmImage) -> tuple[str, str]:
     """Boot once under KVM (no NICs): KVM when the guest agent comes up in time, else TCG."""
     try:
-        g = VmGuest._start(image, "kvm", (), KVM_PROBE_TIMEOUT, nics=False)
+        g = VmGuest.start(image, "kvm", (), KVM_TRIAL_TIMEOUT, nics=False)
     except (LabError, LabUnavailable) as exc:
         lines = str(exc).splitlines()
         errors = [ln.split(": ", 1)[-1] for ln in lines if "error" in ln.lower()]
@@ -395,14 +407,14 @@ def reap_stale(directory: Optional[str] = None) -> list[str]:
 
 def vm_lab_status() -> dict[str, Any]:
     """What can be said about the VM lab without booting it (for `lbtune doctor`): the image,
-    qemu, /dev/kvm, the cached KVM probe and the last boot's facts; ``unchecked`` names what
+    qemu, /dev/kvm, the cached KVM trial and the last boot's facts; ``unchecked`` names what
     only a boot proves. ``available`` is False with ``problem`` and ``fix`` when it cannot run."""
     out: dict[str, Any] = {"available": False, "problem": "", "fix": "make setup (as root)"}
     try:
         image = find_vm_image()
         out["kernel"] = image.version
         out["qemu"] = find_qemu()
-        _check_host()
+        check_host()
     except LabUnavailable as exc:
         out["problem"] = str(exc)
         return out
@@ -410,8 +422,8 @@ def vm_lab_status() -> dict[str, Any]:
     out["kvm_device"] = _kvm_usable_device()
     out["tun_device"] = os.path.exists("/dev/net/tun")
     try:
-        probe = json.loads((Path(cache_dir()) / "kvm-probe.json").read_text(encoding="utf-8"))
-        out["accelerator"] = f"{probe['accel']} ({probe['reason']})"
+        trial = json.loads((Path(cache_dir()) / "kvm-probe.json").read_text(encoding="utf-8"))
+        out["accelerator"] = f"{trial['accel']} ({trial['reason']})"
     except (OSError, ValueError, KeyError):
         out["accelerator"] = "not probed yet (the first boot probes KVM, else TCG)"
     try:
@@ -582,15 +594,15 @@ class VmGuest(Guest):
     @classmethod
     def boot(cls, cmdline_extra: Sequence[str] = (), timeout: float = BOOT_TIMEOUT) -> VmGuest:
         """Boot the VM lab guest; LabUnavailable (cannot run here) or LabError (boot failed)."""
-        _check_host()
+        check_host()
         image = find_vm_image()
         find_qemu()
         reap_stale()
         accel, reason = choose_accel(image)
-        return cls._start(image, accel, cmdline_extra, timeout, accel_reason=reason)
+        return cls.start(image, accel, cmdline_extra, timeout, accel_reason=reason)
 
     @classmethod
-    def _start(
+    def start(
         cls,
         image: VmImage,
         accel: str,
@@ -600,6 +612,8 @@ class VmGuest(Guest):
         accel_reason: str = "",
         nics: bool = True,
     ) -> VmGuest:
+        """Boot `image` under `accel` once the host, image and accelerator are settled
+        (``boot`` settles them; ``lbtune lab up --vm`` reports each step between them)."""
         g = cls(image, accel, accel_reason, nics)
         try:
             g._make_state_disk()
@@ -665,16 +679,16 @@ class VmGuest(Guest):
     def _launch(self, cmdline_extra: tuple[str, ...], timeout: float) -> None:
         self.boots += 1
         self.cmdline_extra = cmdline_extra
-        for stale in ("ready.json", "reboot"):
+        for stale in (READY, REBOOT):
             (self.workdir / stale).unlink(missing_ok=True)
-        for sub in ("req", "res"):
-            shutil.rmtree(self.workdir / sub, ignore_errors=True)
-            (self.workdir / sub).mkdir()
+        for sub in (self.agent.dir.requests, self.agent.dir.answers):
+            shutil.rmtree(sub, ignore_errors=True)
+        self.agent.dir.make()
         wd = str(self.workdir)
         venv_bin = os.path.dirname(sys.executable)
         (self.workdir / "stage1.sh").write_text(render_stage1(self.image, wd), encoding="utf-8")
         (self.workdir / "stage2.sh").write_text(
-            render_stage2(wd, venv_bin, sys.executable, _guest_pythonpath(), os.getcwd()),
+            render_stage2(wd, venv_bin, sys.executable, guest_pythonpath(), os.getcwd()),
             encoding="utf-8",
         )
         argv = qemu_argv(
@@ -687,8 +701,7 @@ class VmGuest(Guest):
             cmdline_extra,
             self.nics,
         )
-        if self.nics:
-            argv = ["ip", "netns", "exec", self.netns, *argv]
+        argv = netns_argv(self.netns if self.nics else None, argv)
         log = open(self.workdir / f"qemu.{self.boots}.log", "wb")  # noqa: SIM115
         start = time.monotonic()
         try:
@@ -703,19 +716,22 @@ class VmGuest(Guest):
             log.close()
         owner = {"supervisor": os.getpid(), "qemu": self.proc.pid, "netns": self.netns}
         (self.workdir / OWNER).write_text(json.dumps(owner), encoding="utf-8")
-        ready = self.workdir / "ready.json"
-        deadline = start + timeout
+        ready = self.workdir / READY
         console = ConsoleWatch(self.console_path, 0)
-        while not ready.exists():
-            if self.proc.poll() is not None:
-                raise LabError(self._boot_failure(f"qemu exited {self.proc.returncode}"))
-            now = time.monotonic()
-            if now > deadline:
-                raise LabTimeout(
-                    self._boot_failure(f"no guest agent after {timeout:g} s"), pgid=self.proc.pid
-                )
-            self._check_wedge(console, "boot", now)
-            time.sleep(0.1)
+        proc = self.proc
+
+        def agent_up() -> bool:
+            if ready.exists():
+                return True
+            if proc.poll() is not None:
+                raise LabError(self._boot_failure(f"qemu exited {proc.returncode}"))
+            self._check_wedge(console, "boot", time.monotonic())
+            return False
+
+        if not wait_until(agent_up, start + timeout - time.monotonic(), 0.1):
+            raise LabTimeout(
+                self._boot_failure(f"no guest agent after {timeout:g} s"), pgid=proc.pid
+            )
         self.boot_seconds = time.monotonic() - start
         self.facts = json.loads(ready.read_text(encoding="utf-8"))
         self._record_boot()
@@ -723,11 +739,8 @@ class VmGuest(Guest):
     def _record_boot(self) -> None:
         """What this boot saw, for `lbtune doctor` (the cache's last-boot.json)."""
         record = {**self.describe(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        path = Path(cache_dir()) / LAST_BOOT
         with contextlib.suppress(OSError):
-            tmp = path.with_name(f".{LAST_BOOT}.{os.getpid()}")
-            tmp.write_text(json.dumps(record), encoding="utf-8")
-            os.replace(tmp, path)
+            write_json_atomic(Path(cache_dir()) / LAST_BOOT, record, fsync=False)
 
     def _boot_failure(self, what: str) -> str:
         tail = "\n".join(self.console().splitlines()[-15:])
@@ -762,7 +775,7 @@ class VmGuest(Guest):
             polite = not failed and self.broken is None
             if self.proc is not None and self.proc.poll() is None and polite:
                 try:
-                    self._request({"kind": "stop", "reboot": False})
+                    self._request(stop_request(reboot=False))
                     self._stop_qemu(grace=30)
                 except OSError:
                     pass
@@ -778,7 +791,7 @@ class VmGuest(Guest):
         """A real guest reboot (sync, ``reboot -f``); qemu then starts again with this kernel
         command line extension. What the guest wrote (the overlay) persists."""
         self._alive()
-        self._request({"kind": "stop", "reboot": True})
+        self._request(stop_request(reboot=True))
         self._stop_qemu(grace=timeout)
         try:
             self._launch(tuple(cmdline_extra), timeout)
@@ -798,19 +811,25 @@ class VmGuest(Guest):
         if self._closed or self.proc is None or self.proc.poll() is not None:
             raise LabError(f"the VM lab guest is not running\n{self.console()[-2000:]}")
 
+    @property
+    def agent(self) -> AgentClient:
+        """The host's half of the request protocol, in this guest's work directory."""
+        return AgentClient(self.workdir)
+
+    def running(self) -> bool:
+        """qemu still runs (a stop request sent by another process ends it)."""
+        return not self._closed and self.proc is not None and self.proc.poll() is None
+
     def _request(self, req: dict[str, Any]) -> str:
         self._seq += 1
         rid = f"{self._seq:06d}"
-        tmp = self.workdir / "req" / f".{rid}.tmp"
-        tmp.write_text(json.dumps(req), encoding="utf-8")
         self._marks[rid] = console_size(self.console_path)
-        os.replace(tmp, self.workdir / "req" / f"{rid}.json")
-        return rid
+        return self.agent.send(req, rid)
 
     def _no_answer(self, rid: str, timeout: float) -> str:
         """Why a request went unanswered, as far as the host can tell: whether the agent
         claimed it, and the last lines of the agent's log and of the guest console."""
-        claimed = not (self.workdir / "req" / f"{rid}.json").exists()
+        claimed = self.agent.claimed(rid)
 
         def tail(path: Path) -> str:
             try:
@@ -821,7 +840,7 @@ class VmGuest(Guest):
 
         return (f"the VM guest did not answer request {rid} in {timeout:g} s "
                 f"({'claimed by the agent' if claimed else 'never claimed by the agent'}); "
-                f"agent.log: {tail(self.workdir / 'agent.log')}; "
+                f"agent.log: {tail(self.workdir / AGENT_LOG)}; "
                 f"console: {tail(self.console_path)}; vCPUs: {self.vcpus()}")  # fmt: skip
 
     def _check_wedge(self, console: ConsoleWatch, rid: str, now: float) -> None:
@@ -856,27 +875,16 @@ class VmGuest(Guest):
         return vcpu_summary(text) or "(qemu monitor: no registers)"
 
     def _answer(self, rid: str, timeout: float, watch: Optional[Watch] = None) -> dict[str, Any]:
-        path = self.workdir / "res" / f"{rid}.json"
-        calldir = self.workdir / "calls" / rid
-        deadline = time.monotonic() + timeout
-        last_watch = 0.0
         console = ConsoleWatch(self.console_path, self._marks.pop(rid, None))
-        while not path.exists():
+
+        def check() -> None:
             self._alive()
-            now = time.monotonic()
-            if now > deadline:
-                self.broken = LabError(self._no_answer(rid, timeout))
-                raise self.broken
-            self._check_wedge(console, rid, now)
-            if watch is not None and time.monotonic() - last_watch >= WATCH_INTERVAL:
-                watch(calldir)
-                last_watch = time.monotonic()
-            time.sleep(0.05)
-        if watch is not None:
-            watch(calldir)  # the last lines the target wrote
-        out: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        path.unlink()
-        shutil.rmtree(calldir, ignore_errors=True)
+            self._check_wedge(console, rid, time.monotonic())
+
+        out = self.agent.wait(rid, timeout, watch, check)
+        if out is None:
+            self.broken = LabError(self._no_answer(rid, timeout))
+            raise self.broken
         if "error" in out and "ok" not in out:
             raise LabError(f"VM guest agent: {out['error']}")
         return out
@@ -887,9 +895,7 @@ class VmGuest(Guest):
         """Run argv in the guest (in network namespace netns there); never raises for a
         non-zero exit (returncode -9: killed at the timeout)."""
         self._alive()
-        rid = self._request(
-            {"kind": "argv", "argv": list(argv), "netns": netns, "timeout": timeout}
-        )
+        rid = self._request(argv_request(argv, netns, timeout))
         out = self._answer(rid, timeout + 30)
         return completed(argv, out)
 
@@ -907,20 +913,9 @@ class VmGuest(Guest):
         runs with the directory the target finds in ``$LBTUNE_LAB_WORKDIR``. A new
         interpreter, or with `fork_calls(True)` a child of the agent's fork server
         (lbtune.lab.inguest.agent) unless `fresh` or `netns` is given."""
-        from lbtune.lab.inguest.entry import split_target
-
         split_target(target)
         self._alive()
-        rid = self._request(
-            {
-                "kind": "call",
-                "target": target,
-                "args": list(args),
-                "timeout": timeout,
-                "netns": netns,
-                "fresh": fresh,
-            }
-        )
+        rid = self._request(call_request(target, args, timeout, netns, fresh))
         out = self._answer(rid, timeout + 30, watch)
         if not out.get("ok"):
             raise LabError(
@@ -933,8 +928,6 @@ class VmGuest(Guest):
     def fork_calls(self, on: bool) -> None:
         """Have the guest agent fork calls from its fork server (True) or start a new
         interpreter for each (False, the default); see lbtune.lab.inguest.agent."""
-        from lbtune.lab.inguest.agent import FORK_CALLS
-
         flag = self.workdir / FORK_CALLS
         if on:
             flag.touch()

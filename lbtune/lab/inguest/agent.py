@@ -1,27 +1,28 @@
-"""The guest agent: runs the host's requests inside a lab guest (lbtune.lab.guests.api.Guest).
+"""The guest agent: the one loop that serves the host's requests inside a lab guest.
 
-The VM backend runs it as a request loop (below); ``run_argv`` is also the UML backend's way
-to run an argv (called as a lab target), so both backends run commands the same way.
+``python -m lbtune.lab.inguest.agent WORKDIR [--once]`` runs in the guest of either backend,
+with WORKDIR the work directory the host shares with it at the same path (hostfs for UML,
+virtio-9p for the VM); the request protocol and the directory's layout are
+lbtune.lab.protocol's. The VM's boot script (lbtune.lab.guests.vm) and the UML init script of
+a lab kept up (lbtune.lab.guests.uml.run_agent_in_lab) start it as a loop that serves until
+a stop request, so one boot serves many requests; a UML guest booted for one call
+(lbtune.lab.guests.uml.run_in_lab) starts it with ``--once``: it serves the requests the host
+wrote before the boot, one after the other, and exits. Each request runs in its own thread.
 
-``python -m lbtune.lab.inguest.agent WORKDIR`` runs in the guest (started by the boot script that
-lbtune.lab.guests.vm writes) with WORKDIR the run's work directory, shared with the host over
-virtio-9p at the same path. The host writes a request as ``WORKDIR/req/<id>.json`` (atomically:
-a temporary name, then a rename); the agent claims it, runs it in a thread and writes
-``WORKDIR/res/<id>.json`` the same way. So one boot serves many commands.
-
-Requests (JSON objects):
+Requests (JSON objects, lbtune.lab.protocol's `*_request`):
 
 * ``{"kind": "argv", "argv": [...], "netns": null|"NAME", "timeout": S}`` ->
   ``{"returncode": N, "stdout": "...", "stderr": "..."}`` (returncode -9 on timeout)
 * ``{"kind": "call", "target": "pkg.mod:func", "args": [...], "timeout": S}`` -> the payload
-  of lbtune.lab.inguest.entry (``{"ok": true, "value": ...}`` or the error and guest traceback); the
-  target runs in its own process, with ``LBTUNE_LAB_WORKDIR`` set to ``WORKDIR/calls/<id>``
-  (its progress file, lbtune.lab.progress, is read there by the host). The process is
-  ``python -m lbtune.lab.inguest.entry`` (under ``ip netns exec NS`` with ``"netns"``, which also
-  gives it the namespace's ``/sys``). While ``WORKDIR/fork-calls`` exists (the host's
+  of lbtune.lab.inguest.entry (``{"ok": true, "value": ...}`` or the error and guest traceback)
+  with the process's ``output``; the target runs in its own process, with
+  ``LBTUNE_LAB_WORKDIR`` set to ``WORKDIR/calls/<id>`` (its progress file, lbtune.lab.progress,
+  is read there by the host). The process is ``python -m lbtune.lab.inguest.entry`` (run in
+  the namespace with ``"netns"``: lbtune.host.net.netns.netns_argv, which also gives it the
+  namespace's ``/sys``). While ``WORKDIR/fork-calls`` exists (the host's
   ``VmGuest.fork_calls(True)``), it is instead forked from a fork server that has the
-  interpreter and lbtune.lab.inguest.entry loaded already (multiprocessing's ``forkserver``: a new
-  single-threaded interpreter, started at the first such call, so a fork never copies a
+  interpreter and lbtune.lab.inguest.entry loaded already (multiprocessing's ``forkserver``: a
+  new single-threaded interpreter, started at the first such call, so a fork never copies a
   lock another thread held, as forking the threaded agent could). Under TCG a fresh Python
   spends seconds starting (bench/vm.py: 2.2 s for a call made fresh, 0.7 s forked). Calls
   with ``"netns"`` or ``"fresh": true`` are never forked, nor any call once the fork server
@@ -29,7 +30,7 @@ Requests (JSON objects):
   about a minute faster (of 30), and a plain ``run`` right after a reboot went unanswered
   for 150 s, a failure not yet explained or reproduced.
 * ``{"kind": "stop", "reboot": bool}`` -> the agent exits; the boot script syncs, then powers the
-  guest off or reboots it.
+  guest off or (the VM) reboots it.
 
 At start the agent writes ``WORKDIR/ready.json``: what the guest sees (kernel, CPUs, NUMA nodes,
 NICs with their drivers and channel counts).
@@ -47,23 +48,23 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from lbtune.lab.guests.uml import ENV_WORKDIR
+from lbtune.host.net.netns import netns_argv
+from lbtune.lab.protocol import (
+    ANSWERS,
+    ENV_WORKDIR,
+    FORK_CALLS,
+    READY,
+    REBOOT,
+    REQUESTS,
+    Workdir,
+    write_json,
+)
 
 POLL = 0.1  # seconds between scans of the request directory (9p has no inotify)
 # What the fork server imports once, for every call it forks: the call's runner and the
 # standard modules the guest targets use (each target imports its own module itself).
 PRELOAD = ("lbtune.lab.inguest.entry", "lbtune.lab.progress", "json", "re", "socket", "subprocess",
            "pathlib", "typing", "errno", "traceback")
-
-
-def write_json(path: Path, payload: Any) -> None:
-    """Write payload as JSON atomically and durably (the host may read it at any moment)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _read(path: str) -> str:
@@ -113,9 +114,8 @@ def guest_facts() -> dict[str, Any]:
 def run_argv(req: dict[str, Any], env: Optional[dict[str, str]] = None) -> dict[str, Any]:
     """Run ``req["argv"]`` (in network namespace ``req["netns"]`` when set) with a timeout:
     ``{"returncode", "stdout", "stderr"}``; never raises for the command's failure."""
-    argv = [str(a) for a in req["argv"]]
-    if req.get("netns"):
-        argv = ["ip", "netns", "exec", str(req["netns"]), *argv]
+    netns = req.get("netns")
+    argv = netns_argv(str(netns) if netns else None, [str(a) for a in req["argv"]])
     timeout = float(req.get("timeout") or 120)
     try:
         proc = subprocess.run(
@@ -189,7 +189,9 @@ class Forker:
 
 def run_call(req: dict[str, Any], workdir: Path, rid: str,
              forker: Optional[Forker] = None) -> dict[str, Any]:
-    calldir = workdir / "calls" / rid
+    """A call request in its own process (forked when `forker` is given and may): the
+    entry's payload with the tail of the process's ``output``."""
+    calldir = Workdir(workdir).calldir(rid)
     calldir.mkdir(parents=True, exist_ok=True)
     result = calldir / "result.json"
     args = [str(req["target"]), json.dumps(req.get("args", [])), str(result)]
@@ -217,7 +219,6 @@ def run_call(req: dict[str, Any], workdir: Path, rid: str,
     return payload
 
 
-FORK_CALLS = "fork-calls"  # in WORKDIR: fork calls from the fork server (see the module doc)
 _forker: Optional[Forker] = None
 _forker_lock = threading.Lock()
 
@@ -243,15 +244,19 @@ def _serve(workdir: Path, rid: str, req: dict[str, Any]) -> None:
             out = {"error": f"unknown request kind {req.get('kind')!r}"}
     except Exception as exc:  # the host must get an answer, whatever happened
         out = {"error": f"{type(exc).__name__}: {exc}"}
-    write_json(workdir / "res" / f"{rid}.json", out)
+    write_json(Workdir(workdir).answer(rid), out)
 
 
-def serve(workdir: Path) -> bool:
-    """Serve requests until a stop request; True when that request asked for a reboot."""
-    req_dir = workdir / "req"
-    (workdir / "res").mkdir(exist_ok=True)
+def serve(workdir: Path, once: bool = False) -> bool:
+    """Serve requests until a stop request (True when it asked for a reboot), or with `once`
+    until every request written so far is answered."""
+    req_dir = workdir / REQUESTS
+    (workdir / ANSWERS).mkdir(exist_ok=True)
     while True:
-        for name in sorted(os.listdir(req_dir)):
+        names = sorted(os.listdir(req_dir))
+        if once and not any(not n.startswith(".") and n.endswith(".json") for n in names):
+            return False
+        for name in names:
             if name.startswith(".") or not name.endswith(".json"):
                 continue
             path = req_dir / name
@@ -264,22 +269,27 @@ def serve(workdir: Path) -> bool:
             if req.get("kind") == "stop":
                 return bool(req.get("reboot"))
             rid = name[: -len(".json")]
-            threading.Thread(target=_serve, args=(workdir, rid, req), daemon=True).start()
-        time.sleep(POLL)
+            if once:
+                _serve(workdir, rid, req)
+            else:
+                threading.Thread(target=_serve, args=(workdir, rid, req), daemon=True).start()
+        if not once:
+            time.sleep(POLL)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        sys.stderr.write("usage: python -m lbtune.lab.inguest.agent WORKDIR\n")
+    once = args[1:] == ["--once"]
+    if len(args) != 1 and not once:
+        sys.stderr.write("usage: python -m lbtune.lab.inguest.agent WORKDIR [--once]\n")
         return 2
     workdir = Path(args[0])
-    (workdir / "req").mkdir(exist_ok=True)
+    Workdir(workdir).make()
     facts = guest_facts()
     facts["agent_started"] = time.time()
-    write_json(workdir / "ready.json", facts)
-    reboot = serve(workdir)
-    (workdir / "reboot").write_text("1" if reboot else "0", encoding="utf-8")
+    write_json(workdir / READY, facts)
+    reboot = serve(workdir, once)
+    (workdir / REBOOT).write_text("1" if reboot else "0", encoding="utf-8")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Guest-side checks: small functions run inside the lab kernel with run_in_lab.
+"""Guest-side checks: small functions run inside a lab guest (a Guest call, e.g. run_in_lab).
 
 Each returns JSON-serialisable data. They also work on any host that has the feature (so
 ``lbtune doctor`` can call them directly when the host kernel has IPVS), but they load kernel

@@ -1,11 +1,13 @@
-"""Guest-side entry point of the lab: runs one function inside the UML kernel.
+"""Guest-side entry point of the lab: runs one Python function inside a lab guest.
 
 ``python -m lbtune.lab.inguest.entry TARGET JSON_ARGS RESULT_FILE`` imports TARGET
 (``"package.module:function"``), calls it with the positional arguments decoded from
 JSON_ARGS (a JSON list) and writes ``{"ok": true, "value": ...}`` or
 ``{"ok": false, "error": ..., "exc_type": ..., "traceback": ...}`` as JSON to RESULT_FILE
-(a file on the host results directory mounted through hostfs). The host side is
-lbtune.lab.guests.uml.run_in_lab. Also usable on the host for debugging a guest function.
+(in the call's directory of the work directory both sides see). The guest agent
+(lbtune.lab.inguest.agent) runs it for a call request, on either backend; `in_lab` tells
+guest-only code that it runs in a lab guest. Also usable on the host for debugging a guest
+function.
 """
 
 from __future__ import annotations
@@ -17,10 +19,8 @@ import sys
 import traceback
 from typing import Any, Callable, Optional, Sequence
 
-IN_LAB_ENV = "LBTUNE_IN_LAB"
-IN_VM_ENV = "LBTUNE_IN_VM"  # set by the VM guest's boot script (lbtune.lab.guests.vm.render_stage2)
-# lbtune.lab.guests.vm.CMDLINE_MARK, on the VM guest kernel's cmdline
-VM_CMDLINE_MARK = "lbtune.vm=1"
+from lbtune.lab.protocol import ENV_WORKDIR, IN_LAB_ENV, IN_VM_ENV, VM_CMDLINE_MARK, write_json
+
 PROC_CMDLINE = "/proc/cmdline"
 
 
@@ -96,13 +96,8 @@ def call(target: str, args: Sequence[Any]) -> dict[str, Any]:
 
 
 def write_result(path: str, payload: dict[str, Any]) -> None:
-    """Write payload as JSON, durably: the guest powers off right after."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write payload as JSON, durably: the guest may power off right after."""
+    write_json(path, payload)
 
 
 def forked_call(target: str, json_args: str, result_file: str, workdir: str, out: str,
@@ -118,7 +113,7 @@ def forked_call(target: str, json_args: str, result_file: str, workdir: str, out
         os.dup2(f, fd)
         os.close(f)
     os.close(null)
-    os.environ["LBTUNE_LAB_WORKDIR"] = workdir  # lbtune.lab.guests.uml.ENV_WORKDIR
+    os.environ[ENV_WORKDIR] = workdir
     code = 1
     try:
         code = main([target, json_args, result_file])

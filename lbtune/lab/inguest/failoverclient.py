@@ -1,12 +1,12 @@
-"""The failover lab's client: fresh-connection probes and long-lived keep-alive connections.
+"""The failover lab's client: fresh connections on a schedule and long-lived keep-alive ones.
 
-``python -m lbtune.lab.inguest.failoverclient --vip VIP --stop FILE --out FILE [...]`` runs in the
-client's
-namespace until FILE `--stop` exists, then writes what it saw as JSON to `--out`:
+``python -m lbtune.lab.inguest.failoverclient --vip VIP --stop FILE --out FILE [...]`` runs in
+the client's namespace until FILE `--stop` exists, then writes what it saw as JSON to `--out`
+(its "probes" are the fresh connections, a name kept in that JSON):
 
-* a probe every `--interval` seconds (20 ms): a new TCP connection, `GET /` with
+* a fresh connection every `--interval` seconds (20 ms): a new TCP connection, `GET /` with
   `Connection: close`, a `200` within `--timeout` (0.5 s) is a success; a refused, reset or
-  silent connection is a failure. Probes start on their schedule whether or not the earlier
+  silent connection is a failure. They start on their schedule whether or not the earlier
   ones finished (one event loop, no threads), so a dead director shows as a run of failures
   exactly as long as the outage, not as one long wait;
 * `--keepalive N` connections, each sending a request every `--ka-interval` seconds on the
@@ -15,10 +15,11 @@ namespace until FILE `--stop` exists, then writes what it saw as JSON to `--out`
   time, and replaced by a new one. With `--ports FILE` the client ports of the keep-alive
   connections that are serving are written there (JSON, renamed into place) whenever that
   set changes: the orchestrator asks each director's connection table for exactly these,
-  not for any established connection (a fresh probe is established for a few ms too).
+  not for any established connection (a fresh one is established for a few ms too).
 
 Times are CLOCK_MONOTONIC, which every namespace of the guest shares with the orchestrator
-(lbtune.lab.experiments.failover), so its kill times and these probes are on one time line.
+(lbtune.lab.experiments.failover), so its kill times and these connections are on one time
+line.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import json
 import os
 import selectors
 import socket
@@ -35,7 +35,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
-PROBE_REQUEST = b"GET / HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n"
+from lbtune.host.atomic import write_json_atomic
+
+FRESH_REQUEST = b"GET / HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n"
 KA_REQUEST = b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n"
 SERVER_HEADER = b"x-lab-server:"
 
@@ -93,14 +95,11 @@ def _response_done(buf: bytes, closing: bool) -> Optional[tuple[int, str, int]]:
 
 def _write_json(path: str, doc: object) -> None:
     """Written whole and renamed into place: the orchestrator never reads half a file."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh)
-    os.replace(tmp, path)
+    write_json_atomic(path, doc, fsync=False)
 
 
-class Prober:
-    """The event loop: fresh probes on a fixed schedule plus the keep-alive connections."""
+class FailoverClient:
+    """The event loop: fresh connections on a fixed schedule plus the keep-alive ones."""
 
     def __init__(self, vip: str, port: int, interval: float, timeout: float, keepalive: int,
                  ka_interval: float, ka_timeout: float, ports_file: str = "") -> None:  # fmt: skip
@@ -231,7 +230,7 @@ class Prober:
         start = time.monotonic()
         for _ in range(self.want_ka):
             self._open_ka(start)
-        next_probe = start
+        next_fresh = start
         next_stop_check = start
         while True:
             now = time.monotonic()
@@ -239,13 +238,13 @@ class Prober:
                 if os.path.exists(stop_file):
                     break
                 next_stop_check = now + 0.1
-            if now >= next_probe:
-                self._connect(now, PROBE_REQUEST, now + self.timeout)
-                next_probe += self.interval
-                if next_probe < now:  # the loop fell behind: skip, do not burst
-                    next_probe = now + self.interval
+            if now >= next_fresh:
+                self._connect(now, FRESH_REQUEST, now + self.timeout)
+                next_fresh += self.interval
+                if next_fresh < now:  # the loop fell behind: skip, do not burst
+                    next_fresh = now + self.interval
             self._tick(now)
-            wait = max(0.0, min(next_probe, next_stop_check) - time.monotonic())
+            wait = max(0.0, min(next_fresh, next_stop_check) - time.monotonic())
             for key, mask in self.sel.select(min(wait, 0.01)):
                 self._io(key.data, mask, time.monotonic())
         for flow in list(self.flows):
@@ -269,10 +268,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--ports", default="", help="keep the serving keep-alive connections' "
                    "client ports in this file (JSON)")
     a = p.parse_args(argv)
-    prober = Prober(a.vip, a.port, a.interval, a.timeout, a.keepalive, a.ka_interval,
+    client = FailoverClient(a.vip, a.port, a.interval, a.timeout, a.keepalive, a.ka_interval,
                     a.ka_timeout, a.ports)  # fmt: skip
-    prober.run(a.stop)
-    _write_json(a.out, prober.result())
+    client.run(a.stop)
+    _write_json(a.out, client.result())
     return 0
 
 

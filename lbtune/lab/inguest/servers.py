@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from lbtune.lab.guests.uml import pid_alive
+from lbtune.host.deadline import wait_until
+from lbtune.host.runner import pid_alive
 from lbtune.lab.inguest.shell import LabStepFailed, Shell
 
 SERVER_HEADER = "X-Lab-Server"
@@ -131,20 +131,21 @@ def _stop_pid(pid: Optional[int], sig: int, timeout: float) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not pid_alive(pid), timeout)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
 
 
 def _wait_for_pidfile(path: str, what: str, error_log: str, timeout: float = 10.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    found: list[int] = []
+
+    def started() -> bool:
         pid = _read_pid(path)
-        if pid is not None and pid_alive(pid):
-            return pid
-        time.sleep(0.05)
+        found[:] = [pid] if pid is not None and pid_alive(pid) else []
+        return bool(found)
+
+    if wait_until(started, timeout):
+        return found[0]
     raise LabStepFailed(f"{what} did not start: {_last_line(error_log)}")
 
 
@@ -190,11 +191,8 @@ class WebServer:
         with contextlib.suppress(FileNotFoundError):
             os.replace(self.access_log, self.access_log + ".before")
         os.kill(self.pid, signal.SIGUSR1)
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(self.access_log):
-            if time.monotonic() > deadline:
-                raise LabStepFailed(f"nginx on {self.name} did not reopen its access log")
-            time.sleep(0.02)
+        if not wait_until(lambda: os.path.exists(self.access_log), timeout, 0.02):
+            raise LabStepFailed(f"nginx on {self.name} did not reopen its access log")
 
     def served(self) -> Served:
         """Requests this server logged (call after stop(): the log is buffered)."""

@@ -3,7 +3,9 @@
 Every lab piece (topology, DR configuration, web servers, load) runs `ip`, `ipvsadm`,
 `nginx`, `haproxy` or `wrk`; this module is the one door they go through. A failed command
 raises `LabStepFailed` with the program's first error line, so a scenario step can say what
-broke in one line. Never a shell and never a string command line.
+broke in one line. Never a shell and never a string command line. A command for a namespace
+is built by lbtune.host.net.netns.netns_argv (`ip netns exec`), the one namespace door of the
+tree, re-exported here for the lab's callers.
 
 lbtune itself goes through the same door: `lbtune_argv(NS, ARGS)` is `lbtune --netns NS ARGS`
 run by this interpreter (the guest's lbtune is the host's, over the read-only root), and
@@ -22,6 +24,7 @@ import tempfile
 from typing import Optional, Sequence
 
 from lbtune.errors import ExitCode, LbtuneError
+from lbtune.host.net.netns import netns_argv as netns_argv
 from lbtune.host.runner import CommandResult, CommandRunner
 
 RUN_DIR = "/run/lbtune-lab"  # a tmpfs inside the guest
@@ -33,13 +36,6 @@ class LabStepFailed(LbtuneError):
     """A lab step failed (a command exited non-zero, a server did not start)."""
 
     exit_code = ExitCode.INTERNAL
-
-
-def netns_argv(netns: Optional[str], argv: Sequence[str]) -> list[str]:
-    """argv as run inside network namespace netns (`ip netns exec`), or as is for None."""
-    if isinstance(argv, str):  # a string would be one program name with spaces
-        raise TypeError("argv must be a sequence of arguments, not a string")
-    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
 
 
 def lbtune_argv(netns: Optional[str], *args: str) -> list[str]:

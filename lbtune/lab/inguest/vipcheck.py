@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 SERVER_HEADER = "X-Lab-Server"
 
 
-def probe(vip: str, port: int, count: int, timeout: float = 2.0) -> dict[str, Any]:
+def vip_check(vip: str, port: int, count: int, timeout: float = 2.0) -> dict[str, Any]:
     """COUNT requests to vip:port on fresh connections; answers per server and failures."""
     answers: dict[str, int] = {}
     failures = 0
@@ -48,7 +48,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if len(args) != 3 or not args[1].isdigit() or not args[2].isdigit():
         sys.stderr.write("usage: python -m lbtune.lab.inguest.vipcheck VIP PORT COUNT\n")
         return 2
-    print(json.dumps(probe(args[0], int(args[1]), int(args[2]))))
+    print(json.dumps(vip_check(args[0], int(args[1]), int(args[2]))))
     return 0
 
 

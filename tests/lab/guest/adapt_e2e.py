@@ -85,14 +85,14 @@ def run() -> dict[str, Any]:
                                   "adapt_running": adapt.poll() is None}  # fmt: skip
 
         wait("unequal", lambda w: 0 < w.get(RS3, 0) < w.get(RS1, 0) / 2)
-        exp.agents[2].kill()
-        exp.agents[2].wait()
+        exp.node_agents[2].kill()
+        exp.node_agents[2].wait()
         wait("agent_gone", lambda w: w.get(RS3) == 100)
         exp.web[0].stop()
         exp.web[1].stop()
         wait("two_down", lambda w: w.get(RS1) == 0 and w.get(RS2) == 0)
         exp.web[2].stop()
-        exp.agents[2] = exp.start_agent(exp.agent_argv[2], "rs3")
+        exp.node_agents[2] = exp.start_node_agent(exp.node_agent_argv[2], "rs3")
         wait("all_down", lambda w: all(v > 0 for v in w.values())
              and any(e.get("reason", "").startswith("every server down") for e in log))
         adapt.terminate()

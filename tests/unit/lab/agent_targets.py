@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from lbtune.lab.guests.uml import ENV_WORKDIR
+from lbtune.lab.protocol import ENV_WORKDIR
 
 
 def echo(*args: object) -> list[object]:

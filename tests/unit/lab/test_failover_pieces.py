@@ -7,10 +7,10 @@ import pytest
 from lbtune.errors import BadInput
 from lbtune.lab.experiments.failover import FailoverConfig, _lab_config
 from lbtune.lab.experiments.failover_stats import (
+    ClientRecord,
     Conn,
     Event,
     FailoverResult,
-    ProbeRecord,
     result_from_json,
     switch_windows,
 )
@@ -28,20 +28,20 @@ def _probes(start: float, stop: float, bad: tuple[float, float] = (0.0, 0.0)):
 
 
 def test_loss_window_runs_from_first_failure_to_first_success_after_the_last():
-    rec = ProbeRecord(_probes(0, 20, bad=(10.0, 10.7)), ())
+    rec = ClientRecord(_probes(0, 20, bad=(10.0, 10.7)), ())
     [w1, w2] = switch_windows(rec, [Event(10.0, "failover", "dir2", 0.4, "dir2"),
                                     Event(15.0, "failback", "dir1", 3.7, "dir1")], 20.0)
     assert w1.loss_s == pytest.approx(0.7, abs=0.021) and w1.failed == 35
     assert w2.loss_s == 0.0 and w2.failed == 0 and w1.recovered and w2.recovered
     assert w1.probes + w2.probes == 500  # [9.5, 19.5): every probe in exactly one window
     assert w1.max_gap_s == pytest.approx(0.02, abs=0.001)
-    stalled = ProbeRecord(tuple(p for p in rec.probes if not 10.0 <= p[0] < 10.3), ())
+    stalled = ClientRecord(tuple(p for p in rec.probes if not 10.0 <= p[0] < 10.3), ())
     [w] = switch_windows(stalled, [Event(10.0, "failover", "dir2", 0.4)], 20.0)
     assert w.max_gap_s == pytest.approx(0.32, abs=0.021)  # the prober's pause shows
 
 
 def test_a_failure_just_before_the_kill_belongs_to_its_switch_and_no_success_means_to_end():
-    rec = ProbeRecord(_probes(0, 12, bad=(9.9, 12.0)), ())
+    rec = ClientRecord(_probes(0, 12, bad=(9.9, 12.0)), ())
     [w] = switch_windows(rec, [Event(10.0, "failover", "dir2", None)], 12.0)
     assert w.failed > 0 and w.loss_s == pytest.approx(11.5 - 9.9, abs=0.021)
     assert not w.recovered
@@ -55,7 +55,7 @@ def test_keepalive_connections_count_when_open_at_the_switch_and_lost_when_broke
         Conn(10.6, 15.2, "Connection reset by peer"),  # opened after it, lost at failback
         Conn(1.0, 5.0, "closed by the server"),  # gone before the first switch
     )
-    rec = ProbeRecord(_probes(0, 20), conns)
+    rec = ClientRecord(_probes(0, 20), conns)
     w1, w2 = switch_windows(rec, [Event(10.0, "failover", "dir2", 0.4),
                                   Event(15.0, "failback", "dir1", 3.7)], 20.0)
     assert (w1.established, w1.lost) == (2, 1) and w1.reasons == ("Connection reset by peer",)
@@ -63,7 +63,7 @@ def test_keepalive_connections_count_when_open_at_the_switch_and_lost_when_broke
 
 
 def test_result_reason_and_json_round_trip():
-    rec = ProbeRecord(_probes(0, 20), (Conn(1.0, 10.3, "reset"),))
+    rec = ClientRecord(_probes(0, 20), (Conn(1.0, 10.3, "reset"),))
     ws = switch_windows(rec, [Event(10.0, "failover", "dir2", 0.4, "dir2")], 20.0)
     with_sync = FailoverResult.build({"sync": True}, ws, "", {}, "6.1")
     assert not with_sync.ok and "sync was on" in with_sync.reason
@@ -108,7 +108,7 @@ def test_cli_refuses_bad_options_before_anything_boots():
 def test_report_shows_every_switch_and_the_kept_connections(capsys):
     from lbtune.cli.lab.failover import render
 
-    rec = ProbeRecord(_probes(0, 20, bad=(10.0, 10.3)),
+    rec = ClientRecord(_probes(0, 20, bad=(10.0, 10.3)),
                       (Conn(1.0, None, ""), Conn(1.0, 10.2, "Connection reset by peer")))
     ws = switch_windows(rec, [Event(10.0, "failover", "dir2", 0.34, "dir2"),
                               Event(15.0, "failback", "dir1", 3.6, "dir1")], 20.0)
@@ -123,7 +123,7 @@ def test_report_shows_every_switch_and_the_kept_connections(capsys):
 def _held_windows(held: int, lost: int, kind: str = "failback"):
     """One switch with 4 serving keep-alive connections, `lost` of them broken in it."""
     conns = tuple(Conn(1.0, 10.3 if i < lost else None, "reset") for i in range(4))
-    rec = ProbeRecord(_probes(0, 20), conns)
+    rec = ClientRecord(_probes(0, 20), conns)
     return switch_windows(rec, [Event(10.0, kind, "dir1", 3.9, "dir1", held=held)], 20.0)
 
 
