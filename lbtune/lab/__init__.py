@@ -8,5 +8,6 @@ IRQs, NUMA) runs in a lab guest: Debian's User-Mode-Linux kernel as an ordinary 
 ``experiments`` (guest-side scenario, failover, adaptive) beside ``guests`` (host side: the
 ``Guest`` interface, its backends, the lab kept up); ``inguest`` (what runs inside a guest:
 the agent, the namespace door, the lab network, servers, load); ``progress``; ``protocol``
-(the one host-to-guest request protocol and the lab's errors). See DESIGN.md, "The lab kernel".
+(the one host-to-guest request protocol and the lab's errors). See docs/architecture.md,
+"The lab", and docs/lab.md.
 """
