@@ -22,7 +22,7 @@ import architecture_map  # noqa: E402
 LAYERS = ("cli", "tui", "exporter", "diagnose", "ipvs", "lab", "tune", "observe", "host")
 # a module as prose and diagrams write it: lbtune/host/net/addr.py, host/net/addr.py,
 # lab/launch.run (a module, then one of its names)
-PATH = re.compile(r"(?<![\w./-])(?:lbtune/)?((?:%s)(?:/\w+)+)(?=\.\w)" % "|".join(LAYERS))
+PATH = re.compile(r"(?<![\w./-])(?:lbtune/)?((?:" + "|".join(LAYERS) + r")(?:/\w+)+)(?=\.\w)")
 # a dotted module name: lbtune.host.net.addr (an attribute after it is allowed)
 DOTTED = re.compile(r"\blbtune(?:\.\w+)+(?![\w=])")
 
