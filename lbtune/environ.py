@@ -7,7 +7,9 @@ record's) check the same first."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+TYPE_CHECKING = False  # typing costs an import here; mypy reads this name as typing's
+if TYPE_CHECKING:
+    from collections.abc import Mapping  # (collections too: the fast path imports neither)
 
 FLAGS = ("", "0", "1", "true", "false", "yes", "no", "on", "off", "t", "f", "y", "n")
 PATHS = ("LBTUNE_STATE_DIR", "LBTUNE_LAB_RUN_DIR", "LBTUNE_LAB_KERNEL", "LBTUNE_LAB_MODULES")
