@@ -10,10 +10,10 @@ decoded (lbtune.ipvs.resident.ResidentTable), and runs each `lbtune ipvs apply C
 [--json]` that a client hands it (the console entry point, lbtune.cli.ipvs.fast; the
 protocol and the socket: lbtune.host.endpoints.serve) as the command line runs it:
 `lbtune.cli.main.invoke`, with the client's environment, working directory and output
-streams' kind, under the apply's own lock. What changes is only what
-is read again: the table is still read whole for every request (drift anywhere is still
-found and repaired), the config's changed sections and the table's changed services are
-decoded, and the rest comes from what the last request left.
+streams' kind, under the apply's own lock. What changes is only what is read again: the
+table is still read whole for every request (drift anywhere is still found and repaired),
+the config's changed sections and the table's changed services are decoded, and the rest
+comes from what the last request left.
 
 One request at a time, in the order they come. The socket is root's (`ipvs.sock` in the
 0700 state directory, mode 0600), and a peer that is not root is closed on without a word.
@@ -40,7 +40,6 @@ from lbtune.cli.ipvs.fast import SAFE
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.errors import BadInput, Busy, NeedsPrivilege
 from lbtune.host.endpoints import serve as proto
-from lbtune.host.endpoints.serve import Declined, Request
 from lbtune.host.ipvs.memo import files_signature
 from lbtune.host.signals import hold_after_decided
 
@@ -62,7 +61,7 @@ class _Captured(io.StringIO):
 
 
 @contextlib.contextmanager
-def _as_client(req: Request) -> Iterator[tuple[_Captured, _Captured]]:
+def _as_client(req: proto.Request) -> Iterator[tuple[_Captured, _Captured]]:
     """The client's environment and working directory, stdout and stderr captured."""
     saved_env = dict(os.environ)
     saved_out, saved_err = sys.stdout, sys.stderr
@@ -138,7 +137,7 @@ class Server:
         try:
             req = proto.read_request(conn, deadline, SAFE)
             self._check(req)
-        except Declined as e:
+        except proto.Declined as e:
             self.log(f"declined: {e}")
             self._send(conn, proto.declined(str(e)))
             return
@@ -158,20 +157,20 @@ class Server:
         if not self._send(conn, proto.answer(code, out, err)):
             self.log(f"{req.command} {req.source}: the client went away before the answer")
 
-    def _check(self, req: Request) -> None:
+    def _check(self, req: proto.Request) -> None:
         if _own_env(req.env) != self.env:
-            raise Declined("the client's LBTUNE_* variables are not the server's")
+            raise proto.Declined("the client's LBTUNE_* variables are not the server's")
         if files_signature(self._code_files) != self.code:
             self.stopping = True
-            raise Declined("lbtune's code changed since the server started: it exits")
+            raise proto.Declined("lbtune's code changed since the server started: it exits")
         try:
             st = os.stat(req.cwd)
         except OSError as e:
-            raise Declined(f"working directory: {e.strerror}") from None
+            raise proto.Declined(f"working directory: {e.strerror}") from None
         if (st.st_mode & 0o170000) != 0o040000:
-            raise Declined("the working directory is not a directory")
+            raise proto.Declined("the working directory is not a directory")
 
-    def run(self, req: Request) -> tuple[int, bytes, bytes, str]:
+    def run(self, req: proto.Request) -> tuple[int, bytes, bytes, str]:
         """The command as the command line runs it: (exit code, stdout, stderr, a note)."""
         from lbtune.cli.main import invoke
         from lbtune.ipvs import config, reconcile
