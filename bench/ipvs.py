@@ -11,7 +11,8 @@ each case is measured against `ipvsadm -R` of the same table in the same run:
   an empty table (start-up, TOML parse and validation, kernel read, plan, journal,
   pipelined changes, read-back); the apply again (the level-triggered no-op, 0
   operations: the full run, which records the no-op); a third time (the repeated no-op,
-  answered from that record by lbtune.host.ipvs.memo; checked: the record is not rewritten);
+  answered from that record by lbtune.cli.ipvs.fast, which lbtune.host.ipvs.memo checks;
+  checked: the record is not rewritten);
   `lbtune ipvs plan` of the same config (what the Ansible collection runs in check mode),
   answered from the record (checked once per case by an untimed run under `-X importtime`:
   click, which the full run imports, must not be imported) and the full plan (forced with

@@ -155,13 +155,9 @@ def guest(services: int, reals: int) -> dict[str, Any]:
                          desired_targets(cfg, table, drain, in_place(cfg, table)))
 
     def memo_digest() -> str:
-        from lbtune.host.ipvs import memo as ipvs_memo
+        from lbtune.host.ipvs.memo import table_digest
 
-        nl = ipvs_memo._Netlink(ipvs_memo._NETLINK_GENERIC)
-        try:
-            return ipvs_memo.read_digest(nl, ipvs_memo._ipvs_family(nl))
-        finally:
-            nl.close()
+        return table_digest()
 
     def lock_journal() -> None:
         with state.lock():

@@ -1,12 +1,15 @@
 """The LBTUNE_* environment variables lbtune reads, and what each may hold.
 
 Checked before anything runs (lbtune.cli.main), so garbage is one line and exit 2, never a
-traceback or a half-run command. Standard library only, nothing imported: the memoized
-`ipvs apply` no-op (lbtune.host.ipvs.memo) checks the same before it answers."""
+traceback or a half-run command. Standard library only, nothing imported: the answers
+given before the command line loads (lbtune.cli.ipvs.fast: `ipvs serve`'s, the no-op
+record's) check the same first."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+TYPE_CHECKING = False  # typing costs an import here; mypy reads this name as typing's
+if TYPE_CHECKING:
+    from collections.abc import Mapping  # (collections too: the fast path imports neither)
 
 FLAGS = ("", "0", "1", "true", "false", "yes", "no", "on", "off", "t", "f", "y", "n")
 PATHS = ("LBTUNE_STATE_DIR", "LBTUNE_LAB_RUN_DIR", "LBTUNE_LAB_KERNEL", "LBTUNE_LAB_MODULES")

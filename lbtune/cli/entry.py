@@ -1,11 +1,10 @@
 """The console entry point (`lbtune`, `python -m lbtune`).
 
 `lbtune ipvs apply CONFIG [--json]` is handed to a running `lbtune ipvs serve` when there
-is one (lbtune.host.endpoints.serve). A repeated `lbtune ipvs apply CONFIG [--json]` (or `ipvs
-plan CONFIG [--json]`) that the last full apply recorded as a no-op is answered by
-lbtune.host.ipvs.memo. Both come before the command line (click) and the planner are
-imported; every other command, and every run the record cannot
-vouch for, runs lbtune.cli.main."""
+is one, and a repeated `lbtune ipvs apply CONFIG [--json]` (or `ipvs plan CONFIG [--json]`)
+that the last full apply recorded as a no-op is answered from that record: both by
+lbtune.cli.ipvs.fast, before the command line (click) and the planner are imported. Every
+other command, and every run neither can answer, runs lbtune.cli.main."""
 
 from __future__ import annotations
 
@@ -16,12 +15,10 @@ def main() -> None:
     args = sys.argv[1:]
     if "apply" in args[:4] or "plan" in args[:4]:  # `ipvs apply|plan`, maybe after --json
         try:
-            from lbtune.host.endpoints.serve import try_serve
+            from lbtune.cli.ipvs.fast import try_noop, try_serve
 
             code = try_serve(args)  # a running `lbtune ipvs serve` answers it
             if code is None:
-                from lbtune.host.ipvs.memo import try_noop
-
                 code = try_noop(args)
         except KeyboardInterrupt:
             from lbtune.cli.main import _fail

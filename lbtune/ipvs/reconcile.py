@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Callable, Container, Mapping, Optional
 
 from lbtune.errors import BadInput
 from lbtune.host.host import Host
-from lbtune.host.ipvs.table import DestKey, Service, ServiceKey, available_schedulers, ipvs_of
 from lbtune.host.ipvs import memo as memo_
+from lbtune.host.ipvs.table import DestKey, Service, ServiceKey, available_schedulers, ipvs_of
 from lbtune.host.net import addr as addrs
 from lbtune.ipvs.config import DirectorConfig, HostFacts, check_host
 from lbtune.tune.engine import FaultHook, apply_plan
@@ -321,7 +321,7 @@ def apply_director(
 
 def _record(state: StateDir, cfg: DirectorConfig, digest: str, unchanged: int,
             modules: object) -> None:
-    """The record of this no-op that `lbtune.host.ipvs.memo.try_noop` answers the next
+    """The record of this no-op that `lbtune.host.ipvs.memo.check` vouches for the next
     identical run from: what the config needs of the host, as values to compare."""
     placed = {v.address for v in cfg.vips}
     memo_.record(

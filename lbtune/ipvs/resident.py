@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional
 
+from lbtune.host.ipvs.memo import TableDigest
 from lbtune.host.ipvs.table import Service, ServiceKey
-from lbtune.host.ipvs import memo as memo_
 from lbtune.ipvs.config import DirectorConfig, VirtualService
 
 
-class _Read(memo_.TableDigest):
+class _Read(TableDigest):
     """One table read: the digest the no-op record takes, and each service's cut replies."""
 
     def __init__(self, keep: ResidentTable, wanted: Mapping[ServiceKey, VirtualService]) -> None:
@@ -41,7 +41,7 @@ class _Read(memo_.TableDigest):
     def add(self, service: bytes, dests: list[bytes]) -> None:
         head = self._cut if service is self._body else self.cut_service(service)
         self._last = head + self.cut_dests(dests)
-        self._hash.update(self._last)
+        self.take(self._last)
 
     def known(self, service: object) -> Optional[Service]:  # type: ignore[override]
         assert isinstance(service, Service)
@@ -72,15 +72,15 @@ class ResidentTable:
         self.reused = 0  # services the last read did not decode ...
         self.decoded = 0  # ... and did
 
-    def reader(self, cfg: DirectorConfig) -> Callable[[], memo_.TableDigest]:
+    def reader(self, cfg: DirectorConfig) -> Callable[[], TableDigest]:
         """The tap for the table reads of one apply of `cfg`."""
         wanted = {s.key: s for s in cfg.services}
         self._reads = []
         self.trusted = set()
 
-        def tap() -> memo_.TableDigest:
+        def tap() -> TableDigest:
             if self._reads:  # a second read (a reconcile makes none): a plain digest
-                return memo_.TableDigest()
+                return TableDigest()
             read = _Read(self, wanted)
             self._reads.append(read)
             return read

@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 from lbtune.errors import BadInput
 from lbtune.host.ipvs import table as I
 from lbtune.host.ipvs import wire as W
-from lbtune.host.net.netlink import NLMSGHDR, parse_attrs
+from lbtune.host.net.netlink import (
+    NLM_F_ACK,
+    NLM_F_ACK_TLVS,
+    NLM_F_CAPPED,
+    NLMSG_ERROR,
+    NLMSGERR_ATTR_MSG,
+    NLMSGHDR,
+    error_of,
+    parse_attrs,
+)
 
 
 def reply(body_attrs: bytes, cmd: int = W.CMD_GET_SERVICE) -> bytes:
@@ -114,10 +123,10 @@ class FakeKernel:
         while offset < len(data):
             length, _t, flags, seq, _pid = NLMSGHDR.unpack_from(data, offset)
             code = self.fail.get(i, 0)
-            if code or flags & I.NLM_F_ACK:
+            if code or flags & NLM_F_ACK:
                 body = struct.pack("=i", -code) + data[offset:offset + NLMSGHDR.size]
-                self.out.append(NLMSGHDR.pack(NLMSGHDR.size + len(body), I.NLMSG_ERROR,
-                                              I.NLM_F_CAPPED, seq, 0) + body)
+                self.out.append(NLMSGHDR.pack(NLMSGHDR.size + len(body), NLMSG_ERROR,
+                                              NLM_F_CAPPED, seq, 0) + body)
             offset += (length + 3) & ~3
             i += 1
         return len(data)
@@ -162,9 +171,9 @@ def test_large_batches_are_split_below_the_send_buffer():
 
 
 def test_extended_ack_text_is_kept():
-    msg = W._attr(I.NLMSGERR_ATTR_MSG, b"Unknown scheduler\0")
+    msg = W._attr(NLMSGERR_ATTR_MSG, b"Unknown scheduler\0")
     body = struct.pack("=i", -errno.ENOENT) + NLMSGHDR.pack(16, 0, 0, 1, 0) + msg
-    code, text = I._error_of(body, I.NLM_F_CAPPED | I.NLM_F_ACK_TLVS)
+    code, text = error_of(body, NLM_F_CAPPED | NLM_F_ACK_TLVS)
     assert code == errno.ENOENT and text == "No such file or directory (Unknown scheduler)"
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lbtune.cli.ipvs import fast
 from lbtune.environ import problem
 from lbtune.host.ipvs import memo as noop
 from lbtune.host.ipvs import wire as W
@@ -41,13 +42,13 @@ from tests.unit.test_ipvs_decode_fast import body, kernel_dest
     (["ipvs", "apply", "a.toml", "b.toml"], None),
 ])  # fmt: skip
 def test_only_a_plain_apply_or_plan_is_answered(argv, want):
-    assert noop._args(argv) == want
+    assert fast.parse_argv(argv) == want
 
 
 def test_what_the_memo_trusts_exists_and_agrees_with_the_full_run():
     for name in noop.CODE:
-        assert os.path.isfile(os.path.join(noop._PKG, name)), name
-    assert noop._MAX_CONFIG == config.MAX_BYTES
+        assert os.path.isfile(os.path.join(noop.PKG, name)), name
+    assert noop.MAX_CONFIG == config.MAX_BYTES
     assert noop.STATE_DIR == "/var/lib/lbtune"
 
 
@@ -121,18 +122,18 @@ def test_a_real_server_moved_to_another_service_changes_the_digest():
 def test_the_template_cut_is_the_walk_s(rows):
     """Replies of one length are cut by a template once the first was walked; each must
     come out as a fresh walk cuts it (tunnel attributes on or off change the layout)."""
-    cutter = noop._Cutter(noop._DEST_VOLATILE)
+    cutter = noop.Cutter(noop.DEST_VOLATILE)
     for weight, active, tunnel, port in rows:
         raw = dest(weight, active, port, tunnel=tunnel)
         got: list[bytes] = []
         cutter.feed(raw, got.append)
-        _heads, spans = noop._Cutter(noop._DEST_VOLATILE)._walk(raw)
+        _heads, spans = noop.Cutter(noop.DEST_VOLATILE).walk(raw)
         assert b"".join(got) == b"".join(raw[s] for s in spans)
         assert weight.to_bytes(4, "little") in b"".join(got)
 
 
 def test_a_reply_of_a_known_length_but_another_layout_is_walked():
-    cutter = noop._Cutter(noop._DEST_VOLATILE)
+    cutter = noop.Cutter(noop.DEST_VOLATILE)
     first = dest(1)
     cutter.feed(first, lambda b: None)
     # the same length, attributes in another order: the template must not be used
@@ -142,22 +143,22 @@ def test_a_reply_of_a_known_length_but_another_layout_is_walked():
     assert len(other) == len(first)
     got: list[bytes] = []
     cutter.feed(other, got.append)
-    _h, spans = noop._Cutter(noop._DEST_VOLATILE)._walk(other)
+    _h, spans = noop.Cutter(noop.DEST_VOLATILE).walk(other)
     assert b"".join(got) == b"".join(other[s] for s in spans)
 
 
 def test_a_malformed_reply_is_a_miss_not_a_digest():
     raw = bytearray(dest(1))
     raw[8:10] = (500).to_bytes(2, "little")  # an attribute longer than the reply
-    with pytest.raises(noop._Miss):
-        noop._Cutter(noop._DEST_VOLATILE).feed(bytes(raw), lambda b: None)
+    with pytest.raises(noop.Miss):
+        noop.Cutter(noop.DEST_VOLATILE).feed(bytes(raw), lambda b: None)
 
 
 def test_nothing_is_answered_without_root_or_for_other_commands(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert noop.try_noop(["ipvs", "apply", "/nonexistent.toml"]) is None
+    assert fast.try_noop(["ipvs", "apply", "/nonexistent.toml"]) is None
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    assert noop.try_noop(["ipvs", "status"]) is None
+    assert fast.try_noop(["ipvs", "status"]) is None
 
 
 def test_a_missing_config_or_state_is_left_to_the_full_run(tmp_path, monkeypatch):
@@ -165,10 +166,10 @@ def test_a_missing_config_or_state_is_left_to_the_full_run(tmp_path, monkeypatch
     monkeypatch.setenv("LBTUNE_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("LBTUNE_ROOT", raising=False)
     monkeypatch.setattr(os, "isatty", lambda fd: False)
-    assert noop.try_noop(["ipvs", "apply", str(tmp_path / "missing.toml")]) is None
+    assert fast.try_noop(["ipvs", "apply", str(tmp_path / "missing.toml")]) is None
     cfg = tmp_path / "d.toml"
     cfg.write_text("[director]\n")
-    assert noop.try_noop(["ipvs", "apply", str(cfg), "--json"]) is None  # no state dir
+    assert fast.try_noop(["ipvs", "apply", str(cfg), "--json"]) is None  # no state dir
 
 
 def test_the_record_is_root_only_and_a_killed_write_leaves_no_temp(tmp_path):
@@ -191,7 +192,7 @@ def test_the_record_is_root_only_and_a_killed_write_leaves_no_temp(tmp_path):
     assert not leftover.exists()
     dir_fd = os.open(memo.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        got = noop._load_memo(dir_fd)  # as the check reads it: root's own, 0600
+        got = noop.load(dir_fd)  # as the check reads it: root's own, 0600
     finally:
         os.close(dir_fd)
     assert got["state"] == str(tmp_path / "state" / "b") and got["unchanged"] == 3
@@ -212,5 +213,5 @@ def test_the_memos_json_is_what_the_cli_emits_for_the_same_no_op(capfd, source):
     for command, doc in docs.items():
         emit_json(doc)
         want = capfd.readouterr().out
-        noop._say(command, source, True, 41)
+        fast.say(command, source, True, 41)
         assert capfd.readouterr().out == want, command

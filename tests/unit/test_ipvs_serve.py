@@ -315,7 +315,7 @@ class FakeServer:
         state = tmp / "state"
         self.env = env_for(state)
         probe = subprocess.run([sys.executable, "-c", "from lbtune.host.endpoints.serve import "
-                                "_socket_path; print(_socket_path())"],
+                                "socket_path; print(socket_path())"],
                                capture_output=True, text=True, env=self.env, check=True)
         self.path = probe.stdout.strip()
         os.makedirs(os.path.dirname(self.path), mode=0o700)
@@ -357,7 +357,7 @@ class FakeServer:
 
 def client(tmp: pathlib.Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The client alone: exit 99 when it would run the apply itself."""
-    return subprocess.run([sys.executable, "-m", "lbtune.host.endpoints.serve", "ipvs", "apply",
+    return subprocess.run([sys.executable, "-m", "lbtune.cli.ipvs.fast", "ipvs", "apply",
                            "x.toml"], capture_output=True, text=True, env=env, cwd=tmp,
                           timeout=60)  # fmt: skip
 
@@ -386,7 +386,7 @@ def test_the_client_never_talks_to_a_server_that_is_not_roots(tmp_path):
     """A socket at the server's path whose listener is uid 65534 (the peer credentials of
     a listening socket are taken at listen()): the client closes without sending."""
     probe = subprocess.run([sys.executable, "-c", "from lbtune.host.endpoints.serve import "
-                            "_socket_path; print(_socket_path())"],
+                            "socket_path; print(socket_path())"],
                            capture_output=True, text=True, env=env_for(tmp_path / "state"),
                            check=True)
     path = probe.stdout.strip()
@@ -424,7 +424,7 @@ def test_the_client_passes_by_what_it_must_not_hand_over(tmp_path, server):
                       (["ipvs", "apply", "[x].toml"], base),
                       (["ipvs", "apply", "x.toml"], dict(base, LBTUNE_ROOT="/tmp")),
                       (["ipvs", "apply", "x.toml"], dict(base, LBTUNE_DEBUG="maybe"))):
-        got = subprocess.run([sys.executable, "-m", "lbtune.host.endpoints.serve", *argv],
+        got = subprocess.run([sys.executable, "-m", "lbtune.cli.ipvs.fast", *argv],
                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
         assert got.returncode == 99, (argv, got.stderr)
     assert "apply" not in server.text().split("listening on", 1)[1]

@@ -6,6 +6,7 @@ from typing import Any, Optional, Sequence
 
 import click
 
+from lbtune.cli.ipvs import render
 from lbtune.cli.ipvs.common import bulk, director_config, emit_json, ipvs_host, ipvs_state
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console
@@ -106,8 +107,7 @@ def _print_plan(plan: Any, verbose: int, title: str, in_place: int = 0) -> None:
         out.print(f"... {len(plan.to_apply) - len(rows)} more (-v lists every one)")
     n_ok = sum(1 for c in plan.changes if c.action.value == "ok") + in_place
     missing = sum(1 for c in plan.changes if c.action.value == "missing")
-    out.print(f"{len(plan.to_apply)} operation(s), {n_ok} already in place"
-              + (f", {missing} not available (IPVS not loaded yet)" if missing else ""))
+    out.print(render.plan_summary(len(plan.to_apply), n_ok, missing))
 
 
 @ipvs_group.command("plan")
@@ -127,9 +127,9 @@ def plan_command(ctx: click.Context, config: str, teardown: bool) -> int:
         planned = plan_director(host, cfg, every_row=bool(verbose),
                                 targets_of=teardown_targets if teardown else desired_targets)
     if runtime_of(ctx).json:
-        emit_json({"config": cfg.source, "operations": len(planned.plan.to_apply),
-                   "unchanged": planned.plan.unchanged + planned.in_place,
-                   "changes": _rows(planned.plan), "warnings": planned.warnings})
+        emit_json(render.plan_document(cfg.source, len(planned.plan.to_apply),
+                                       planned.plan.unchanged + planned.in_place,
+                                       _rows(planned.plan), planned.warnings))
     else:
         _print_plan(planned.plan, verbose, f"plan: {cfg.source}", planned.in_place)
         _print_warnings(planned.warnings)
@@ -147,14 +147,14 @@ def _applied(ctx: click.Context, done: Any, source: str, verb: str) -> int:
     s = runtime_of(ctx)
     cut = [{"object": k, "active": v} for k, v in done.cut.items()]
     if s.json:
-        emit_json({"config": source, "journal": done.journal.id if done.journal else None,
-                   "operations": len(done.plan.to_apply),
-                   "unchanged": done.plan.unchanged + done.in_place,
-                   "changes": _rows(done.plan), "cut": cut, "warnings": done.warnings})
+        emit_json(render.apply_document(source, done.journal.id if done.journal else None,
+                                        len(done.plan.to_apply),
+                                        done.plan.unchanged + done.in_place,
+                                        _rows(done.plan), cut, done.warnings))
         return 0
     out = console()
     if done.journal is None:
-        out.print(f"{source}: nothing to change")
+        out.print(render.nothing_to_change(source))
         return 0
     _print_plan(done.plan, s.verbose, f"{verb}: {source}", done.in_place)
     _print_warnings(done.warnings)
@@ -174,7 +174,7 @@ def _reconcile(ctx: click.Context, config: str, teardown: bool) -> int:
         targets_of = teardown_targets if teardown else desired_targets
         runtime = runtime_of(ctx)
         # the record a repeated no-op is answered from (lbtune.host.ipvs.memo) is for the exact
-        # run lbtune.cli.entry answers: `ipvs apply CONFIG [--json]` on the host itself
+        # run lbtune.cli.ipvs.fast answers: `ipvs apply CONFIG [--json]` on the host itself
         memo = not teardown and runtime.netns is None and not runtime.verbose
         done = apply_director(host, cfg, ipvs_state(ctx, host), targets_of=targets_of,
                               every_row=bool(runtime.verbose), memo=memo)

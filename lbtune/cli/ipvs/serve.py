@@ -7,12 +7,13 @@ interpreter, the imports of the engine, reading and validating 11,000 objects an
 the table. This process pays once: it keeps the engine imported, the config's `[[service]]`
 sections validated (lbtune.ipvs.config.SectionCache) and the services it found in place
 decoded (lbtune.ipvs.resident.ResidentTable), and runs each `lbtune ipvs apply CONFIG
-[--json]` that a client hands it (lbtune.host.endpoints.serve: the console entry point) as the
-command line runs it: `lbtune.cli.main.invoke`, with the client's environment, working
-directory and output streams' kind, under the apply's own lock. What changes is only what
-is read again: the table is still read whole for every request (drift anywhere is still
-found and repaired), the config's changed sections and the table's changed services are
-decoded, and the rest comes from what the last request left.
+[--json]` that a client hands it (the console entry point, lbtune.cli.ipvs.fast; the
+protocol and the socket: lbtune.host.endpoints.serve) as the command line runs it:
+`lbtune.cli.main.invoke`, with the client's environment, working directory and output
+streams' kind, under the apply's own lock. What changes is only what is read again: the
+table is still read whole for every request (drift anywhere is still found and repaired),
+the config's changed sections and the table's changed services are decoded, and the rest
+comes from what the last request left.
 
 One request at a time, in the order they come. The socket is root's (`ipvs.sock` in the
 0700 state directory, mode 0600), and a peer that is not root is closed on without a word.
@@ -30,95 +31,21 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 import click
 
 from lbtune.cli.ipvs.common import ipvs_host, ipvs_state
+from lbtune.cli.ipvs.fast import SAFE
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.errors import BadInput, Busy, NeedsPrivilege
 from lbtune.host.endpoints import serve as proto
-from lbtune.host.ipvs import memo as memo_
+from lbtune.host.ipvs.memo import files_signature
 from lbtune.host.signals import hold_after_decided
 
 WAKE = 0.5  # seconds between looks at a stop signal while no client comes
 REQUEST_DEADLINE = 5.0  # seconds for a client to send its request and say go, and to read
 _ENV_OWN = ("LBTUNE_",)  # what the server's own run depends on: a client's must be the same
-
-
-class Declined(Exception):
-    """A request the server will not run (its reason goes to the client)."""
-
-
-@dataclass(frozen=True)
-class Request:
-    command: str
-    source: str
-    as_json: bool
-    cwd: str
-    env: dict[str, str]
-
-    @property
-    def argv(self) -> list[str]:
-        return ["ipvs", self.command, self.source, *(["--json"] if self.as_json else [])]
-
-
-def _text(raw: bytes) -> str:
-    if b"\0" in raw:
-        raise Declined("a field with a NUL byte")
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def read_request(sock: Any, deadline: float) -> Request:
-    """A request as the protocol frames it (lbtune.host.endpoints.serve); Declined for anything
-    else, proto.Gone when the client goes away, TimeoutError past `deadline`."""
-
-    buf = bytearray()  # read in large pieces: one recv per field would be ~100 syscalls
-
-    def recv(n: int) -> bytes:
-        while len(buf) < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("the request took too long")
-            sock.settimeout(left)
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise proto.Gone("connection closed")
-            buf.extend(chunk)
-        out = bytes(buf[:n])
-        del buf[:n]
-        return out
-
-    if recv(len(proto.MAGIC)) != proto.MAGIC:
-        raise Declined("not an lbtune ipvs serve request of this version")
-    (count,) = proto.U32.unpack(recv(4))
-    if not 4 <= count <= proto.MAX_FIELDS:
-        raise Declined(f"{count} fields")
-    fields: list[bytes] = []
-    total = 0
-    for _ in range(count):
-        (n,) = proto.U32.unpack(recv(4))
-        total += n
-        if total > proto.MAX_REQUEST:
-            raise Declined("a request larger than the protocol allows")
-        fields.append(recv(n))
-    command, source, as_json, cwd = (_text(f) for f in fields[:4])
-    if command != "apply":
-        raise Declined(f"command {command!r}")
-    if not source or source.startswith("-") or not set(source) <= memo_._SAFE:
-        raise Declined("a config name the server does not take")
-    if as_json not in ("0", "1"):
-        raise Declined("--json is neither 1 nor 0")
-    if not cwd.startswith("/"):
-        raise Declined("a working directory that is not absolute")
-    env: dict[str, str] = {}
-    for raw in fields[4:]:
-        name, eq, value = _text(raw).partition("=")
-        if not eq or not name or name in env:
-            raise Declined("an environment entry that is not NAME=VALUE once")
-        env[name] = value
-    return Request(command, source, as_json == "1", cwd, env)
 
 
 class _Captured(io.StringIO):
@@ -134,7 +61,7 @@ class _Captured(io.StringIO):
 
 
 @contextlib.contextmanager
-def _as_client(req: Request) -> Iterator[tuple[_Captured, _Captured]]:
+def _as_client(req: proto.Request) -> Iterator[tuple[_Captured, _Captured]]:
     """The client's environment and working directory, stdout and stderr captured."""
     saved_env = dict(os.environ)
     saved_out, saved_err = sys.stdout, sys.stderr
@@ -171,7 +98,7 @@ class Server:
         self.path = os.path.join(state_path, proto.SOCKET)
         self.log = log
         self._code_files = _code_files()
-        self.code = memo_.files_signature(self._code_files)
+        self.code = files_signature(self._code_files)
         self.env = _own_env(dict(os.environ))
         self.stopping = False
         self.served = 0
@@ -208,20 +135,17 @@ class Server:
             self.log(f"refused a client of uid {uid}: root's only")
             return
         try:
-            req = read_request(conn, deadline)
+            req = proto.read_request(conn, deadline, SAFE)
             self._check(req)
-        except Declined as e:
+        except proto.Declined as e:
             self.log(f"declined: {e}")
-            self._send(conn, b"D" + proto.U32.pack(len(str(e).encode())) + str(e).encode())
+            self._send(conn, proto.declined(str(e)))
             return
         except (proto.Gone, OSError) as e:
             self.log(f"dropped a client: {e}")
             return
         try:
-            conn.settimeout(max(0.01, deadline - time.monotonic()))
-            conn.sendall(b"A")
-            if proto.recv_exact(conn, 1) != b"G":
-                raise proto.Gone("no go")
+            proto.claim(conn, deadline)
         except (proto.Gone, OSError) as e:
             self.log(f"{req.source}: the client gave up before go ({e}): not run")
             return
@@ -230,25 +154,23 @@ class Server:
         # logged before the answer goes out: a client that has its answer finds the line
         ms = (time.monotonic() - t0) * 1000
         self.log(f"{req.command} {req.source}: exit {code} in {ms:.0f} ms ({note})")
-        reply = b"".join([b"R", proto.I32.pack(code), proto.U32.pack(len(out)), out,
-                          proto.U32.pack(len(err)), err])
-        if not self._send(conn, reply):
+        if not self._send(conn, proto.answer(code, out, err)):
             self.log(f"{req.command} {req.source}: the client went away before the answer")
 
-    def _check(self, req: Request) -> None:
+    def _check(self, req: proto.Request) -> None:
         if _own_env(req.env) != self.env:
-            raise Declined("the client's LBTUNE_* variables are not the server's")
-        if memo_.files_signature(self._code_files) != self.code:
+            raise proto.Declined("the client's LBTUNE_* variables are not the server's")
+        if files_signature(self._code_files) != self.code:
             self.stopping = True
-            raise Declined("lbtune's code changed since the server started: it exits")
+            raise proto.Declined("lbtune's code changed since the server started: it exits")
         try:
             st = os.stat(req.cwd)
         except OSError as e:
-            raise Declined(f"working directory: {e.strerror}") from None
+            raise proto.Declined(f"working directory: {e.strerror}") from None
         if (st.st_mode & 0o170000) != 0o040000:
-            raise Declined("the working directory is not a directory")
+            raise proto.Declined("the working directory is not a directory")
 
-    def run(self, req: Request) -> tuple[int, bytes, bytes, str]:
+    def run(self, req: proto.Request) -> tuple[int, bytes, bytes, str]:
         """The command as the command line runs it: (exit code, stdout, stderr, a note)."""
         from lbtune.cli.main import invoke
         from lbtune.ipvs import config, reconcile

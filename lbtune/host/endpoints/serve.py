@@ -1,27 +1,27 @@
-"""`lbtune ipvs apply CONFIG [--json]` handed to a running `lbtune ipvs serve`: the client,
-the protocol, and the server's socket (`Listener`).
+"""The protocol and the socket of `lbtune ipvs serve`: both sides of it.
 
-The console entry point calls `try_serve` first, before click and the planner are imported:
-when the resident reconciler (lbtune.cli.ipvs.serve) listens on the state directory's socket,
-it runs the apply with the engine and the config it already holds, and this process only
-prints what it answers. Anything else (no server, a server that declines, one that does
-not answer within CLAIM_TIMEOUT) returns None before anything was printed or changed, and
-the apply runs here as it always does (the record of a no-op first, then the full run).
+A running server (the resident reconciler, lbtune.cli.ipvs.serve) listens on the state
+directory's socket and runs the applies that clients hand it with the engine and the config
+it already holds; the client (the console entry point, through lbtune.cli.ipvs.fast, before
+click and the planner are imported) only prints what it answers. A client that finds no
+server, one that declines, or one that does not claim the request within CLAIM_TIMEOUT,
+runs the apply itself, as it always does: nothing was printed or changed.
 
-The protocol (both sides: this module; the server: lbtune.cli.ipvs.serve), on a Unix stream
-socket that only root can open (`ipvs.sock` in root's 0700 state directory, mode 0600;
-each side checks the other's uid with SO_PEERCRED):
+The protocol, on a Unix stream socket that only root can open (`ipvs.sock` in root's 0700
+state directory, mode 0600; each side checks the other's uid with SO_PEERCRED):
 
 - the client sends MAGIC, then a u32 count of fields, then each field as a u32 length and
   its bytes: the command (`apply`), the config as given, `1` or `0` for --json, the
-  working directory, then the environment as `NAME=VALUE` entries;
+  working directory, then the environment as `NAME=VALUE` entries (`Request`);
 - the server answers `D` + a u32-length reason (declined: the client runs the command
   itself) or `A` (claimed); after `A` the client sends `G` (go): a server never runs a
   request whose client gave up waiting (and runs it itself), so no apply runs twice;
 - the server runs the command and answers `R`, the exit code (i32), then stdout and
   stderr, each a u32 length and its bytes.
 
-Only the standard library's C modules are imported here (the point is the start-up).
+The client's side: `connect`, `hand_over`, `result`; the server's: `Listener`,
+`read_request`, `claim`, `declined`, `answer`. Only the standard library's C modules are
+imported here (the point is the client's start-up).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 import _socket
 import _struct
 import os
-import sys
+import time
 
 TYPE_CHECKING = False  # typing costs an import here; mypy reads this name as typing's
 if TYPE_CHECKING:
@@ -51,11 +51,42 @@ class Gone(Exception):
     """The peer closed the connection or sent less than the protocol says."""
 
 
+class Declined(Exception):
+    """A request the server will not run (its reason goes to the client)."""
+
+
+class Request:
+    """One `ipvs apply` handed over: the command, the config as given, --json, and the
+    client's working directory and environment (which the server runs it in)."""
+
+    __slots__ = ("as_json", "command", "cwd", "env", "source")
+
+    def __init__(self, command: str, source: str, as_json: bool, cwd: str,
+                 env: dict[str, str]) -> None:
+        self.command = command
+        self.source = source
+        self.as_json = as_json
+        self.cwd = cwd
+        self.env = env
+
+    @property
+    def argv(self) -> list[str]:
+        """The command line the server runs."""
+        return ["ipvs", self.command, self.source, *(["--json"] if self.as_json else [])]
+
+    def encode(self) -> bytes:
+        enc = ("utf-8", "surrogateescape")
+        return encode_request([self.command.encode(), self.source.encode(),
+                               b"1" if self.as_json else b"0", self.cwd.encode(*enc),
+                               *(f"{k}={v}".encode(*enc) for k, v in self.env.items())])
+
+
 def peer_uid(sock: _socket.socket) -> int:
     return int(_CRED.unpack(sock.getsockopt(1, _SO_PEERCRED, _CRED.size))[1])  # SOL_SOCKET
 
 
 def encode_request(fields: list[bytes]) -> bytes:
+    """A request's bytes: MAGIC, the count of fields, each field with its length."""
     out = [MAGIC, U32.pack(len(fields))]
     for f in fields:
         out.append(U32.pack(len(f)))
@@ -81,73 +112,135 @@ def _blob(sock: _socket.socket, limit: int) -> bytes:
     return recv_exact(sock, n)
 
 
-def _write(fd: int, data: bytes) -> None:
-    try:
-        while data:
-            data = data[os.write(fd, data):]
-    except BrokenPipeError:  # as the full run: the reader went away, the outcome stands
-        pass
+def socket_path(base: str | None = None) -> str:
+    """The server's socket in state directory `base` (by default the live host's)."""
+    if base is None:
+        from lbtune.host.ipvs.memo import state_base
+
+        base = state_base()
+    return os.path.join(base, SOCKET)
 
 
-def _socket_path() -> str:
-    from lbtune.host.ipvs.memo import _state_base
-
-    return os.path.join(_state_base(), SOCKET)
+# ------------------------------------------------------------------------------ the client
 
 
-def try_serve(argv: list[str]) -> int | None:
-    """The exit code of `argv` as the server ran it (its output printed), or None when it
-    must run here (nothing printed, nothing changed)."""
-    from lbtune.host.ipvs import memo
-
-    parsed = memo._args(argv)
-    if parsed is None or parsed[0] != "apply" or os.geteuid() != 0:
-        return None
-    _command, source, as_json = parsed
-    if not set(source) <= memo._SAFE or (not as_json and os.isatty(1)):
-        return None  # rich's markup, emoji codes and a terminal's width: the full run
+def connect(base: str) -> _socket.socket | None:
+    """A connection to root's server on state directory `base`, or None: no server (the
+    common case: one failed connect), a dead one, or one that is not root's (never talked
+    to). Its timeout is CLAIM_TIMEOUT until `result`."""
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     try:
         sock.settimeout(CLAIM_TIMEOUT)
-        try:
-            # first the server (nearly always none: one failed connect, and the record's
-            # check goes on), then what the full run checks of the environment
-            sock.connect(_socket_path())
-            if peer_uid(sock) != 0:
-                return None  # not root's server: never talk to it
-            from lbtune.environ import problem
-
-            if os.environ.get("LBTUNE_ROOT") or problem(os.environ) is not None:
-                return None  # another root is refused, garbage reported, by the full run
-            cwd = os.getcwd()
-            env = [f"{k}={v}".encode("utf-8", "surrogateescape") for k, v in os.environ.items()]
-            fields = [b"apply", source.encode(), b"1" if as_json else b"0",
-                      cwd.encode("utf-8", "surrogateescape"), *env]
-            sock.sendall(encode_request(fields))
-            answer = recv_exact(sock, 1)
-            if answer != b"A":
-                return None  # declined (or garbage): the full run
-            sock.sendall(b"G")
-        except Exception:  # no server, a busy or dead one, no directory: nothing ran there
-            return None
-        sock.settimeout(None)  # the apply may drain for minutes
-        try:
-            if recv_exact(sock, 1) != b"R":
-                raise Gone("an answer out of protocol")
-            (code,) = I32.unpack(recv_exact(sock, 4))
-            out = _blob(sock, 1 << 31)
-            err = _blob(sock, 1 << 31)
-        except (OSError, Gone) as e:
-            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            msg = (f"lbtune: lbtune ipvs serve took this apply and stopped before answering "
-                   f"({why}): see `lbtune history` for what it did")
-            _write(2, (msg + "\n").encode())
-            return LOST
-        _write(1, out)
-        _write(2, err)
-        return int(code)
-    finally:
+        sock.connect(socket_path(base))
+        root = peer_uid(sock) == 0
+    except Exception:  # no server, no directory: nothing to hand over
+        root = False
+    if not root:
         sock.close()
+        return None
+    return sock
+
+
+def hand_over(sock: _socket.socket, request: Request) -> bool:
+    """Send the request; True when the server claimed it and was told to go (it runs it:
+    read its `result`), False when it declined (run it here). OSError, Gone: no answer
+    within CLAIM_TIMEOUT, or none at all (run it here: nothing ran there)."""
+    sock.sendall(request.encode())
+    if recv_exact(sock, 1) != b"A":
+        return False  # declined (or garbage)
+    sock.sendall(b"G")
+    return True
+
+
+def result(sock: _socket.socket) -> tuple[int, bytes, bytes]:
+    """(exit code, stdout, stderr) of the request the server runs, however long it takes
+    (an apply may drain for minutes). OSError, Gone: the server took it and went away."""
+    sock.settimeout(None)
+    if recv_exact(sock, 1) != b"R":
+        raise Gone("an answer out of protocol")
+    (code,) = I32.unpack(recv_exact(sock, 4))
+    out = _blob(sock, 1 << 31)
+    err = _blob(sock, 1 << 31)
+    return int(code), out, err
+
+
+# ------------------------------------------------------------------------------ the server
+
+
+def _text(raw: bytes) -> str:
+    if b"\0" in raw:
+        raise Declined("a field with a NUL byte")
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def read_request(sock: socket.socket, deadline: float, names: frozenset[str]) -> Request:
+    """A request as the protocol frames it, for a config whose name has only `names`'
+    characters; Declined for anything else, Gone when the client goes away, TimeoutError
+    past `deadline` (time.monotonic)."""
+    buf = bytearray()  # read in large pieces: one recv per field would be ~100 syscalls
+
+    def recv(n: int) -> bytes:
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request took too long")
+            sock.settimeout(left)
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise Gone("connection closed")
+            buf.extend(chunk)
+        out = bytes(buf[:n])
+        del buf[:n]
+        return out
+
+    if recv(len(MAGIC)) != MAGIC:
+        raise Declined("not an lbtune ipvs serve request of this version")
+    (count,) = U32.unpack(recv(4))
+    if not 4 <= count <= MAX_FIELDS:
+        raise Declined(f"{count} fields")
+    fields: list[bytes] = []
+    total = 0
+    for _ in range(count):
+        (n,) = U32.unpack(recv(4))
+        total += n
+        if total > MAX_REQUEST:
+            raise Declined("a request larger than the protocol allows")
+        fields.append(recv(n))
+    command, source, as_json, cwd = (_text(f) for f in fields[:4])
+    if command != "apply":
+        raise Declined(f"command {command!r}")
+    if not source or source.startswith("-") or not set(source) <= names:
+        raise Declined("a config name the server does not take")
+    if as_json not in ("0", "1"):
+        raise Declined("--json is neither 1 nor 0")
+    if not cwd.startswith("/"):
+        raise Declined("a working directory that is not absolute")
+    env: dict[str, str] = {}
+    for raw in fields[4:]:
+        name, eq, value = _text(raw).partition("=")
+        if not eq or not name or name in env:
+            raise Declined("an environment entry that is not NAME=VALUE once")
+        env[name] = value
+    return Request(command, source, as_json == "1", cwd, env)
+
+
+def claim(sock: socket.socket, deadline: float) -> None:
+    """Claim a request and wait for the client's go (Gone: it gave up: do not run it)."""
+    sock.settimeout(max(0.01, deadline - time.monotonic()))
+    sock.sendall(b"A")
+    if recv_exact(sock, 1) != b"G":
+        raise Gone("no go")
+
+
+def declined(reason: str) -> bytes:
+    """The answer to a request the server will not run."""
+    raw = reason.encode()
+    return b"D" + U32.pack(len(raw)) + raw
+
+
+def answer(code: int, out: bytes, err: bytes) -> bytes:
+    """The answer to a request the server ran: its exit code and output."""
+    return b"".join([b"R", I32.pack(code), U32.pack(len(out)), out, U32.pack(len(err)), err])
 
 
 class Listener:
@@ -216,12 +309,3 @@ class Listener:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
-
-
-def _main() -> None:  # pragma: no cover - `python -m lbtune.host.endpoints.serve ARGS`, for tests
-    code = try_serve(sys.argv[1:])
-    sys.exit(99 if code is None else code)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _main()

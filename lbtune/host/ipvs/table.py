@@ -4,11 +4,12 @@ The values, their wire format and the change requests are `lbtune.host.ipvs.wire
 re-exported here, import them from this module). Reads services, destinations (with their
 connection counts and statistics), the TCP/UDP timeouts, sync daemons and the version;
 adds, edits and deletes services and destinations.
-Plain sockets, like `lbtune.host.net.netlink`, rather than pyroute2: one socket per session, the
-family id resolved once, and requests pipelined (many messages per `sendmsg`, one ACK each),
-which is what makes a reconcile of 10,000 destinations fast. Layouts and numbers are from
-include/uapi/linux/ip_vs.h and include/uapi/linux/genetlink.h; the kernel side is
-net/netfilter/ipvs/ip_vs_ctl.c (`ip_vs_genl_*`).
+A session of lbtune's netlink client (`lbtune.host.net.netlink.Netlink`) rather than
+pyroute2: one socket per session, the family id resolved once, and requests pipelined (many
+messages per `sendmsg`, one ACK each), which is what makes a reconcile of 10,000
+destinations fast. Layouts and numbers are from include/uapi/linux/ip_vs.h and
+include/uapi/linux/genetlink.h; the kernel side is net/netfilter/ipvs/ip_vs_ctl.c
+(`ip_vs_genl_*`).
 
 Kernel facts this module encodes (DESIGN.md section 3):
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import socket
 import struct
 import weakref
 from dataclasses import replace
@@ -35,6 +35,7 @@ from lbtune.errors import BadInput, NeedsPrivilege
 from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
 from lbtune.host.ipvs.memo import MODULE_LISTS
+from lbtune.host.ipvs.procfs import PROC_IP_VS
 from lbtune.host.ipvs.wire import (
     CMD_ATTR_DAEMON,
     CMD_ATTR_TIMEOUT_TCP,
@@ -60,7 +61,6 @@ from lbtune.host.ipvs.wire import (
     F_SCHED3,
     FWD_METHODS,
     FWD_NAMES,
-    GENLMSGHDR,
     INFO_CONN_TAB_SIZE,
     INFO_VERSION,
     IPVS_GENL_NAME,
@@ -96,9 +96,21 @@ from lbtune.host.ipvs.wire import (
     parse_flags,
     service_attrs,
     set_timeouts_op,
-    str_attr,
 )
-from lbtune.host.net.netlink import NLMSGHDR, align4, parse_attrs
+from lbtune.host.net.netlink import (
+    GENLMSGHDR,
+    NETLINK_GENERIC,
+    NLM_F_ACK,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    NLMSGHDR,
+    Netlink,
+    align4,
+    error_of,
+    parse_attrs,
+)
 
 # The public face of IPVS in lbtune: this module's session and reads, and the values and
 # requests of lbtune.host.ipvs.wire that callers use with them.
@@ -114,35 +126,15 @@ __all__ = [
     "read_services", "read_table", "read_timeouts", "set_timeouts_op",
 ]  # fmt: skip
 
-# include/uapi/linux/netlink.h
-NETLINK_GENERIC = 16
-NLM_F_REQUEST = 0x01
-NLM_F_ACK = 0x04
-NLM_F_DUMP = 0x300
-NLM_F_CAPPED = 0x100  # in an NLMSG_ERROR: the request's payload was left out
-NLM_F_ACK_TLVS = 0x200  # in an NLMSG_ERROR: extended-ack attributes follow
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLMSGERR_ATTR_MSG = 1
-SOL_NETLINK = 270
-NETLINK_CAP_ACK, NETLINK_EXT_ACK = 10, 11
-SO_RCVBUFFORCE = 33
-
-# include/uapi/linux/genetlink.h
-GENL_ID_CTRL = 0x10
-CTRL_CMD_GETFAMILY = 3
-CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 1, 2
-
-
 # Every answer is an skb of its own and every recv() returns one: acking each change would
 # cost a recv per change (in the UML lab about 0.2 ms each). Batches therefore ask for one
 # ack at their end; failures answer anyway. Each answer costs the receive buffer a whole skb
 # (~1 KiB of truesize), so the buffer is raised where the kernel allows and a batch stays
 # below the default send buffer (212 KiB; netlink refuses larger messages).
 _BATCH_BYTES = 128 << 10
-PROC_IP_VS = "/proc/net/ip_vs"
 _RCVBUF = 4 << 20
 _RECV = 1 << 16
-_TIMEOUT_S = 10.0
+_TIMEOUT_S = 10
 
 
 class IpvsUnavailable(NeedsPrivilege):
@@ -159,64 +151,33 @@ class IpvsError(OSError):
 # ------------------------------------------------------------------------------ the socket
 
 
-class IpvsSocket:
+class IpvsSocket(Netlink):
     """A generic netlink socket bound to the IPVS family of this network namespace."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                                  NETLINK_GENERIC)  # fmt: skip
+        super().__init__(NETLINK_GENERIC, _TIMEOUT_S, _RCVBUF, ext_ack=True)
         try:
-            self._setopts()
-            self.sock.bind((0, 0))
-            self._seq = 0
             self.family_id = self._resolve_family()
         except BaseException:
-            self.sock.close()
+            self.close()
             raise
-
-    def _setopts(self) -> None:
-        # The timeout is the kernel's (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket), not
-        # Python's settimeout, which polls before every send and recv: twice the syscalls
-        # of a table read (1,001 dumps), which the UML lab makes expensive.
-        timeval = struct.pack("@ll", int(_TIMEOUT_S), 0)
-        for opt in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
-            self.sock.setsockopt(socket.SOL_SOCKET, opt, timeval)
-        for opt in (SO_RCVBUFFORCE, socket.SO_RCVBUF):  # FORCE needs CAP_NET_ADMIN
-            try:
-                self.sock.setsockopt(socket.SOL_SOCKET, opt, _RCVBUF)
-                break
-            except OSError:
-                continue
-        for opt in (NETLINK_CAP_ACK, NETLINK_EXT_ACK):
-            with contextlib.suppress(OSError):  # older kernels: full echoes, no error text
-                self.sock.setsockopt(SOL_NETLINK, opt, 1)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _next_seq(self) -> int:
-        self._seq = (self._seq + 1) & 0x7FFFFFFF or 1
-        return self._seq
 
     def _message(self, msg_type: int, flags: int, cmd: int, attrs: bytes, seq: int) -> bytes:
         payload = GENLMSGHDR.pack(cmd, IPVS_GENL_VERSION, 0) + attrs
         return NLMSGHDR.pack(NLMSGHDR.size + len(payload), msg_type, flags, seq, 0) + payload
 
     def _resolve_family(self) -> int:
-        seq = self._next_seq()
-        msg = self._message(GENL_ID_CTRL, NLM_F_REQUEST | NLM_F_ACK, CTRL_CMD_GETFAMILY,
-                            str_attr(CTRL_ATTR_FAMILY_NAME, IPVS_GENL_NAME), seq)  # fmt: skip
         try:
-            replies = self._exchange(msg, {seq})
+            family = self.family(IPVS_GENL_NAME)
+        except BlockingIOError:  # SO_RCVTIMEO: EAGAIN
+            raise IpvsError(errno.ETIMEDOUT, "IPVS: the kernel did not answer") from None
         except OSError as e:
             if e.errno == errno.ENOENT:
                 raise IpvsUnavailable("no IPVS in this kernel (module ip_vs not loaded)") from None
-            raise
-        for _seq, body in replies:
-            attrs = parse_attrs(body, GENLMSGHDR.size)
-            if CTRL_ATTR_FAMILY_ID in attrs:
-                return get_u(attrs, CTRL_ATTR_FAMILY_ID)
-        raise IpvsUnavailable("the kernel did not name the IPVS netlink family")
+            raise IpvsError(e.errno, os.strerror(e.errno or errno.EIO)) from None
+        if family is None:
+            raise IpvsUnavailable("the kernel did not name the IPVS netlink family")
+        return family
 
     def _exchange(self, data: bytes, seqs: set[int], dump: bool = False) -> list[tuple[int, bytes]]:
         """Send `data` (one or more messages) and read until every seq is acked (or, for a
@@ -240,7 +201,7 @@ class IpvsSocket:
         while pending:
             try:
                 chunk = self.sock.recv(_RECV)
-            except (socket.timeout, BlockingIOError):  # SO_RCVTIMEO: EAGAIN
+            except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO: EAGAIN
                 raise IpvsError(errno.ETIMEDOUT, "IPVS: the kernel did not answer") from None
             for mtype, flags, seq, body in _split(chunk):
                 if seq not in known:
@@ -249,7 +210,7 @@ class IpvsSocket:
                     pending.discard(seq)
                     status[seq] = _done_status(body)
                 elif mtype == NLMSG_ERROR:
-                    code, text = _error_of(body, flags)
+                    code, text = error_of(body, flags)
                     if code == 0 and dump:
                         continue
                     pending.discard(seq)
@@ -262,12 +223,12 @@ class IpvsSocket:
 
     def request(self, cmd: int, attrs: bytes = b"") -> list[bytes]:
         """One doit request with an ACK; returns the bodies of its replies."""
-        seq = self._next_seq()
+        seq = self.next_seq()
         msg = self._message(self.family_id, NLM_F_REQUEST | NLM_F_ACK, cmd, attrs, seq)
         return [body for _s, body in self._exchange(msg, {seq})]
 
     def dump(self, cmd: int, attrs: bytes = b"") -> list[bytes]:
-        seq = self._next_seq()
+        seq = self.next_seq()
         msg = self._message(self.family_id, NLM_F_REQUEST | NLM_F_DUMP, cmd, attrs, seq)
         return [body for _s, body in self._exchange(msg, {seq}, dump=True)]
 
@@ -286,7 +247,7 @@ class IpvsSocket:
                 size += len(ops[end].attrs) + NLMSGHDR.size + GENLMSGHDR.size
                 end += 1
             batch = ops[start:end]
-            seqs = [self._next_seq() for _ in batch]
+            seqs = [self.next_seq() for _ in batch]
             last = len(batch) - 1
             data = b"".join(
                 self._message(self.family_id,
@@ -317,26 +278,6 @@ def _done_status(body: bytes) -> Optional[OSError]:
         if code < 0:
             return IpvsError(-code, f"IPVS dump: {os.strerror(-code)}")
     return None
-
-
-def _error_of(body: bytes, flags: int) -> tuple[int, str]:
-    """(errno, message) of an NLMSG_ERROR; the kernel's extended-ack text when it sent one."""
-    (code,) = struct.unpack_from("=i", body)
-    code = -code
-    if code == 0:
-        return 0, ""
-    text = os.strerror(code)
-    if flags & NLM_F_ACK_TLVS:
-        if flags & NLM_F_CAPPED:
-            offset = 4 + NLMSGHDR.size
-        else:
-            (inner_len,) = struct.unpack_from("=I", body, 4)
-            offset = 4 + align4(inner_len)
-        msg = parse_attrs(body, offset).get(NLMSGERR_ATTR_MSG)
-        if msg:
-            detail = msg.split(b"\0", 1)[0].decode(errors="replace")
-            text = f"{text} ({detail})"
-    return code, text
 
 
 # ------------------------------------------------------------------------------ the session

@@ -18,10 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from lbtune.errors import BadInput
-from lbtune.host.net.netlink import NLATTR, align4, parse_attrs
-
-# include/uapi/linux/genetlink.h: the header before every generic-netlink payload
-GENLMSGHDR = struct.Struct("=BBH")
+from lbtune.host.net.netlink import GENLMSGHDR, NLATTR, align4, parse_attrs
 
 # include/uapi/linux/ip_vs.h
 IPVS_GENL_NAME = "IPVS"

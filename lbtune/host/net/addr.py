@@ -20,7 +20,6 @@ from lbtune.host.net import netlink
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
-NLM_F_EXCL, NLM_F_CREATE = 0x200, 0x400
 # struct ifinfomsg { u8 family; u8 pad; u16 type; s32 index; u32 flags; u32 change; }
 IFINFOMSG = struct.Struct("=BxHiII")
 # struct ifaddrmsg { u8 family; u8 prefixlen; u8 flags; u8 scope; u32 index; }
@@ -140,7 +139,8 @@ def add_address(host: Host, ifname: str, addr: str, prefixlen: int) -> None:
     if index is None:
         raise BadInput(f"interface {ifname}: no such interface here")
     try:
-        netlink.request(netlink.NETLINK_ROUTE, RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL,
+        netlink.request(netlink.NETLINK_ROUTE, RTM_NEWADDR,
+                        netlink.NLM_F_CREATE | netlink.NLM_F_EXCL,
                         _addr_message(index, addr, prefixlen))
     except OSError as e:
         if e.errno != errno.EEXIST:

@@ -14,20 +14,24 @@ import struct
 from dataclasses import dataclass
 from typing import Optional
 
-from lbtune.host.net.netlink import align4, dump, parse_attrs
+from lbtune.host.net.netlink import (
+    CTRL_ATTR_FAMILY_ID,
+    CTRL_ATTR_FAMILY_NAME,
+    CTRL_CMD_GETFAMILY,
+    GENL_ID_CTRL,
+    GENLMSGHDR,
+    NETLINK_GENERIC,
+    align4,
+    dump,
+    parse_attrs,
+)
 
-NETLINK_GENERIC = 16
-GENL_ID_CTRL = 0x10
-CTRL_CMD_GETFAMILY = 3
-CTRL_ATTR_FAMILY_ID = 1
-CTRL_ATTR_FAMILY_NAME = 2
 # Documentation/netlink/specs/netdev.yaml
 NETDEV_CMD_QSTATS_GET = 12
 A_IFINDEX, A_QUEUE_TYPE, A_QUEUE_ID, A_SCOPE = 1, 2, 3, 4
 A_RX_PACKETS, A_RX_BYTES, A_TX_PACKETS, A_TX_BYTES = 8, 9, 10, 11
 SCOPE_QUEUE = 1
 QUEUE_TYPES = {0: "rx", 1: "tx"}
-GENLMSGHDR = struct.Struct("=BBH")  # cmd, version, reserved
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,8 @@ import subprocess
 from typing import Any
 
 from lbtune.errors import NeedsPrivilege
+from lbtune.host.ipvs.procfs import PROC_IP_VS
 from lbtune.lab.inguest.entry import running_on_uml
-
-PROC_IP_VS = "/proc/net/ip_vs"
 
 _PROC_VERSION_RE = re.compile(r"IP Virtual Server version (\d+)\.(\d+)\.(\d+) \(size=(\d+)\)")
 
