@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from lbtune.errors import BadInput
-from lbtune.host.endpoints.arp import ArpAnswer, arp_probe
+from lbtune.host.endpoints.arp import ArpAnswer, arp_who_has
 from lbtune.host.endpoints.exchange import Exchange, exchange
 from lbtune.host.host import Host
 from lbtune.host.ipvs.conntable import IpvsConnection, find_connections
@@ -155,7 +155,7 @@ def _exchanges_with(
 
 def _arp(client: NetnsThread, vip: str) -> tuple[str, ...]:
     try:
-        answers: list[ArpAnswer] = client.call(arp_probe, vip, None, 0.6)
+        answers: list[ArpAnswer] = client.call(arp_who_has, vip, None, 0.6)
     except (BadInput, OSError):
         return ()
     return tuple(a.mac for a in answers)

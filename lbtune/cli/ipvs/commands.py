@@ -417,7 +417,7 @@ def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], d
     """Check VIP placement, effective ARP values, that rp_filter passes the VIP's traffic
     from clients (the kernel's own route lookup) and (with --arp-from) that this host does
     not answer ARP for the VIP. Exit 1 on any failure."""
-    from lbtune.host.endpoints.arp import arp_probe
+    from lbtune.host.endpoints.arp import arp_who_has
     from lbtune.host.net.netns import NetnsThread
     from lbtune.ipvs.realserver import check_client, verify_realserver
 
@@ -428,7 +428,7 @@ def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], d
     arp = None
     if arp_from is not None and spec.v4:
         with NetnsThread(arp_from) as peer:
-            arp = peer.call(arp_probe, spec.v4[0], None, 1.0)
+            arp = peer.call(arp_who_has, spec.v4[0], None, 1.0)
     checks = verify_realserver(host, spec, arp, f"from netns {arp_from}" if arp_from else "",
                                client)
     failed = any(c.level.value == "fail" for c in checks)

@@ -57,12 +57,12 @@ def route_iface(target: str) -> Optional[str]:
     return None
 
 
-def arp_probe(
+def arp_who_has(
     target: str, ifname: Optional[str] = None, timeout: float = 1.0, count: int = 2
 ) -> list[ArpAnswer]:
     """Every MAC that answers an ARP request for IPv4 address `target` within `timeout`.
 
-    Sends `count` probes (one may be lost while a bridge learns) on `ifname`, default the
+    Sends `count` requests (one may be lost while a bridge learns) on `ifname`, default the
     interface of the route to `target`. Needs CAP_NET_RAW. Returns distinct answers, in the
     order they came.
     """

@@ -11,7 +11,7 @@ destinations fast. Layouts and numbers are from include/uapi/linux/ip_vs.h and
 include/uapi/linux/genetlink.h; the kernel side is net/netfilter/ipvs/ip_vs_ctl.c
 (`ip_vs_genl_*`).
 
-Kernel facts this module encodes (DESIGN.md section 3):
+Kernel facts this module encodes (docs/ipvs.md has the user-facing side):
 
 - an edit (`IPVS_CMD_SET_SERVICE/_DEST`) replaces every field: always send the complete
   service or destination, or thresholds and flags silently reset;

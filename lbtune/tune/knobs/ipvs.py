@@ -26,6 +26,7 @@ import time
 from typing import Optional, TypeVar
 
 from lbtune.errors import BadInput
+from lbtune.host.deadline import wait_until
 from lbtune.host.host import Host
 from lbtune.host.ipvs.table import (
     FWD_METHODS,
@@ -167,17 +168,21 @@ class Drain:
         session.flush()  # the weight-0 edits go out now, if they were queued
         self.start()
         assert self.started is not None
-        deadline = self.started + self.timeout
         settled = self.started + self.settle
-        while True:
+        active = 0
+
+        def drained() -> bool:
+            nonlocal active
             dests = session.destinations(svc) or ()
             active = sum(d.active for d in dests if d.key == dest)
-            now = time.monotonic()
-            if (active == 0 and now >= settled) or now >= deadline:
-                if active:
-                    self.cut[f"{svc}/{dest}"] = active
-                return active
-            time.sleep(max(0.0, min(_DRAIN_POLL_S, deadline - now)))
+            return active == 0 and time.monotonic() >= settled
+
+        # the last look comes at or just after the deadline: what it sees is what was cut
+        left = self.started + self.timeout - time.monotonic()
+        wait_until(drained, max(0.0, left), _DRAIN_POLL_S)
+        if active:
+            self.cut[f"{svc}/{dest}"] = active
+        return active
 
 
 class _IpvsKnob(Knob):
