@@ -373,7 +373,8 @@ def main() -> None:
                     adapt=adapt, host_load_1min=load,
                     peak_floor_kib=v["floor_kib"])  # fmt: skip
     write_json(args.out, meta, rows)
-    md = [f"IPVS reconcile vs `ipvsadm -R` of the same table, lab kernel {v['kernel']}; "
+    md = [f"IPVS reconcile vs `ipvsadm -R` of the same table, at commit {meta['commit']}, "
+          f"lab kernel {v['kernel']}; "
           f"{args.rounds} rounds at 1000x10 (11,000 objects), {args.big_rounds} at 10000x5 "
           "(60,000 objects); medians, fresh process per step, both sides in the same run. "
           "Peak memory is the process's ru_maxrss, started by a small spawner (a child of it "

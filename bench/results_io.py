@@ -5,16 +5,31 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 
+def commit() -> str:
+    """The commit the measured code is at (`+dirty` when lbtune/ differs from it)."""
+    top = Path(__file__).resolve().parent.parent
+    git = ["git", "-C", str(top)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip()
+    if not head:
+        return "unknown"
+    dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", "lbtune", "probes",
+                            "profiles"], check=False).returncode
+    return head + ("+dirty" if dirty else "")
+
+
 def run_meta(rounds: int, **extra: Any) -> dict[str, Any]:
-    """Date, Python, kernel and CPU count of this run, plus benchmark-specific facts."""
+    """Date, commit, Python, kernel and CPU count of this run, plus benchmark-specific facts."""
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit(),
         "python": platform.python_version(),
         "kernel": platform.release(),
         "cpus": os.cpu_count(),
