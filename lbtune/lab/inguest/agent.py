@@ -24,7 +24,7 @@ Requests (JSON objects, lbtune.lab.protocol's `*_request`):
   interpreter and lbtune.lab.inguest.entry loaded already (multiprocessing's ``forkserver``: a
   new single-threaded interpreter, started at the first such call, so a fork never copies a
   lock another thread held, as forking the threaded agent could). Under TCG a fresh Python
-  spends seconds starting (bench/vm.py: 2.2 s for a call made fresh, 0.7 s forked). Calls
+  spends seconds starting (bench/vm.py: 1.7 s for a call made fresh, 0.5 s forked). Calls
   with ``"netns"`` or ``"fresh": true`` are never forked, nor any call once the fork server
   failed to start or fork. It is off by default: in its one full suite run the vm tier was
   about a minute faster (of 30), and a plain ``run`` right after a reboot went unanswered
