@@ -191,24 +191,8 @@ def _sent(protocol: int, msg_type: int, flags: int, payload: bytes) -> _socket.s
 
 def request(protocol: int, msg_type: int, flags: int, payload: bytes) -> None:
     """Send one request (NLM_F_REQUEST | NLM_F_ACK | `flags`) and wait for its ack; a kernel
-    error raises OSError with the kernel's errno."""
-    sock = _sent(protocol, msg_type, NLM_F_REQUEST | NLM_F_ACK | flags, payload)
-    try:
-        while True:
-            data = sock.recv(_RECV_BUF)
-            offset = 0
-            while offset + NLMSGHDR.size <= len(data):
-                length, mtype, _f, mseq, _pid = NLMSGHDR.unpack_from(data, offset)
-                if length < NLMSGHDR.size:
-                    raise OSError(errno.EBADMSG, f"netlink: bad message length {length}")
-                if mtype == NLMSG_ERROR and mseq == _SEQ:
-                    (error,) = _I32.unpack_from(data, offset + NLMSGHDR.size)
-                    if error < 0:
-                        raise OSError(-error, os.strerror(-error))
-                    return
-                offset += align4(length)
-    finally:
-        sock.close()
+    error raises OSError with the kernel's errno. `query`, with its answers dropped."""
+    query(protocol, msg_type, flags, payload)
 
 
 def query(protocol: int, msg_type: int, flags: int, payload: bytes) -> list[tuple[int, bytes]]:
