@@ -80,6 +80,8 @@ def _seconds(text: Optional[str], option: str, default: float, low: float) -> fl
               "these interfaces (opt-in).")
 @click.option("--softnet-all", is_flag=True, help="Per CPU also RPS IPIs and flow-limit "
               "drops (2 series per CPU more).")
+@click.option("--host-series", is_flag=True, help="In a namespace, the host-wide series "
+              "too (softnet per CPU, the cpu_backlog cause); left out by default.")
 @click.option("--ipvs-real-servers", is_flag=True, help="IPVS series per real server too "
               "(3 each; default: per virtual service only).")
 @click.option("--probes", is_flag=True, help="Load the drops probe (root, bcc): "
@@ -97,7 +99,8 @@ def _seconds(text: Optional[str], option: str, default: float, low: float) -> fl
 def command(
     ctx: click.Context, listen: Optional[str], textfile: Optional[str], once: bool,
     interval: Optional[str], min_interval: Optional[str], listeners: int,
-    queues: Optional[str], softnet_all: bool, ipvs_real_servers: bool, probes: bool,
+    queues: Optional[str], softnet_all: bool, host_series: bool, ipvs_real_servers: bool,
+    probes: bool,
     drop_locations: bool,
     profiles: tuple[str, ...],
     iface: Optional[str], verify_interval: Optional[str], duration: Optional[str],
@@ -136,7 +139,8 @@ def command(
         if q not in known:
             raise BadInput(f"--queues {q}: no such interface")
     opts = Options(listeners=listeners, queues_of=names, drop_locations=drop_locations,
-                   softnet_all=softnet_all, ipvs_real_servers=ipvs_real_servers)  # fmt: skip
+                   softnet_all=softnet_all, ipvs_real_servers=ipvs_real_servers,
+                   host_series=host_series)  # fmt: skip
     exp = Exporter(s, opts, profiles, iface, probes, spacing, every)
     from lbtune.host.signals import interruptible
 

@@ -47,7 +47,7 @@ def _print_plan(plan: Any, verbose: int) -> None:
         arrow = {"change": "->", "ok": "==", "missing": "??", "skipped": "--"}[c.action.value]
         note = c.why or c.knob.note or {
             "missing": "not on this host",
-            "skipped": "host-global: not changed from a namespace",
+            "skipped": "host-global: judged on the host",
         }.get(c.action.value, "")
         if c.action.value == "change" and c.current is None:
             note = "created by the channel change"
@@ -155,7 +155,8 @@ def verify_command(ctx: click.Context, profile: Optional[str], iface: Optional[s
     """Check that PROFILE (default: the last apply) is in effect. Exit 1 on drift.
 
     Knobs this host does not have (an older kernel, a driver without rings) are listed as
-    missing but are not drift.
+    missing but are not drift. In a namespace (--netns, or a namespace's capture) host-global
+    knobs are counted apart: judged on the host, neither missing nor drift.
     """
     from lbtune.tune.service import verify_profile
 
@@ -171,7 +172,9 @@ def verify_command(ctx: click.Context, profile: Optional[str], iface: Optional[s
         if rows:
             echo(text_table(("status", "knob", "object", "current", "target"), rows))
         n_ok = sum(1 for v in checks if v.status.value == "ok")
-        echo(f"{name}: {n_ok} ok, {len(bad)} drifted, {len(missing)} missing (not on this host)")
+        n_global = sum(1 for v in checks if v.status.value == "skipped")
+        echo(f"{name}: {n_ok} ok, {len(bad)} drifted, {len(missing)} missing (not on this host)"
+             + (f", {n_global} host-global (judged on the host)" if n_global else ""))
     return int(ExitCode.FINDINGS) if bad else 0
 
 

@@ -56,6 +56,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CONFIG_EVERY = 10.0  # seconds between reads of the limits the rules judge by (as the monitor)
 PROBES = ("drops",)  # kernel drop reasons; napi would add per-queue series nobody asked for
 INSTALL_HINT = "pip install 'lbtune[exporter]' (Debian: apt install python3-prometheus-client)"
+# A source whose kernel file is absent is one this host does not have (not a director, no
+# nf_conntrack): no lbtune_source_up series, rather than a 0 that reads as a failure.
+SOURCE_FILES = {"ipvs": "/proc/net/ip_vs_stats", "conntrack": "/proc/net/stat/nf_conntrack"}
 
 
 def require_client() -> None:
@@ -264,8 +267,13 @@ class Exporter:
             found = list(pe.explain(found, probes))
         return found
 
+    def _absent(self) -> frozenset[str]:
+        return frozenset(src for src, path in SOURCE_FILES.items()
+                         if not self.host.fs.exists(path))  # fmt: skip
+
     def _add(self, window: Window, probes: Optional[ProbeSample]) -> Collection:
-        c = Collection(window, (), probes, self.want_probes, self._probe_problem)
+        c = Collection(window, (), probes, self.want_probes, self._probe_problem,
+                       in_netns=self.host.view_netns is not None)  # fmt: skip
         self.totals.add(counter_deltas(c, self.options, self.totals), COUNTER_FAMILIES)
         return c
 
@@ -274,7 +282,8 @@ class Exporter:
         self._add(window, probes)
         services, ipvs_problem = self._ipvs()
         c = Collection(window, self._findings(window, probes), probes, self.want_probes,
-                       self._probe_problem, self._verify(), services, ipvs_problem)  # fmt: skip
+                       self._probe_problem, self._verify(), services, ipvs_problem,
+                       self._absent(), self.host.view_netns is not None)  # fmt: skip
         fams = families(c, self.options, self.totals)
         return self._result(fams, started, up=True)
 

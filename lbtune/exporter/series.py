@@ -13,9 +13,11 @@ Rules (docs/fleet.md lists every series):
    kernel counter that goes backwards counts from zero (`observe.window.counter_delta`), so
    every `_total` series is monotonic while the exporter runs; sums over many objects
    (all NICs, all CPUs of a cause) stay monotonic when one of them resets.
-2. **Unreadable is not zero.** A source the sampler could not read (`Sample.missing`, no
-   conntrack, no IPVS, no per-queue counters) produces no series at all, and
-   `lbtune_source_up{source}` says 0 for it; a series that disappears is dropped from
+2. **Unreadable is not zero, absent is not down.** A source the sampler could not read
+   (`Sample.missing`, no per-queue counters) produces no series at all, and
+   `lbtune_source_up{source}` says 0 for it; a source the host does not have (`ipvs` on a
+   host that is not a director, `conntrack` without nf_conntrack: `Collection.absent`)
+   has no series, `lbtune_source_up` included. A series that disappears is dropped from
    `Totals` (when it comes back it starts again from the kernel's value: a counter reset
    to Prometheus, which `rate()` handles).
 3. **Bounded labels.** Labels come from fixed tables (drop causes, finding levels,
@@ -34,7 +36,12 @@ Rules (docs/fleet.md lists every series):
    each) only with `ipvs_real_servers`: node_exporter's per-backend labels are what made
    18k series on one director (node_exporter issue 1708).
 5. **Base units, Prometheus names.** Seconds, bytes, ratios 0..1; `_total` only on
-   counters; every name starts with `lbtune_`.
+   counters; every name starts with `lbtune_`; no two names one letter apart
+   (`lbtune_finding` per finding, `lbtune_findings_by_level` per level).
+6. **Host-wide series once per host.** In a namespace's view (`--netns`, or a namespace's
+   capture) the series that are the host's whatever the namespace (softnet per CPU, and
+   the `cpu_backlog` drop cause made of it) are left out unless `Options.host_series`:
+   an exporter per namespace would repeat them under every namespace's instance.
 """
 
 from __future__ import annotations
@@ -70,6 +77,12 @@ SOFTNET_EXTRA = (  # with Options.softnet_all
 )
 # A NIC whose driver map names no drop counter of its own shows the kernel's rx_dropped.
 NIC_SYSFS_DROP = "rx_dropped"
+# Host-wide in any namespace (softnet_stat): left out of a namespace's view (rule 6).
+HOST_WIDE_SOURCES = ("softnet",)
+HOST_WIDE_CAUSES = ("cpu_backlog",)
+# Where a finding's object says the counters could not name the port ("udp port unknown"),
+# its label is the protocol alone ("udp").
+UNKNOWN_PORT_SUFFIX = " port unknown"
 
 Labels = tuple[str, ...]
 Key = tuple[str, Labels]  # (family name, label values)
@@ -86,6 +99,7 @@ class Options:
     ipvs_real_servers: bool = False  # IPVS series per real server too
     max_findings: int = DEFAULT_MAX_FINDINGS
     max_locations: int = DEFAULT_MAX_LOCATIONS
+    host_series: bool = False  # in a namespace's view, the host-wide series too (rule 6)
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,12 @@ class Collection:
     profiles: Sequence[ProfileCheck] = ()
     ipvs_services: Optional[Sequence[ServiceRow]] = None  # the IPVS table; None: not read
     ipvs_problem: str = ""  # why the table could not be read ("" when it was, or no IPVS)
+    absent: frozenset[str] = frozenset()  # sources this host does not have (rule 2)
+    in_netns: bool = False  # a namespace's view (rule 6)
+
+    def host_wide_out(self, opts: Options) -> bool:
+        """Leave the host-wide series out (rule 6)?"""
+        return self.in_netns and not opts.host_series
 
 
 @dataclass
@@ -198,7 +218,10 @@ def counter_deltas(c: Collection, opts: Options, totals: Totals) -> dict[Key, fl
     """Every counter series this window moved (or holds at 0), readable sources only."""
     w = c.window
     out: dict[Key, float] = {}
+    host_wide_out = c.host_wide_out(opts)
     for cause in DROP_CAUSES:
+        if host_wide_out and cause.slug in HOST_WIDE_CAUSES:
+            continue
         n = cause.count(w)
         if n is not None:
             out[("lbtune_drops_total", (cause.slug,))] = n
@@ -220,7 +243,7 @@ def counter_deltas(c: Collection, opts: Options, totals: Totals) -> dict[Key, fl
                 if q.drops is not None:
                     out[("lbtune_nic_queue_drops_total", labels)] = q.drops
     softnet = SOFTNET + SOFTNET_EXTRA if opts.softnet_all else SOFTNET
-    for s in w.softnet():
+    for s in [] if host_wide_out else w.softnet():
         for part, attr, _ in softnet:
             out[(f"lbtune_softnet_{part}_total", (str(s.cpu),))] = getattr(s, attr)
     ct = w.after.conntrack
@@ -316,7 +339,10 @@ def _gauges(c: Collection, opts: Options) -> list[Family]:
     missing = w.missing()
     out = []
     up = []
+    skip = set(c.absent) | (set(HOST_WIDE_SOURCES) if c.host_wide_out(opts) else set())
     for src in SOURCES:
+        if src in skip:
+            continue  # absent here, or the host's: neither up nor down
         readable = src not in missing
         if src == "conntrack":
             readable = after.conntrack is not None
@@ -330,7 +356,8 @@ def _gauges(c: Collection, opts: Options) -> list[Family]:
     if c.ipvs_services is not None or c.ipvs_problem:
         up.append((("ipvs_table",), 0.0 if c.ipvs_problem else 1.0))
     out.append(_gauge("lbtune_source_up", "1 when the source was read in this collection, 0 "
-                      "when it could not be (its series are then absent, never zero)",
+                      "when it could not be (its series are then absent, never zero); no "
+                      "series for a source this host does not have (ipvs off a director)",
                       ("source",), up))  # fmt: skip
     if w.seconds is not None:
         out.append(_gauge("lbtune_window_seconds", "Length of the window the findings and "
@@ -351,12 +378,12 @@ def _gauges(c: Collection, opts: Options) -> list[Family]:
     levels = {lv: 0 for lv in (Level.FAIL, Level.WARN, Level.INFO)}
     for f in findings:
         levels[f.level] = levels.get(f.level, 0) + 1
-    out.append(_gauge("lbtune_findings", "Findings of the diagnose rules in this collection's "
-                      "window, by level", ("level",),
+    out.append(_gauge("lbtune_findings_by_level", "Findings of the diagnose rules in this "
+                      "collection's window, by level", ("level",),
                       [((lv.value,), float(n)) for lv, n in levels.items()]))  # fmt: skip
     shown: dict[Labels, float] = {}
     for f in findings[: opts.max_findings]:
-        shown[(f.rule, f.level.value, f.object)] = 1.0
+        shown[(f.rule, f.level.value, object_label(f.object))] = 1.0
     out.append(_gauge("lbtune_finding", "1 for each current finding (rule, level, object; at "
                       f"most {opts.max_findings}, most severe first)",
                       ("rule", "level", "object"), sorted(shown.items())))  # fmt: skip
@@ -377,6 +404,14 @@ def _gauges(c: Collection, opts: Options) -> list[Family]:
                               "drifted or are missing (lbtune verify)", ("profile",),
                               drifted))  # fmt: skip
     return out
+
+
+def object_label(obj: str) -> str:
+    """A finding's object as a label value: "udp port unknown" (counters cannot name the
+    port) is the protocol alone, "udp"; anything else as the finding says it."""
+    if obj.endswith(UNKNOWN_PORT_SUFFIX):
+        return obj[: -len(UNKNOWN_PORT_SUFFIX)]
+    return obj
 
 
 def _ipvs(services: Sequence[ServiceRow], opts: Options) -> list[Family]:

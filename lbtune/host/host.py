@@ -38,6 +38,8 @@ class Host:
         self._runner = runner
         self.netns = netns
         self._ipr: Any = None
+        self._view_netns: Optional[str] = None
+        self._view_read = False
 
     @classmethod
     def open(cls, root: str = "/", netns: Optional[str] = None) -> Host:
@@ -71,6 +73,32 @@ class Host:
     @property
     def is_live(self) -> bool:
         return self.fs.is_live
+
+    @property
+    def view_netns(self) -> Optional[str]:
+        """The network namespace whose view this is: the one joined (`--netns`), or for a
+        host tree the one its capture manifest names (`lbtune --netns NS capture`); None for
+        a host's own view. In a namespace's view host-global settings are the host's."""
+        if self.netns is not None or self.is_live:
+            return self.netns
+        if not self._view_read:
+            from lbtune.host.capture.manifest import read_manifest
+
+            ns = (read_manifest(self.fs) or {}).get("netns")
+            self._view_netns = ns if isinstance(ns, str) and ns else None
+            self._view_read = True
+        return self._view_netns
+
+    def read_host_view(self, path: str) -> Optional[str]:
+        """`/proc/sys` file `path` as the host's own namespace shows it, from a process that
+        joined a namespace (`--netns`): host-global `net.*` sysctls that a namespace does not
+        show at all (`net.core.netdev_max_backlog`). None elsewhere (a host tree records
+        only the namespace's view) or when unreadable."""
+        if self.netns is None or not self.is_live or not path.startswith("/proc/sys/"):
+            return None
+        from lbtune.host.net.netns import read_in_origin
+
+        return read_in_origin(path)
 
     def identity(self) -> HostIdentity:
         """This host's identity, as recorded in journals."""

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lbtune.errors import BadInput
-from lbtune.host.capture.manifest import read_manifest
 from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
 from lbtune.host.ipvs.procfs import PROC_IP_VS, parse_proc_ip_vs
@@ -252,14 +251,11 @@ def _profile_drift(host: Host, source: str, profile: str, iface: Optional[str]) 
     from lbtune.tune.profile import load_profile, resolve
 
     prof = load_profile(profile, root=host.fs.root)
-    tgts = resolve(prof, LazyInventory(host), iface)
-    manifest = read_manifest(host.fs) or {}
-    if manifest.get("netns"):
-        # A namespace's capture: host-global knobs are the host's, as `verify --netns` skips.
-        tgts = [t for t in tgts if t.knob.netns_scoped(host)]
-    checks = verify_targets(host, tgts)
-    # A knob a namespace does not show (net.core.netdev_max_backlog) is the host's too.
-    bad = (KnobStatus.DRIFT,) if manifest.get("netns") else (KnobStatus.DRIFT, KnobStatus.MISSING)
+    tgts = resolve(prof, LazyInventory(host), iface, in_netns=host.view_netns is not None)
+    # A namespace's capture: host-global knobs are the host's (skipped, as `verify` says
+    # of the same capture and `verify --netns` of the namespace), neither compared nor drift.
+    checks = [c for c in verify_targets(host, tgts) if c.status is not KnobStatus.SKIPPED]
+    bad = (KnobStatus.DRIFT, KnobStatus.MISSING)
     diffs = tuple(Difference(c.kind, c.object, c.desired,
                              None if c.current is None else " ".join(c.current.split()))
                   for c in checks if c.status in bad)

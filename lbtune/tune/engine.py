@@ -263,7 +263,7 @@ class KnobStatus(str, enum.Enum):
     OK = "ok"
     DRIFT = "drift"
     MISSING = "missing"
-    SKIPPED = "skipped"  # host-global knob seen from a --netns run: not the namespace's
+    SKIPPED = "skipped"  # host-global knob in a namespace's view: judged on the host
 
 
 @dataclass(frozen=True)
@@ -286,9 +286,10 @@ def verify_targets(host: Host, targets: Sequence[Target]) -> list[KnobCheck]:
     """Is every target in effect now? (Verify is a dry apply that writes nothing.)"""
     out = []
     for t in targets:
-        if host.netns is not None and not t.knob.netns_scoped(host):
-            out.append(KnobCheck(t.knob.kind, t.knob.obj, t.key, None, t.value,
-                                 KnobStatus.SKIPPED))  # fmt: skip
+        if host.view_netns is not None and not t.knob.netns_scoped(host):
+            # host-global: judged on the host, never missing or drift in a namespace
+            out.append(KnobCheck(t.knob.kind, t.knob.obj, t.key, t.knob.host_value(host),
+                                 t.value, KnobStatus.SKIPPED))  # fmt: skip
             continue
         cur = t.knob.read(host)
         if cur is None or t.knob.unsettable(host) is not None:

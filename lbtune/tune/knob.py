@@ -36,6 +36,11 @@ class Knob(abc.ABC):
         """True when a `--netns` run may change this knob (it belongs to the namespace)."""
         return self.per_netns
 
+    def host_value(self, host: Host) -> Optional[str]:
+        """The host's value of this host-global knob, read from a namespace's view; None
+        when that view cannot tell (the default: only sysctls say)."""
+        return None
+
     @property
     def ident(self) -> str:
         """Stable identity used in plans and journals: `kind:object`."""

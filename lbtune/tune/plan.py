@@ -111,6 +111,23 @@ def _order(t: Target) -> int:
     return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
 
 
+def host_global_row(host: Host, t: Target) -> Change:
+    """The SKIPPED row of a host-global knob in a namespace's view: never changed from
+    there, judged on the host. `current` is the host's value when the view can read it, and
+    `desired` what the profile's mode makes of it there (at least/at most: never a value
+    the mode would keep, so a hint built from it never lowers a higher host value)."""
+    current = t.knob.host_value(host)
+    desired = t.value
+    if current is not None and t.mode is not Mode.SET:
+        desired = bounded(current, t.value, t.mode, t.knob.ident)
+    return Change(t, current, desired, Action.SKIPPED)
+
+
+def in_place(c: Change) -> bool:
+    """A host-global row whose host value the profile already accepts."""
+    return c.current is not None and c.knob.same(c.current, c.desired)
+
+
 def make_plan(host: Host, profile: str, targets: Sequence[Target]) -> Plan:
     """Compare every target with the host's current value. Validates before reading.
 
@@ -129,8 +146,8 @@ def make_plan(host: Host, profile: str, targets: Sequence[Target]) -> Plan:
     rows: list[Change] = []
     created: dict[tuple[str, str], int] = {}  # (device, "rx"|"tx") -> queues after the plan
     for t in targets:
-        if host.netns is not None and not t.knob.netns_scoped(host):
-            rows.append(Change(t, None, t.value, Action.SKIPPED))
+        if host.view_netns is not None and not t.knob.netns_scoped(host):
+            rows.append(host_global_row(host, t))
             continue
         fixed = t.knob.unsettable(host)
         if fixed is not None:

@@ -77,7 +77,7 @@ def targets(runtime: Runtime, name: str, iface: Optional[str]) -> tuple[Profile,
 
     host = runtime.host()
     profile = load_profile(name, root=host.fs.root)
-    tgts = resolve(profile, LazyInventory(host), iface, in_netns=host.netns is not None)
+    tgts = resolve(profile, LazyInventory(host), iface, in_netns=host.view_netns is not None)
     return profile, refuse_unknown_sysctls(host, tgts)
 
 
@@ -104,8 +104,13 @@ def plan_profile(runtime: Runtime, name: str, iface: Optional[str]) -> Plan:
 
 
 def skipped_line(host: Host, plan: Plan) -> str:
-    """The host-global values a namespace run skipped, and how to set them on the host
-    ("" when none): `net.core.rmem_default (set on the host: sysctl -w ...=...)`."""
+    """The host-global values a namespace's view skipped, and what to do about each on the
+    host ("" when none). A value the host already has in the profile's terms (its mode: at
+    least/at most) is "in place"; a command to paste is given only for a value that must
+    change, at the value the mode makes of the host's (never below a higher host value); a
+    value the view cannot read is given as a bound, never as a command."""
+    from lbtune.tune.plan import Mode, in_place
+
     skipped = [c for c in plan.changes if c.action is Action.SKIPPED]
     if not skipped:
         return ""
@@ -113,15 +118,28 @@ def skipped_line(host: Host, plan: Plan) -> str:
     for c in skipped:
         what = c.knob.ident
         if c.knob.kind == "sysctl":
-            what = f"{c.knob.obj} (on the host: sysctl -w {c.knob.obj}={_quoted(c.desired)})"
+            obj = c.knob.obj
+            if in_place(c):
+                what = f"{obj} (in place on the host: {_quoted(_one_line(c.current))})"
+            elif c.current is None and c.target.mode is not Mode.SET:
+                bound = "at least" if c.target.mode is Mode.RAISE else "at most"
+                what = f"{obj} (on the host: {bound} {_quoted(c.desired)}; not readable here)"
+            else:
+                what = f"{obj} (on the host: sysctl -w {obj}={_quoted(c.desired)})"
         names.append(what)
+    where = f"namespace {host.view_netns}" if host.view_netns else "a namespace"
     return (
-        f"{len(skipped)} skipped: host-global, namespace {host.netns} cannot change "
+        f"{len(skipped)} skipped: host-global, {where} cannot change "
         f"{'it' if len(skipped) == 1 else 'them'}: " + "; ".join(names)
     )
 
 
+def _one_line(value: Optional[str]) -> str:
+    return " ".join((value or "").split())
+
+
 def _quoted(value: str) -> str:
+    value = _one_line(value)
     return f'"{value}"' if " " in value else value
 
 
@@ -130,8 +148,11 @@ def _refuse_all_skipped(host: Host, plan: Plan) -> None:
     host-global (skipped) or absent, none changes or is already in place. Exit 3 (needs a
     capability this host does not have) rather than "nothing to change" while the fault the
     profile was written for goes on."""
-    if host.netns is None or not any(c.action is Action.SKIPPED for c in plan.changes):
-        return
+    from lbtune.tune.plan import in_place
+
+    pending = [c for c in plan.changes if c.action is Action.SKIPPED and not in_place(c)]
+    if host.view_netns is None or not pending:
+        return  # (host-global values the host already has in the profile's terms are done)
     if any(c.action in (Action.CHANGE, Action.OK) for c in plan.changes):
         return
     raise NeedsPrivilege(
@@ -193,7 +214,7 @@ def apply_profile(
                 f"apply {stale.id} ({stale.profile}) was interrupted; run "
                 f"`{lbtune_command(host, 'rollback')}` first"
             )
-        tgts = resolve(profile, LazyInventory(host), iface, in_netns=host.netns is not None)
+        tgts = resolve(profile, LazyInventory(host), iface, in_netns=host.view_netns is not None)
         tgts = refuse_unknown_sysctls(host, tgts)
         plan = make_plan(host, profile.name, tgts)
         _refuse_all_skipped(host, plan)

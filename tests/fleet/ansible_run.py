@@ -17,17 +17,20 @@ BIN = pathlib.Path(sys.executable).parent
 
 
 def playbook(tmp: pathlib.Path, tasks: str, hosts: list[str], *flags: str,
-             keep: tuple[str, ...] = ()) -> dict[str, Any]:
+             keep: tuple[str, ...] = (), interpreter: str = "/usr/bin/python3",
+             path: str = "") -> dict[str, Any]:
     """Run `ansible-playbook` with `tasks` on one local host per namespace. The registered
     `r` (or, with `keep`, a dict of those registered names) is written to
-    RESULTS/<host>.json; returns the exit code, output, recap and those results."""
+    RESULTS/<host>.json; returns the exit code, output, recap and those results.
+    `interpreter` is the hosts' `ansible_python_interpreter`; `path` the PATH the modules
+    see (default: the venv's bin, where this lbtune is, then the caller's PATH)."""
     kept = "r" if not keep else "{" + ", ".join(f"'{k}': {k}" for k in keep) + "}"
     tmp.mkdir(parents=True, exist_ok=True)
     results = tmp / "results"
     results.mkdir(exist_ok=True)
     inv = tmp / "inventory.ini"
     inv.write_text("".join(
-        f"{n} ansible_connection=local ansible_python_interpreter=/usr/bin/python3 ns={n}\n"
+        f"{n} ansible_connection=local ansible_python_interpreter={interpreter} ns={n}\n"
         for n in hosts))
     play = tmp / "play.yml"
     body = "\n".join("    " + line if line else "" for line in tasks.splitlines())
@@ -51,7 +54,7 @@ def playbook(tmp: pathlib.Path, tasks: str, hosts: list[str], *flags: str,
                ANSIBLE_REMOTE_TEMP=str(tmp / "ansible-tmp"),
                ANSIBLE_NOCOLOR="1",
                ANSIBLE_RETRY_FILES_ENABLED="0",
-               PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+               PATH=path or f"{BIN}:{os.environ.get('PATH', '')}")
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(play), *flags],
                           capture_output=True, text=True, env=env, timeout=300)
     recap = {}

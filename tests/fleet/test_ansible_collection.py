@@ -237,3 +237,63 @@ def test_collection_installs_with_ansible_galaxy(tmp_path: pathlib.Path) -> None
                          env=dict(env, ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "cols")))
     assert doc.returncode == 0, doc.stderr
     assert "check_mode" in doc.stdout or "Check mode" in doc.stdout
+
+
+# A host set up with `make setup`: lbtune is CHECKOUT/.venv/bin/lbtune, on no PATH.
+BARE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TABBED = """\
+[profile]
+name = "fleet-tabs"
+description = "a value the kernel prints with tabs"
+
+[sysctl]
+"net.ipv4.tcp_rmem" = { value = "4097 131073 7000001", reason = "tabs; no kernel default" }
+"""
+
+
+def task_without_executable(profile: pathlib.Path) -> str:
+    return f"""\
+- name: lbtune profile
+  lbtune.fleet.lbtune_profile:
+    profile: {profile}
+    netns: "{{{{ ns }}}}"
+  register: r
+  ignore_errors: true
+"""
+
+
+def test_lbtune_off_path_is_found_beside_the_interpreter(tmp_path: pathlib.Path,
+                                                         namespaces: list[str]) -> None:
+    """docs/fleet.md's playbook on a host where lbtune is only in the venv `make setup`
+    made: with that venv's Python as the interpreter, no `executable:` is needed; the
+    values come back as plain strings (the kernel prints tcp_rmem with tabs)."""
+    assert shutil.which("lbtune", path=BARE_PATH) is None  # the case this test is about
+    prof = tmp_path / "fleet-tabs.toml"
+    prof.write_text(TABBED)
+    ns = namespaces[:1]
+    interp = str(BIN / "python")  # the venv's own, as `make setup` makes it
+    res = playbook(tmp_path / "venv", task_without_executable(prof), ns, "--check",
+                   interpreter=interp, path=BARE_PATH)
+    assert res["rc"] == 0, res["out"]
+    r = res["r"][ns[0]]
+    assert not r.get("failed"), r
+    (row,) = r["changes"]
+    assert row["object"] == "net.ipv4.tcp_rmem" and row["desired"] == "4097 131073 7000001"
+    assert row["current"] == sysctl(ns[0], "net.ipv4.tcp_rmem")
+    assert "\t" not in row["current"]
+
+
+def test_lbtune_nowhere_fails_saying_how_to_name_it(tmp_path: pathlib.Path,
+                                                    namespaces: list[str]) -> None:
+    """The system Python, lbtune on no PATH and no `executable:`: the task fails with one
+    line that says what to set, instead of `Failed to find required executable`."""
+    prof = tmp_path / "fleet-web.toml"
+    prof.write_text(PROFILE)
+    ns = namespaces[:1]
+    res = playbook(tmp_path / "none", task_without_executable(prof), ns, "--check",
+                   interpreter="/usr/bin/python3", path=BARE_PATH)
+    r = res["r"][ns[0]]
+    assert r.get("failed") is True, res["out"]
+    msg = r["msg"]
+    assert "executable" in msg and ".venv/bin/lbtune" in msg, msg
+    assert "ansible_python_interpreter" in msg and "\n" not in msg, msg

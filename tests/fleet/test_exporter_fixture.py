@@ -97,14 +97,21 @@ def test_profile_drift_is_the_drifted_knob_count_of_verify():
 
 
 def test_an_unreadable_source_is_reported_down_and_has_no_series(tmp_path):
+    """softnet_stat there but unreadable: down (0). nf_conntrack not loaded (its files
+    absent) and no IPVS (not a director): the host does not have them, which is not a
+    failure: no `lbtune_source_up` series at all, like their other series."""
     root = copy_host(tmp_path, DELL)
     for path in ("proc/net/stat/nf_conntrack", "proc/sys/net/netfilter/nf_conntrack_count",
                  "proc/sys/net/netfilter/nf_conntrack_max"):  # fmt: skip
         (root / path).unlink(missing_ok=True)
     (root / "proc/net/softnet_stat").write_text("garbage\n")
+    assert parse(_export(root))["lbtune_source_up"][frozenset({("source", "ipvs")})] == 1.0
+    (root / "proc/net/ip_vs_stats").unlink()  # not a director
     m = parse(_export(root))
     up = {dict(k)["source"]: v for k, v in m["lbtune_source_up"].items()}
-    assert up["conntrack"] == 0.0 and up["softnet"] == 0.0 and up["snmp"] == 1.0
+    assert up["softnet"] == 0.0 and up["snmp"] == 1.0
+    assert "conntrack" not in up and "ipvs" not in up
+    assert set(up.values()) == {0.0, 1.0} and [s for s, v in up.items() if v == 0] == ["softnet"]
     assert not any(k.startswith("lbtune_conntrack") for k in m)
     assert not any(k.startswith("lbtune_softnet") for k in m)
     causes = {dict(k)["cause"] for k in m["lbtune_drops_total"]}
@@ -188,3 +195,51 @@ def test_every_drop_cause_and_series_family_is_documented():
     short = {f.replace("lbtune_softnet_", "_") for f in COUNTER_FAMILIES}  # softnet rows abridge
     missing = [f for f in sorted(short) if f.startswith("lbtune_") and f"`{f}`" not in docs]
     assert missing == []
+
+
+def test_findings_by_level_and_the_finding_series_are_named_apart():
+    """`lbtune_findings` and `lbtune_finding` differed by one letter: the count per level is
+    `lbtune_findings_by_level` now (a gauge: not `_total`, and `_count` is reserved)."""
+    m = parse(_export(HOSTS / DELL))
+    assert "lbtune_findings" not in m
+    by_level = {dict(k)["level"]: v for k, v in m["lbtune_findings_by_level"].items()}
+    assert by_level == {"fail": 9.0, "warn": 5.0, "info": 0.0}
+    assert len(m["lbtune_finding"]) == 12  # 14 findings, two with the same labels
+
+
+def test_a_finding_without_a_port_is_labelled_by_its_protocol():
+    """Counters alone cannot name the port of `udp-no-port`: the finding says "udp port
+    unknown"; its label value is the protocol alone, `udp` (as `tcp` for timewait)."""
+    from lbtune.diagnose.finding import Finding
+    from lbtune.exporter.series import families
+    from lbtune.vocab import Level
+
+    host = Host.open(str(HOSTS / DELL))
+    sample = Sampler(host, None).take()
+    found = [Finding("udp-no-port", "UDP datagrams to a port nothing listens on", Level.WARN,
+                     "udp port unknown", "", 220, "datagrams", 73.1, (), ()),
+             Finding("tcp-no-port", "TCP segments to a port nothing listens on", Level.WARN,
+                     "tcp 10.0.0.5:443", "", 50, "segments", 20.0, (), ())]  # fmt: skip
+    fams = {f.name: f for f in families(Collection(Window(None, sample), found), Options(),
+                                        Totals())}  # fmt: skip
+    objects = {labels[2] for labels, _ in fams["lbtune_finding"].samples}
+    assert objects == {"udp", "tcp 10.0.0.5:443"}
+
+
+def test_host_wide_series_are_left_out_of_a_namespace_unless_asked(tmp_path):
+    """softnet_stat (and the cpu_backlog cause made of it) are the host's, whatever the
+    namespace: an exporter per namespace repeated them. In a namespace's view (a capture of
+    one here; `--netns` live) they are left out; `--host-series` puts them back."""
+    root = copy_host(tmp_path, DELL)
+    (root / "lbtune-capture.json").write_text(json.dumps({"netns": "web1"}))
+    m = parse(_export(root))
+    assert not any(k.startswith("lbtune_softnet") for k in m)
+    causes = {dict(k)["cause"] for k in m["lbtune_drops_total"]}
+    assert "cpu_backlog" not in causes and "accept_queue" in causes
+    up = {dict(k)["source"]: v for k, v in m["lbtune_source_up"].items()}
+    assert "softnet" not in up
+    m = parse(_export(root, "--host-series"))
+    assert len(m["lbtune_softnet_dropped_total"]) == 48
+    assert m["lbtune_drops_total"][frozenset({("cause", "cpu_backlog")})] == 94551
+    m = parse(_export(HOSTS / DELL))  # the host's own view: always there
+    assert len(m["lbtune_softnet_dropped_total"]) == 48

@@ -24,6 +24,10 @@ MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 T = TypeVar("T")
+# The namespace this process started in, kept open by enter_netns: the host's own view of the
+# host-global net.* sysctls that a namespace does not show (read_in_origin).
+_origin_fd: Optional[int] = None
+ORIGIN_READ_LIMIT = 65536
 _NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,254}")
 
 
@@ -89,13 +93,21 @@ def enter_netns(name: str, mount_tracefs: bool = False) -> None:
     path = netns_path(name)
     if os.geteuid() != 0:
         raise NeedsPrivilege(f"--netns {name}: entering a network namespace needs root")
+    global _origin_fd
     libc = _libc()
     _unshare_mounts(libc)
+    origin = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         _check(libc.setns(fd, CLONE_NEWNET), f"setns({path})")
+    except OSError:
+        os.close(origin)
+        raise
     finally:
         os.close(fd)
+    if _origin_fd is not None:
+        os.close(_origin_fd)
+    _origin_fd = origin
     libc.umount2(b"/sys", MNT_DETACH)  # may fail if /sys is not a mount point; fine
     _check(libc.mount(b"sysfs", b"/sys", b"sysfs", 0, None), "mount sysfs on /sys")
     if mount_tracefs:
@@ -103,6 +115,32 @@ def enter_netns(name: str, mount_tracefs: bool = False) -> None:
             libc.mount(b"nodev", b"/sys/kernel/tracing", b"tracefs", 0, None),
             "mount tracefs on /sys/kernel/tracing",
         )
+
+
+def read_in_origin(path: str) -> Optional[str]:
+    """File `path` (a `/proc/sys` entry) read as the namespace this process started in shows
+    it, after `enter_netns` moved the process: /proc/sys/net follows the reading thread's
+    namespace, so a short-lived thread joins the original one and reads there. None when
+    the process never entered a namespace or the file cannot be read there."""
+    import threading
+
+    origin = _origin_fd
+    if origin is None:
+        return None
+    out: list[Optional[str]] = [None]
+
+    def read() -> None:
+        try:
+            _check(_libc().setns(origin, CLONE_NEWNET), "setns(origin)")
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                out[0] = fh.read(ORIGIN_READ_LIMIT).rstrip("\n")  # as HostFS.read
+        except OSError:
+            out[0] = None
+
+    worker = threading.Thread(target=read, name="netns-origin", daemon=True)
+    worker.start()
+    worker.join()
+    return out[0]
 
 
 class NetnsThread:

@@ -160,16 +160,38 @@ def check_host() -> None:
         raise LabUnavailable("the VM lab needs root (a tap device in a throwaway netns)")
     if shutil.which("ip") is None:
         raise LabUnavailable("ip (iproute2) not found")
-    # the guest sees the host's / except /tmp and /run, where it mounts its own tmpfs; a path
-    # is used as given (PATH, PYTHONPATH) and followed through its symlinks: check both
+    # the guest sees the host's / except /tmp and /run, where it mounts its own tmpfs
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for what, given in (("Python", sys.executable), ("lbtune", here)):
-        for path in (os.path.abspath(given), os.path.realpath(given)):
-            if any(path == top or path.startswith(top + "/") for top in GUEST_OWN_DIRS):
-                raise LabUnavailable(
-                    f"the VM guest cannot run {what} from {path}: it mounts its own /tmp and "
-                    "/run over the host's (use a checkout and venv outside them)"
-                )
+        why = hidden_from_guest(what, given)
+        if why is not None:
+            raise LabUnavailable(why)
+
+
+def hidden_from_guest(what: str, given: str) -> Optional[str]:
+    """Why the VM guest cannot see `given` (`what`: "Python", "the checkout"), in one line,
+    or None. The guest mounts its own tmpfs on /tmp and /run over the host's; a path is
+    used as given (PATH, PYTHONPATH) and followed through its symlinks: both are checked."""
+    for path in (os.path.abspath(given), os.path.realpath(given)):
+        if any(path == top or path.startswith(top + "/") for top in GUEST_OWN_DIRS):
+            return (
+                f"the VM guest cannot run {what} from {path}: it mounts its own /tmp and "
+                "/run over the host's (use a checkout and venv outside them)"
+            )
+    return None
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m lbtune.lab.guests.vm CHECKOUT`: exit 2 with one line when the VM guest
+    could not see CHECKOUT (the Makefile's `vm-paths`, before set-up and any tier runs)."""
+    if len(argv) != 1:
+        print("usage: python -m lbtune.lab.guests.vm CHECKOUT", file=sys.stderr)
+        return 2
+    why = hidden_from_guest("the checkout", argv[0])
+    if why is not None:
+        print(f"the vm tier cannot run here: {why}", file=sys.stderr)
+        return 2
+    return 0
 
 
 # --------------------------------------------------------------------------- boot scripts
@@ -948,3 +970,7 @@ class VmGuest(Guest):
             "boot_seconds": round(self.boot_seconds, 2),
             "boots": self.boots,
         }
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

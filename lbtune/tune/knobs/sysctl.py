@@ -27,9 +27,37 @@ class SysctlKnob(Knob):
 
     def netns_scoped(self, host: Host) -> bool:
         # Global net.* entries (net.core.rmem_max, ...) show up read-only (0444) inside a
-        # namespace: they are the host's, not the namespace's.
+        # namespace, and some (net.core.netdev_max_backlog) not at all: they are the host's,
+        # not the namespace's.
+        if not self.per_netns:
+            return False
         mode = host.fs.file_mode(self.path)
-        return self.per_netns and (mode is None or bool(mode & 0o222))
+        if mode is None:
+            return not self.hidden_host_global(host)
+        return bool(mode & 0o222)
+
+    def hidden_host_global(self, host: Host) -> bool:
+        """True for a host-global `net.*` key a namespace's view does not show.
+
+        Live (`--netns`): the host's own namespace has it. In a namespace's capture, which
+        holds only the namespace's view: its directory is there (`net/core`) and it is not
+        a per-interface key (`net.ipv4.conf.eth9.*` is absent because eth9 is)."""
+        if host.view_netns is None:
+            return False
+        if host.is_live:
+            return host.read_host_view(self.path) is not None
+        parts = self.obj.split(".")
+        if len(parts) > 2 and parts[2] in ("conf", "neigh"):
+            return False
+        return host.fs.isdir(self.path.rpartition("/")[0])
+
+    def host_value(self, host: Host) -> Optional[str]:
+        """The host's value of a host-global key seen from a namespace's view: the
+        namespace shows it (fs.*, read-only net.*), or the host's own view does."""
+        value = host.fs.read(self.path)
+        if value is None:
+            value = host.read_host_view(self.path)
+        return value
 
     @property
     def interface(self) -> Optional[str]:
@@ -64,9 +92,9 @@ class SysctlKnob(Knob):
         `net.core.zz1`) is unknown: this kernel does not have it. A key whose whole family is
         absent (`net.sctp.*` without the sctp module, `net.ipv4.conf.eth9.*` without eth9)
         is not: it is planned as missing. Only the host's own namespace is judged: a
-        namespace shows only some of the host's net.* entries.
+        namespace shows only some of the host's net.* entries (a namespace's capture too).
         """
-        if host.netns is not None or host.fs.exists(self.path):
+        if host.view_netns is not None or host.fs.exists(self.path):
             return None
         if not host.fs.isdir(self.path.rpartition("/")[0]):
             return None

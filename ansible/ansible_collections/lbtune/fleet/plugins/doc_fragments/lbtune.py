@@ -22,7 +22,11 @@ options:
     type: path
   executable:
     description:
-      - Path of the C(lbtune) command. By default it is looked up in C(PATH),
-        C(/usr/local/bin) and C(/opt/lbtune/.venv/bin).
+      - Path of the C(lbtune) command. By default it is looked up beside the Python
+        that runs the module (so a venv's Python as C(ansible_python_interpreter) finds
+        that venv's lbtune), in C(/usr/local/bin), C(/opt/lbtune/.venv/bin),
+        C(/opt/lbtune/bin) and C(PATH), then as that Python's own C(lbtune) package.
+      - A checkout set up with C(make setup) has it at C(CHECKOUT/.venv/bin/lbtune),
+        on no C(PATH).
     type: path
 """

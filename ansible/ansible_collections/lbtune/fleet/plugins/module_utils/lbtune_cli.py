@@ -13,8 +13,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
+import sys
 
-# Where lbtune is looked for besides PATH: a pip --user install, a venv under /opt.
+# Where lbtune is looked for besides PATH: a pip --user install, a venv under /opt; and first
+# the bin directory of the Python running the module (ansible_python_interpreter): a venv's
+# Python finds that venv's lbtune (a checkout's `make setup` makes CHECKOUT/.venv).
 EXTRA_DIRS = ["/usr/local/bin", "/opt/lbtune/.venv/bin", "/opt/lbtune/bin"]
 
 # Options every module shares (merged into each module's argument_spec).
@@ -42,10 +46,7 @@ class Lbtune(object):
         self.module = module
         params = module.params
         exe = params.get("executable")
-        if exe:
-            self.exe = exe
-        else:
-            self.exe = module.get_bin_path("lbtune", required=True, opt_dirs=EXTRA_DIRS)
+        self.argv0 = [exe] if exe else find_lbtune(module)
         self.globals = []
         if params.get("root"):
             self.globals += ["--root", params["root"]]
@@ -57,7 +58,7 @@ class Lbtune(object):
 
         Raises LbtuneError unless rc is in ok_codes; the message is lbtune's own.
         """
-        argv = [self.exe] + self.globals + ["--json"] + list(args)
+        argv = self.argv0 + self.globals + ["--json"] + list(args)
         rc, out, err = self.module.run_command(argv, environ_update={"NO_COLOR": "1"})
         doc = None
         if out.strip():
@@ -78,10 +79,37 @@ class Lbtune(object):
         return rc, doc
 
 
+def find_lbtune(module):
+    """The command line of lbtune on this host: beside the module's Python, on PATH or in
+    EXTRA_DIRS, else that Python's own lbtune package (``python -m lbtune``); the task fails
+    with one line saying what to set when there is none."""
+    here = os.path.dirname(sys.executable) if sys.executable else ""
+    dirs = ([here] if here else []) + EXTRA_DIRS
+    path = module.get_bin_path("lbtune", required=False, opt_dirs=dirs)
+    if path:
+        return [path]
+    try:
+        from importlib.util import find_spec
+
+        if find_spec("lbtune") is not None and find_spec("click") is not None:
+            return [sys.executable, "-m", "lbtune"]
+    except (ImportError, ValueError):
+        pass
+    module.fail_json(msg="lbtune not found on PATH, in %s or beside the module's Python (%s):"
+                     " set the task's executable: to it (a checkout set up with `make setup`"
+                     " has CHECKOUT/.venv/bin/lbtune), or set ansible_python_interpreter to"
+                     " that venv's Python" % (", ".join(EXTRA_DIRS), sys.executable))
+
+
+def plain(value):
+    """A value as one plain line: the kernel prints some with tabs (tcp_rmem)."""
+    return None if value is None else " ".join(str(value).split())
+
+
 def knob_line(row, value_key):
     """One knob as a diff line: ``kind object = value``."""
-    value = row.get(value_key)
-    shown = "(absent)" if value is None else " ".join(str(value).split())
+    value = plain(row.get(value_key))
+    shown = "(absent)" if value is None else value
     return "%s %s = %s\n" % (row.get("kind"), row.get("object"), shown)
 
 

@@ -84,7 +84,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changes:
-  description: The knobs that changed (or would change, in check mode).
+  description: The knobs that changed (or would change, in check mode). Values are plain
+    strings with single spaces (the kernel prints some with tabs).
   returned: always
   type: list
   elements: dict
@@ -118,6 +119,7 @@ from ansible_collections.lbtune.fleet.plugins.module_utils.lbtune_cli import (
     Lbtune,
     LbtuneError,
     diff_of,
+    plain,
 )
 
 SKIP_REASON = {
@@ -127,7 +129,9 @@ SKIP_REASON = {
 
 
 def _short(row):
-    return dict((k, row.get(k)) for k in ("kind", "object", "current", "desired", "reason"))
+    out = dict((k, row.get(k)) for k in ("kind", "object", "reason"))
+    out.update(current=plain(row.get("current")), desired=plain(row.get("desired")))
+    return out
 
 
 def present(module, lb):
@@ -178,8 +182,8 @@ def absent(module, lb):
         later = [j["id"] for j in live[first:] if not _same_profile(j.get("profile"), name)]
         module.fail_json(msg="cannot roll back %s: applies of other profiles came after it (%s);"
                          " roll those back first" % (name, ", ".join(later)))
-    knobs = [dict(kind=k.get("kind"), object=k.get("object"), current=k.get("desired"),
-                  desired=k.get("original")) for j in top for k in j.get("knobs", [])]
+    knobs = [dict(kind=k.get("kind"), object=k.get("object"), current=plain(k.get("desired")),
+                  desired=plain(k.get("original"))) for j in top for k in j.get("knobs", [])]
     result.update(changed=True, rolled_back=[j["id"] for j in top], changes=knobs)
     if module._diff:
         result["diff"] = diff_of(knobs, "current", "desired", "lbtune rollback %s" % name)
