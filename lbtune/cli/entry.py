@@ -3,8 +3,9 @@
 `lbtune ipvs apply CONFIG [--json]` is handed to a running `lbtune ipvs serve` when there
 is one, and a repeated `lbtune ipvs apply CONFIG [--json]` (or `ipvs plan CONFIG [--json]`)
 that the last full apply recorded as a no-op is answered from that record: both by
-lbtune.cli.ipvs.fast, before the command line (click) and the planner are imported. Every
-other command, and every run neither can answer, runs lbtune.cli.main."""
+lbtune.cli.ipvs.fast, before the command line (click) and the planner are imported; so is
+`lbtune --help` (lbtune.cli.tophelp: the group's help as click renders it). Every other
+command, and every run none of them can answer, runs lbtune.cli.main."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ import sys
 
 def main() -> None:
     args = sys.argv[1:]
+    if args and args[0] in ("--help", "-h"):
+        from lbtune.cli.tophelp import try_help
+
+        code = try_help(args)
+        if code is not None:
+            sys.exit(code)
     if "apply" in args[:4] or "plan" in args[:4]:  # `ipvs apply|plan`, maybe after --json
         try:
             from lbtune.cli.ipvs.fast import try_noop, try_serve

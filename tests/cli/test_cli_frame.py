@@ -39,6 +39,65 @@ def test_help_imports_no_heavy_modules():
     assert json.loads(out.stdout.replace("'", '"')) == []
 
 
+def _lbtune(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m lbtune ARGS` as a user starts it (a fresh interpreter), with env added."""
+    import os
+
+    return subprocess.run([sys.executable, "-m", "lbtune", *args], capture_output=True,
+                          text=True, env={**os.environ, **env}, check=False)  # fmt: skip
+
+
+def test_the_top_help_printed_before_click_is_clicks_own(cli, monkeypatch):
+    """lbtune.cli.tophelp.TEXT is what click renders for `lbtune --help` at 80 columns and
+    wider: a changed option, docstring or command fails here (paste click's text there)."""
+    from lbtune.cli import tophelp
+
+    for width in ("80", "200"):
+        monkeypatch.setenv("COLUMNS", width)
+        r = cli("--help")
+        assert r.exit_code == 0
+        assert r.stdout == tophelp.TEXT, f"lbtune/cli/tophelp.py TEXT is now:\n{r.stdout}"
+
+
+def test_help_is_answered_without_importing_click():
+    code = (
+        "import sys\n"
+        "sys.argv = ['lbtune', '--help']\n"
+        "from lbtune.cli.entry import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as e:\n"
+        "    print(e.code, sorted(m for m in sys.modules if m.startswith('click')),"
+        " file=sys.stderr)\n"
+    )
+    import os
+
+    env = {**os.environ, "COLUMNS": "100"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       check=True)  # fmt: skip
+    assert r.stderr == "0 []\n"
+    from lbtune.cli import tophelp
+
+    assert r.stdout == tophelp.TEXT
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_from_a_fresh_process_is_the_same_text_either_way(flag):
+    from lbtune.cli import tophelp
+
+    fast = _lbtune(flag, COLUMNS="120")
+    assert (fast.returncode, fast.stdout, fast.stderr) == (0, tophelp.TEXT, "")
+    # a terminal narrower than 80 columns: click wraps it to the width
+    narrow = _lbtune(flag, COLUMNS="60")
+    assert narrow.returncode == 0 and narrow.stdout != tophelp.TEXT
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 58
+    assert narrow.stdout.split() == tophelp.TEXT.split()  # the same words
+    # a bad LBTUNE_* variable is still one line and exit 2, help or not
+    bad = _lbtune(flag, COLUMNS="120", LBTUNE_DEBUG="zz")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.startswith("lbtune: LBTUNE_DEBUG=") and bad.stderr.count("\n") == 1
+
+
 def test_unknown_command_is_usage_error(cli):
     r = cli("frobnicate")
     assert r.exit_code == ExitCode.USAGE

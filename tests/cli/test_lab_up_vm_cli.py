@@ -54,7 +54,7 @@ def test_lab_up_vm_without_an_image_is_exit_3_and_leaves_nothing(run_dir, tmp_pa
 def test_lab_up_vm_bad_boot_timeout_is_exit_2(run_dir, monkeypatch):
     monkeypatch.setenv(session.ENV_VM_BOOT_TIMEOUT, "soon")
     if os.geteuid() != 0:
-        pytest.skip("capability: the VM lab's root check comes first")
+        pytest.skip("needs root: the VM lab's root check comes first")
     r = run_cli("lab", "up", "--vm")
     assert r.exit_code == 2 and "LBTUNE_VM_BOOT_TIMEOUT" in r.stderr
     _one_line(r)
@@ -175,7 +175,7 @@ def test_in_lab_in_the_vm_guest(tmp_path, monkeypatch, env, cmdline, expected):
 def test_in_lab_on_this_host_with_the_env_marker_is_false(monkeypatch):
     monkeypatch.setenv("LBTUNE_IN_VM", "1")
     if guest.VM_CMDLINE_MARK in Path("/proc/cmdline").read_text().split():
-        pytest.skip("capability: this test runs on the host, not in the VM guest")
+        pytest.skip("host-only test: this kernel was booted by the VM lab")
     assert guest.in_lab() is False
 
 
@@ -187,7 +187,7 @@ def test_the_vm_boots_with_the_mark_in_lab_checks():
     assert CMDLINE_MARK in argv[argv.index("-append") + 1].split()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="capability: the VM lab checks need root")
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the VM lab checks need it")
 def test_a_python_under_tmp_is_refused_before_any_boot(monkeypatch, tmp_path):
     """The guest mounts its own /tmp and /run: a venv there would be invisible in it (the agent
     exited 127 when a checkout under /tmp booted); refused in one sentence instead."""

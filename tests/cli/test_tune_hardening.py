@@ -351,21 +351,34 @@ def test_root_given_as_a_symlink_to_a_tree_reads_the_tree(tmp_path, monkeypatch)
     assert files(root) == before
 
 
-def test_a_profile_setting_the_hostname_rolls_back_without_a_machine_id(tmp_path, monkeypatch):
+def test_a_journal_that_renamed_the_host_rolls_back_without_a_machine_id(tmp_path, monkeypatch):
+    """A profile may no longer set kernel.hostname (issue 31, defect 6:
+    tests/cli/test_profile_not_tuning.py), but an older lbtune's journal that renamed the host
+    is still this host's: it rolls back on a host without machine-id. Written here the way
+    that lbtune wrote it, by the engine below the profile layer."""
+    from lbtune.host.host import Host
+    from lbtune.tune.engine import apply_plan
+    from lbtune.tune.journal import StateDir
+    from lbtune.tune.knobs.sysctl import SysctlKnob
+    from lbtune.tune.plan import Target, make_plan
+
     monkeypatch.delenv("LBTUNE_STATE_DIR", raising=False)
     root = copy_host(tmp_path, KVM)
     assert not (root / "etc/machine-id").exists()
-    prof = tmp_path / "name.toml"
-    prof.write_text('[profile]\nname = "name"\n[sysctl]\n'
-                    '"kernel.hostname" = { value = "renamed", reason = "r" }\n')  # fmt: skip
     before = files(root)
-    assert run_cli("--root", str(root), "apply", str(prof)).exit_code == 0
+
+    def rename() -> None:
+        host = Host.open(str(root))
+        target = Target(SysctlKnob("kernel.hostname"), "renamed", "r", "sysctl.kernel.hostname")
+        assert apply_plan(host, make_plan(host, "name", [target]), StateDir(host)) is not None
+
+    rename()
     assert (root / "proc/sys/kernel/hostname").read_text() == "renamed\n"
     rb = run_cli("--root", str(root), "rollback")
     assert rb.exit_code == 0, rb.stderr
     assert files(root) == before
     # another host's name (not one this journal set or replaced) is still refused
-    assert run_cli("--root", str(root), "apply", str(prof)).exit_code == 0
+    rename()
     (root / "proc/sys/kernel/hostname").write_text("someone-else\n")
     assert "not this host's" in one_line_error(run_cli("--root", str(root), "rollback"))
 

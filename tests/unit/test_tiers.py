@@ -1,18 +1,21 @@
 """The tiers rule (tests/tiers.py), proved on a tiny suite run by a real pytest in a subprocess:
-under CI=true or LBTUNE_REQUIRE_TIERS=1 every skip fails with its reason, except a
-`capability:` skip; outside CI both kinds skip."""
+under CI=true or LBTUNE_REQUIRE_TIERS=1 every skip fails with its reason, except a skip for a
+documented kernel capability; outside CI every kind skips. The documented list is the one
+docs/testing.md shows, and every `capability:` reason in tests/ is on it."""
 
 from __future__ import annotations
 
+import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.tiers import required, skip_reason
+from tests.tiers import CAPABILITIES, CAPABILITY, documented_capability, required, skip_reason
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -33,6 +36,10 @@ def test_plain_skip():
 
 def test_capability_skip():
     pytest.skip("capability: this kernel has no TCP_LISTEN_OVERFLOW drop reason")
+
+
+def test_root_called_a_capability():
+    pytest.skip("capability: root (network namespaces)")
 
 
 @needs_tool
@@ -101,6 +108,10 @@ def test_under_ci_a_skip_fails_with_its_reason_and_a_capability_stays_skipped(
     assert r["test_plain_skip"][1].startswith("tier cannot run: needs root")
     assert r["test_capability_skip"] == (
         "skipped", "capability: this kernel has no TCP_LISTEN_OVERFLOW drop reason")
+    # root is not a kernel capability, whatever the reason says
+    assert r["test_root_called_a_capability"][0] == "failure"
+    assert r["test_root_called_a_capability"][1].startswith(
+        "tier cannot run: capability: root (network namespaces) (not a kernel capability")
     # skipif markers and fixture skips fail at setup (pytest calls that an error)
     assert r["test_marker_skip"][0] == "error"
     assert "tier cannot run: frobtool not installed" in r["test_marker_skip"][1]
@@ -119,6 +130,7 @@ def test_outside_ci_both_kinds_skip(tmp_path: pathlib.Path, env: dict[str, str])
     r = _run(tmp_path, env, "test_tiny.py")
     assert r["test_plain_skip"] == ("skipped", "needs root")
     assert r["test_capability_skip"][0] == "skipped"
+    assert r["test_root_called_a_capability"][0] == "skipped"
     assert r["test_marker_skip"] == ("skipped", "frobtool not installed (make setup)")
     assert r["test_fixture_skip"][0] == "skipped"
     assert r["test_passes"] == ("passed", "")
@@ -155,3 +167,39 @@ def test_the_lab_tier_fails_under_ci_when_the_lab_kernel_is_missing(tmp_path: pa
         assert result.tag == outcome
         assert "lab kernel unavailable: no lab kernel: /nonexistent not found" in result.get(
             "message", "")
+
+
+def test_the_documented_capabilities_are_the_ones_the_tiers_accept() -> None:
+    text = (REPO / "docs" / "testing.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^- `(capability: [^`]+)`", text, flags=re.M)
+    assert sorted(listed) == sorted(CAPABILITIES)
+
+
+def _capability_reasons(path: pathlib.Path) -> list[tuple[int, str]]:
+    """(line, text) of each string in `path` that starts with "capability:" (an f-string by
+    its leading literal part)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.JoinedStr) and node.values:
+            node = node.values[0]
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and node.value.startswith(CAPABILITY)):  # fmt: skip
+            out.append((node.lineno, node.value))
+    return out
+
+
+def test_every_capability_skip_in_the_tests_names_a_documented_capability() -> None:
+    """A reason that starts "capability:" names a documented kernel capability (root, a
+    program or the host/guest split would pass as one under CI otherwise)."""
+    tests = REPO / "tests"
+    here = pathlib.Path(__file__).resolve()
+    found, wrong = 0, []
+    for path in sorted(tests.rglob("*.py")):
+        if path.resolve() in (here, tests / "tiers.py"):  # the rule's own examples and list
+            continue
+        for line, text in _capability_reasons(path):
+            found += 1
+            if not documented_capability(text):
+                wrong.append(f"{path.relative_to(REPO)}:{line}: {text!r}")
+    assert found >= len(CAPABILITIES)  # the scan sees the skips (6 kinds, 7 places today)
+    assert not wrong, "undocumented capability skips:\n" + "\n".join(wrong)

@@ -14,7 +14,7 @@ from lbtune.host.kernel.sysctl import sysctl_path
 from lbtune.host.net.ifname import is_ifname
 from lbtune.tune.plan import Mode
 from lbtune.tune.profile.cpuexpr import MAX_EXPR, is_builtin_cpu_name, parse_cpu_expr
-from lbtune.tune.profile.limits import ANY_INT, FIELDS, FORBIDDEN_SYSCTLS, RANGES, STRINGS
+from lbtune.tune.profile.limits import ANY_INT, FIELDS, RANGES, STRINGS, not_tuning
 from lbtune.tune.profile.model import (
     CMDLINE_KEYS,
     DATA,
@@ -181,10 +181,9 @@ def _check_sysctlkey_text(key: str, where: _Where) -> None:
         sysctl_path(checked)
     except BadInput as e:
         raise where.bad(wkey, str(e)) from None
-    if key in FORBIDDEN_SYSCTLS or key.startswith("kernel.usermodehelper."):
-        raise where.bad(
-            wkey, "lbtune never sets this sysctl (it runs programs or weakens security)"
-        )
+    why = not_tuning(key)
+    if why is not None:
+        raise where.bad(wkey, f"not a tuning sysctl, lbtune never sets it: {why}")
 
 
 def _flatten(

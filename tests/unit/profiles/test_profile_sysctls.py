@@ -29,7 +29,6 @@ def _sysctl(key: str, value: str) -> str:
         ("net.ipv4.tcp_congestion_control", '"bbr; reboot"'),
         ("net.ipv4.tcp_congestion_control", '"name_longer_than_16"'),
         ("net.core.default_qdisc", '"fq codel"'),
-        ("kernel.hostname", '"web 01"'),
         ("net.ipv4.ip_local_reserved_ports", '"8080,x"'),
     ],
 )
@@ -50,7 +49,6 @@ def test_a_value_of_the_wrong_type_is_refused_when_read(key: str, value: str) ->
         ("net.core.default_qdisc", '"fq_codel"', "fq_codel"),
         ("net.core.rps_default_mask", '"ff,ffffffff"', "ff,ffffffff"),
         ("net.ipv4.ip_local_reserved_ports", '"8080,9000-9100"', "8080,9000-9100"),
-        ("kernel.hostname", '"web-01.example"', "web-01.example"),
     ],
 )
 def test_values_of_the_right_type_are_kept(key: str, value: str, stored: str) -> None:
