@@ -28,6 +28,20 @@ from pathlib import Path
 import psutil
 from results_io import run_meta, write_json, write_markdown
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/__init__.py",
+    "lbtune/__main__.py",
+    "lbtune/cli",
+    "lbtune/environ.py",
+    "lbtune/errors.py",
+    "lbtune/host",
+    "lbtune/vocab.py",
+    "lbtune/tui",
+    "lbtune/observe",
+    "lbtune/diagnose",
+    "probes",
+)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 NETUTILS_VENV = HERE / ".venv-netutils"

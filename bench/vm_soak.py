@@ -26,6 +26,19 @@ from dataclasses import dataclass, field
 
 from results_io import run_meta, write_json, write_markdown
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/__init__.py",
+    "lbtune/__main__.py",
+    "lbtune/cli",
+    "lbtune/environ.py",
+    "lbtune/errors.py",
+    "lbtune/host",
+    "lbtune/vocab.py",
+    "lbtune/lab",
+    "lbtune/tune",
+    "profiles",
+)
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
@@ -92,7 +105,7 @@ def soak_guest(cycles: int, describe: dict[str, object]) -> GuestRun:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--guests", type=int, default=3)
-    ap.add_argument("--cycles", type=int, default=20, help="apply+rollback cycles per guest")
+    ap.add_argument("--cycles", type=int, default=10, help="apply+rollback cycles per guest")
     ap.add_argument("--load", type=int, default=2, help="busy processes on the host")
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "vm_soak.json")
     args = ap.parse_args()
@@ -110,7 +123,8 @@ def main() -> int:
         for h in hogs:
             h.kill()
             h.wait()
-    meta = run_meta(args.guests, cycles=args.cycles, load=args.load, guest=describe)
+    meta = run_meta(args.guests, busy_processes=args.load, cycles=args.cycles, load=args.load,
+                    guest=describe)
     write_json(args.out, meta, runs)
 
     def med(values: list[float]) -> str:
