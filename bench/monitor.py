@@ -77,12 +77,12 @@ def pane_pid(name: str) -> int:
 
 
 def cpu_of(pid: int) -> float:
-    """CPU seconds of a process and all its descendants (living ones)."""
+    """CPU seconds of a process and all its descendants (living ones); NaN when it is gone."""
     try:
         p = psutil.Process(pid)
         procs = [p, *p.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0.0
+        return float("nan")
     total = 0.0
     for q in procs:
         try:
@@ -143,6 +143,11 @@ def main() -> int:
         time.sleep(2)
         tmux("kill-server")
     used = {case: after[case] - before[case] for case in cases}
+    gone = [case for case, u in used.items() if not u >= 0]  # NaN: exited; < 0: a child left
+    if gone:
+        print(f"bench/monitor.py: {', '.join(gone)} exited or lost a process during the window; "
+              "nothing written", file=sys.stderr)
+        return 1
     base = used["network-top"] or float("nan")
     results = [
         Result(case, round(u, 3), round(window, 1), round(u * 60 / window, 3), round(u / base, 3))
