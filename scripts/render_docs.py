@@ -555,6 +555,8 @@ figures({
     "probes.queues.ns": lambda: f"{_pr('lbtune probe queues')['ns_per_event']:.1f}",
     "probes.all.ns": lambda: f"{_pr('lbtune probe drops queues napi')['ns_per_event']:.1f}",
     "probes.drops.above_floor": lambda: f"{_pr('lbtune probe drops')['loss_cpu_pct'] - _pr('floor: empty program, skb:kfree_skb')['loss_cpu_pct']:.1f}",  # noqa: E501
+    "probes.pps_spread": lambda: (lambda r: f"{max(r) / min(r):.1f}")(
+        _pr("no probe")["rounds_pps"]),
     "probes.queues_floor": lambda: f"{_pr(_PROBE_ROWS[4][1])['loss_cpu_pct']:.1f}",
 })
 
