@@ -506,6 +506,25 @@ figures({
         _ad("adapt")["connections"]),
 })
 
+_SETTLE = 10.0  # seconds into a round: changes before it are settling, after it the wobble
+
+
+def _adapt_changes() -> list[list[float]]:
+    """Per adapt round, the times (s into the round) of its weight changes (adapt-raw.json)."""
+    doc = result("adapt-raw")
+    raw = doc.get("raw", doc)
+    return [[e["t"] for e in sc["events"] if e.get("kind") == "weight"]
+            for sc in raw["schemes"] if sc["scheme"] == "adapt"]  # fmt: skip
+
+
+figures({
+    "adapt.settled_s": lambda: f"{max(max((t for t in ts if t < _SETTLE), default=0.0) for ts in _adapt_changes()):.0f}",  # noqa: E501
+    "adapt.later_changes": lambda: (lambda k: {0: "never", 1: "once", 2: "twice"}.get(
+        k, f"{k} times"))(sum(1 for ts in _adapt_changes() for t in ts if t >= _SETTLE)),
+    "adapt.first_poll_changes": lambda: sum(sum(1 for t in ts if ts and t == min(ts))
+                                            for ts in _adapt_changes()),
+})
+
 # --- DR versus proxy (bench/lab.py) --------------------------------------------------------
 
 register("lab.table")(lambda: md_table("lab"))
