@@ -531,7 +531,17 @@ register("lab.table")(lambda: md_table("lab"))
 figures({
     "lab.rounds": lambda: meta("lab")["rounds"],
     "lab.duration": lambda: f"{meta('lab')['duration']:.0f}",
+    "lab.dr_vs_proxy": lambda: _dr_vs_proxy(),
 })
+
+def _dr_vs_proxy() -> str:
+    ratios = []
+    for threads in sorted({r["threads"] for r in result("lab")["results"]}):
+        dr, proxy = (row("lab", mode=m, threads=threads)["rps"] for m in ("dr", "proxy"))
+        ratios.append(dr / proxy)
+    lo, hi = min(ratios), max(ratios)
+    return f"{lo:.1f}" if round(lo, 1) == round(hi, 1) else f"{lo:.1f}-{hi:.1f}"
+
 
 # --- monitor (bench/monitor.py) ------------------------------------------------------------
 
