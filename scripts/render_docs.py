@@ -493,22 +493,46 @@ figures({
     "adapt.errors": lambda: _ad("adapt")["errors"],
     "adapt.rr.rps": lambda: f"{_ad('rr')['rps']:.0f}",
     "adapt.rr.p99_s": lambda: f"{_ad('rr')['p99_ms'] / 1000:.1f}",
-    "adapt.rr.errors": lambda: _ad("rr")["errors"],
     "adapt.wlc.rps": lambda: f"{_ad('wlc')['rps']:.0f}",
-    "adapt.wlc.p50": lambda: f"{_ad('wlc')['p50_ms']:.0f}",
     "adapt.wlc.p99_s": lambda: f"{_ad('wlc')['p99_ms'] / 1000:.0f}",
-    "adapt.adapt.p50": lambda: f"{_ad('adapt')['p50_ms']:.0f}",
     "adapt.adapt.p99_s": lambda: f"{_ad('adapt')['p99_ms'] / 1000:.1f}",
     "adapt.adapt.weights": lambda: "/".join(f"{v:.0f}" for _k, v in sorted(
         _ad("adapt")["weights"].items())),
     "adapt.adapt.changes": lambda: _ad("adapt")["weight_changes"],
+    "adapt.goal": lambda: _adapt_goal(),
+    "adapt.rr.timeouts": lambda: (lambda e: "no request hit wrk's 10 s timeout" if not e else
+                                  f"{e} requests hit wrk's 10 s timeout")(_ad("rr")["errors"]),
+    "adapt.median": lambda: _adapt_median(),
+    "adapt.wlc.rs3_conns": lambda: f"{_ad('wlc')['connections']['rs3']:.0f}",
     "adapt.rr.rs3_conns": lambda: f"{_ad('rr')['connections']['rs3']:.0f}",
     "adapt.wlc.conns": lambda: (lambda c: f"{c['rs3']:.0f} vs {c['rs1']:.0f}")(
         _ad("wlc")["connections"]),
-    "adapt.adapt.conns": lambda: (lambda c: f"{c['rs3']:.0f} vs "
-                                  f"{min(c['rs1'], c['rs2']):.0f}-{max(c['rs1'], c['rs2']):.0f}")(
+    "adapt.adapt.conns": lambda: (lambda c: f"{c['rs3']:.0f} vs " + (
+        f"{c['rs1']:.0f}" if round(c["rs1"]) == round(c["rs2"])
+        else f"{min(c['rs1'], c['rs2']):.0f}-{max(c['rs1'], c['rs2']):.0f}"))(
         _ad("adapt")["connections"]),
 })
+
+def _adapt_goal() -> str:
+    r = meta("adapt")["ratios"]
+    rps, p99 = r["rps_vs_best_static"] >= 1.0, r["p99_vs_best_static"] <= 1.0
+    errors = _ad("adapt")["errors"] == 0
+    if rps and p99 and errors:
+        return "is met here, by " + ("a small margin" if r["rps_vs_best_static"] < 1.05
+                                     else "a clear margin") + " on req/s and " + (
+            "a large one" if r["p99_vs_best_static"] < 0.5 else "a small one") + " on p99"
+    missed = [w for w, ok in (("req/s", rps), ("p99", p99), ("errors", errors)) if not ok]
+    return f"is not met here on {' and '.join(missed)}" + (
+        ", by less than 5 %" if missed == ["req/s"] and r["rps_vs_best_static"] > 0.95 else "")
+
+
+def _adapt_median() -> str:
+    a, w = _ad("adapt")["p50_ms"], _ad("wlc")["p50_ms"]
+    if a > w:
+        return (f"The price is the median: more connections wait on rs1 and rs2 (p50 {a:.0f} ms "
+                f"vs {w:.0f} ms).")
+    return f"The median did not pay for it in this run (p50 {a:.0f} ms vs {w:.0f} ms)."
+
 
 _SETTLE = 10.0  # seconds into a round: changes before it are settling, after it the wobble
 
@@ -525,6 +549,9 @@ figures({
     "adapt.settled_s": lambda: f"{max(max((t for t in ts if t < _SETTLE), default=0.0) for ts in _adapt_changes()):.0f}",  # noqa: E501
     "adapt.later_changes": lambda: (lambda k: {0: "never", 1: "once", 2: "twice"}.get(
         k, f"{k} times"))(sum(1 for ts in _adapt_changes() for t in ts if t >= _SETTLE)),
+    "adapt.wobble": lambda: "smoothing and the deadband keep the load's wobble out" if sum(
+        1 for ts in _adapt_changes() for t in ts if t >= _SETTLE) <= 3
+    else "the smoothing and the deadband did not keep this run's wobble out",
     "adapt.first_poll_changes": lambda: sum(sum(1 for t in ts if ts and t == min(ts))
                                             for ts in _adapt_changes()),
 })
