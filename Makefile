@@ -1,5 +1,5 @@
 # Two commands on a fresh Debian 12 machine: `make demo` and `make test` (see README).
-.PHONY: setup vm-paths test demo lint unit lab vm bench bench-suite clean
+.PHONY: setup vm-paths test demo lint unit lab vm bench bench-suite bench-check docs-check clean
 
 VENV := .venv
 TOX := $(VENV)/bin/tox
@@ -42,6 +42,7 @@ demo: setup
 	else $(VENV)/bin/lbtune probe drops napi --duration 3 || true; fi
 	$(VENV)/bin/lbtune lab run --duration 10
 
+# Every bench script (tests/unit/test_bench_settings.py checks the list), then the stale check.
 bench: setup
 	$(VENV)/bin/python bench/run.py
 	$(VENV)/bin/python bench/tune.py
@@ -61,6 +62,18 @@ bench: setup
 	$(VENV)/bin/python bench/vm_apply.py
 	$(VENV)/bin/python bench/lab_up_vm.py
 	$(VENV)/bin/python bench/vm_rx.py
+	$(VENV)/bin/python bench/vm_soak.py
+	$(VENV)/bin/python scripts/render_docs.py --write
+	$(VENV)/bin/python bench/check.py
+
+# Which results in bench/results were measured at code that has changed since (exit 1 lists
+# them: re-measure those before a release); --json for a machine-readable list.
+bench-check:
+	python3 bench/check.py
+
+# README and docs numbers are rendered from bench/results: exit 1 lists what differs.
+docs-check:
+	python3 scripts/render_docs.py --check
 
 # The whole suite's time: `CI=true make test` in a fresh clone (~30 min; not part of `make bench`).
 bench-suite: setup

@@ -28,6 +28,18 @@ from typing import Any, Optional
 
 from results_io import run_meta, write_json, write_markdown
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/__init__.py",
+    "lbtune/__main__.py",
+    "lbtune/cli",
+    "lbtune/environ.py",
+    "lbtune/errors.py",
+    "lbtune/host",
+    "lbtune/vocab.py",
+    "lbtune/ipvs",
+    "lbtune/lab",
+)
+
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
@@ -74,7 +86,6 @@ def main() -> int:
 
     doc = run_adaptive_lab(cfg, show)
     out = pathlib.Path(args.out)
-    out.with_name(out.stem + "-raw.json").write_text(json.dumps(doc) + "\n")
     names = [n for n, _a, _r in doc["servers"]]
     addr_of = {a: n for n, a, _r in doc["servers"]}
     by: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
@@ -129,6 +140,9 @@ def main() -> int:
                     mix="50% 1 KiB, 40% 256 KiB, 10% 768 KiB, Connection: close",
                     ratios=ratios, addresses=addr_of)  # fmt: skip
     write_json(out, meta, cases)
+    # the guest's own samples and events, under the same meta (bench/check.py reads it)
+    raw = {"meta": meta, "raw": doc}
+    out.with_name(out.stem + "-raw.json").write_text(json.dumps(raw) + "\n")
     _markdown(out, meta, cases, names, ratios)
     return 0
 

@@ -33,6 +33,19 @@ import zipfile
 
 from results_io import run_meta, write_markdown
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/__init__.py",
+    "lbtune/__main__.py",
+    "lbtune/cli",
+    "lbtune/environ.py",
+    "lbtune/errors.py",
+    "lbtune/host",
+    "lbtune/vocab.py",
+    "lbtune/tune",
+    "profiles",
+    "ansible",
+)
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 BIN = pathlib.Path(sys.executable).parent

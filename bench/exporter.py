@@ -33,6 +33,20 @@ from typing import Optional
 import psutil
 from results_io import run_meta, write_json, write_markdown
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/__init__.py",
+    "lbtune/__main__.py",
+    "lbtune/cli",
+    "lbtune/environ.py",
+    "lbtune/errors.py",
+    "lbtune/host",
+    "lbtune/vocab.py",
+    "lbtune/exporter",
+    "lbtune/observe",
+    "lbtune/diagnose",
+    "tests/data/hosts/dell-r750-mlx5-ixgbe",
+)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = HERE / "results" / "exporter.json"

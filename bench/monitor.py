@@ -28,6 +28,20 @@ from pathlib import Path
 import psutil
 from results_io import run_meta, write_json, write_markdown
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/__init__.py",
+    "lbtune/__main__.py",
+    "lbtune/cli",
+    "lbtune/environ.py",
+    "lbtune/errors.py",
+    "lbtune/host",
+    "lbtune/vocab.py",
+    "lbtune/tui",
+    "lbtune/observe",
+    "lbtune/diagnose",
+    "probes",
+)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 NETUTILS_VENV = HERE / ".venv-netutils"
@@ -62,21 +76,29 @@ def pane_pid(name: str) -> int:
     return int(tmux("display", "-p", "-t", name, "#{pane_pid}").strip())
 
 
-def cpu_of(pid: int) -> float:
-    """CPU seconds of a process and all its descendants (living ones)."""
+def cpu_of(pid: int) -> dict[int, float]:
+    """CPU seconds per process of the tree under `pid` (itself and its living descendants):
+    its own user + system and its reaped children's. Empty when `pid` is gone."""
     try:
         p = psutil.Process(pid)
         procs = [p, *p.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
+        return {}
+    out: dict[int, float] = {}
     for q in procs:
         try:
             t = q.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
+            out[q.pid] = t.user + t.system + t.children_user + t.children_system
         except psutil.NoSuchProcess:
             pass
-    return total
+    return out
+
+
+def used_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU the tree used between two `cpu_of` readings, per process that is still there (a
+    process that ended in between is in its parent's reaped children's time once waited
+    for: short-lived helpers are counted, whole, through their parent)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
 def udp_load(stop: threading.Event, rate: int) -> None:
@@ -128,7 +150,12 @@ def main() -> int:
             tmux("send-keys", "-t", f"m{i}", "q")
         time.sleep(2)
         tmux("kill-server")
-    used = {case: after[case] - before[case] for case in cases}
+    gone = [case for case in cases if pids[case] not in after[case]]
+    if gone:
+        print(f"bench/monitor.py: {', '.join(gone)} exited during the window; nothing written",
+              file=sys.stderr)
+        return 1
+    used = {case: used_between(before[case], after[case]) for case in cases}
     base = used["network-top"] or float("nan")
     results = [
         Result(case, round(u, 3), round(window, 1), round(u * 60 / window, 3), round(u / base, 3))

@@ -42,6 +42,19 @@ from typing import Optional
 
 from results_io import run_meta, write_json, write_markdown
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/__init__.py",
+    "lbtune/__main__.py",
+    "lbtune/cli",
+    "lbtune/environ.py",
+    "lbtune/errors.py",
+    "lbtune/host",
+    "lbtune/vocab.py",
+    "lbtune/observe",
+    "probes",
+    "bench/udpflood.c",
+)
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 A_IP, B_IP, PORT = "10.88.0.1", "10.88.0.2", 9000

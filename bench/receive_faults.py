@@ -28,6 +28,10 @@ from dataclasses import dataclass
 
 from results_io import run_meta, write_json, write_markdown
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "tests/netns/faults.py",
+)
+
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 

@@ -26,6 +26,18 @@ from pathlib import Path
 
 from results_io import run_meta, write_json, write_markdown
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune",
+    "probes",
+    "profiles",
+    "tests",
+    "ansible",
+    "scripts",
+    "tox.ini",
+    "Makefile",
+    "pyproject.toml",
+)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 # tox's summary: "  vm: OK (1687.59=setup[16.80]+cmd[1670.79] seconds)"

@@ -31,6 +31,19 @@ import time
 
 from results_io import run_meta
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/__init__.py",
+    "lbtune/__main__.py",
+    "lbtune/cli",
+    "lbtune/environ.py",
+    "lbtune/errors.py",
+    "lbtune/host",
+    "lbtune/vocab.py",
+    "lbtune/tune",
+    "profiles",
+    "tests/data/hosts/dell-r750-mlx5-ixgbe",
+)
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 FIXTURE = ROOT / "tests" / "data" / "hosts" / "dell-r750-mlx5-ixgbe"

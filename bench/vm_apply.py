@@ -5,13 +5,15 @@ virtio-net, eth1 an e1000e), then runs in the guest: `lbtune apply lb-dr --iface
 traffic into eth0 from the host side of its tap so every remaining queue IRQ fires (x86 moves
 an IRQ at its next interrupt), the queue IRQ table, `lbtune verify`, a second apply,
 `lbtune rollback`, and the e1000e rings profile of tests/vm. Writes the commands and their
-output, as they ran, to bench/results/vm-apply.md. Needs root (the VM lab does).
+output, as they ran, to bench/results/vm_apply.md, and each command's exit status and the
+run's meta (bench/results_io.py) to vm_apply.json. Needs root (the VM lab does).
 
     .venv/bin/python bench/vm_apply.py
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.vm, as the guest has it
 
+from bench.results_io import run_meta
 from lbtune.lab.guests.vm import VmGuest
 from tests.vm.test_vm_apply import (
     GUEST_ADDR,
@@ -27,11 +30,26 @@ from tests.vm.test_vm_apply import (
     fire_queue_irqs,
 )
 
-OUT = Path(__file__).resolve().parent / "results" / "vm-apply.md"
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/__init__.py",
+    "lbtune/__main__.py",
+    "lbtune/cli",
+    "lbtune/environ.py",
+    "lbtune/errors.py",
+    "lbtune/host",
+    "lbtune/vocab.py",
+    "lbtune/tune",
+    "lbtune/lab",
+    "profiles",
+    "tests/vm",
+)
+
+OUT = Path(__file__).resolve().parent / "results" / "vm_apply.md"
 
 
 def main() -> int:
     lines: list[str] = []
+    steps: list[dict[str, object]] = []
     start = time.monotonic()
     # no_timer_check: an overloaded host can make TCG miss the IO-APIC timer check (a panic)
     with VmGuest.boot(cmdline_extra=("no_timer_check",), timeout=1200) as vm:
@@ -49,6 +67,7 @@ def main() -> int:
 
         def run(argv: list[str]) -> None:
             r = vm.run(argv, timeout=1200)
+            steps.append({"argv": argv, "exit": r.returncode})
             lines.extend(["```", f"# {' '.join(argv)}   (exit {r.returncode})"])
             lines.extend((r.stdout + r.stderr).rstrip().splitlines())
             lines.extend(["```", ""])
@@ -68,8 +87,12 @@ def main() -> int:
         run(["ethtool", "-g", "eth1"])
         run(["lbtune", "rollback"])
         run(["lbtune", "plan", str(PROFILES / "rings-virtio-512.toml")])
-    lines.append(f"Session: {time.monotonic() - start:.0f} s wall clock including the boot.")
+    session = round(time.monotonic() - start)
+    lines.append(f"Session: {session} s wall clock including the boot.")
     OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    meta = run_meta(1, guest=d, session_seconds=session)
+    doc = {"meta": meta, "results": steps}
+    OUT.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     print(OUT)
     return 0
 

@@ -31,6 +31,11 @@ from results_io import run_meta, write_json, write_markdown
 from lbtune.lab.guests.vm import VmGuest
 from tests.vm.test_fix_loop_vm import GUEST0, GUEST2, HOST0, HOST2, T, host_flood, host_ip, host_mac
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/lab",
+    "tests/vm/host_traffic.py",
+)
+
 HERE = Path(__file__).resolve().parent
 WINDOW = 10.0
 

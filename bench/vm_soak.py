@@ -39,6 +39,19 @@ from dataclasses import dataclass, field
 
 from results_io import run_meta, write_json, write_markdown
 
+MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
+    "lbtune/__init__.py",
+    "lbtune/__main__.py",
+    "lbtune/cli",
+    "lbtune/environ.py",
+    "lbtune/errors.py",
+    "lbtune/host",
+    "lbtune/vocab.py",
+    "lbtune/lab",
+    "lbtune/tune",
+    "profiles",
+)
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
@@ -162,6 +175,7 @@ def main() -> int:
     wall = time.monotonic() - started
     meta = run_meta(
         args.guests,
+        busy_processes=args.load,
         guests=args.guests,
         minutes=args.minutes,
         load=args.load,
