@@ -161,6 +161,15 @@ figures({
     "suite.make_test_min": lambda: f"{meta('suite')['wall_seconds'] / 60:.1f}",
 })
 
+# --- start-up (bench/run.py) -------------------------------------------------------------
+
+figures({
+    "startup.help.ratio": lambda: f"{row('startup', name='lbtune --help')['ratio']:.2f}x",
+    "startup.version.ratio": lambda: (
+        f"{row('startup', name='lbtune --version (the click group)')['ratio']:.2f}x"),
+    "startup.commit": lambda: meta("startup")["commit"],
+})
+
 # --- VM soak (bench/vm_soak.py) ------------------------------------------------------------
 
 def _arm(arm: str) -> dict[str, Any]:
