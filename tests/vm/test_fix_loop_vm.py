@@ -376,11 +376,12 @@ def irq_window(
 
 def irq_control(vm: VmGuest) -> dict[str, Any]:
     """The same host traffic into eth0 as irq_window's, for CONTROL_S seconds and without a
-    diagnose window: the deltas of the guest's readings over it."""
+    diagnose window: the deltas of the guest's readings over all of it (read before it
+    starts and after it ends: a request to a flooded guest under TCG is slow)."""
+    before = vm.call(T + "snapshot", ["eth0"])
     with host_flood(vm, GUEST0) as sent:
-        before = vm.call(T + "snapshot", ["eth0"])
         time.sleep(CONTROL_S)
-        after = vm.call(T + "snapshot", ["eth0"])
+    after = vm.call(T + "snapshot", ["eth0"])
     assert sent["sent"] > 0, sent
     return deltas(before, after)
 
