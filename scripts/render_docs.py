@@ -161,6 +161,39 @@ figures({
     "suite.make_test_min": lambda: f"{meta('suite')['wall_seconds'] / 60:.1f}",
 })
 
+# --- proven fixes (tests/fixloops.py: the fix loops' own declarations) ----------------------
+
+
+def _fixloops() -> Any:
+    import tests.fixloops as fixloops  # imports the loop modules; runs nothing
+
+    return fixloops
+
+
+def _unproven() -> str:
+    missing = _fixloops().unproven_profile_fix_rules()
+    if not missing:
+        return "every one has its loop"
+    return "not proven by a loop: " + "; ".join(f"`{r}` ({why})" for r, why in missing.items())
+
+
+def _tiers() -> str:
+    counts: dict[str, int] = {}
+    for _rule, tier in _fixloops().proven_fixes():
+        counts[tier] = counts.get(tier, 0) + 1
+    names = {"netns": "namespace", "lab": "UML lab", "vm": "VM lab"}
+    return ", ".join(f"{names.get(t, t)} {n}" for t, n in counts.items())
+
+
+figures({
+    "fixloops.proven": lambda: len(_fixloops().proven_fixes()),
+    "fixloops.profile_fix": lambda: len(_fixloops().profile_fix_rules()),
+    "fixloops.tiers": _tiers,
+    "fixloops.unproven": _unproven,
+    "fixloops.no_profile_fix": lambda: ", ".join(
+        f"`{r}` ({why})" for r, why in _fixloops().no_profile_fix_rules().items()),
+})
+
 # --- start-up (bench/run.py) -------------------------------------------------------------
 
 figures({

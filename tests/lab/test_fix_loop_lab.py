@@ -5,10 +5,13 @@ rmem_default belong to the kernel, not to a network namespace: `lbtune --netns` 
 them, and a test must never set them on the host. So the loop runs in the UML lab kernel
 (tests/lab/guest/fix_loop.py, one boot for every rule): the fault sets the faulty value and
 is triggered inside `lbtune diagnose --write-profile`; the profile holds the fix and lints
-clean; `plan` shows it, `apply` makes it; the same load again, proven to have arrived by a
-second counter it moves (the fault's `arrival`: softnet processed, Tcp.PassiveOpens,
-Udp.InDatagrams), moves the fault's own kernel counter by nothing and the rule stays
-quiet; `verify` exits 0 and `rollback` gives back the values from before the apply.
+clean; the control: the same load without the fix moves the fault's counter again, every
+part of it counted (arrived or lost), so the counter does not stop by itself; `plan` shows
+the fix, `apply` makes it; the same load again, proven to have arrived by a second counter
+it moves (the fault's `arrival`: softnet processed, Tcp.PassiveOpens, Udp.InDatagrams),
+moves the fault's own kernel counter by nothing and the rule stays quiet; `verify` exits 0
+and `rollback` gives back the values from before the apply. The loops are declared in
+tests/lab/guest/fix_loop.py's LOOPS, each with its rule (tests/fixloops.py counts them).
 """
 
 from __future__ import annotations
@@ -21,18 +24,9 @@ import pytest
 
 from lbtune.tune.lint import lint_profile
 from lbtune.tune.profile import load_profile
+from tests.lab.guest.fix_loop import LOOPS, LabLoop
 
 pytestmark = pytest.mark.lab
-
-# rule -> the profile key its fix sets
-KEYS = {
-    "cpu-backlog-drop": "sysctl.net.core.netdev_max_backlog",
-    "time-squeeze": "sysctl.net.core.netdev_budget",
-    "conntrack-full": "sysctl.net.netfilter.nf_conntrack_max",
-    "orphan-overflow": "sysctl.net.ipv4.tcp_max_orphans",
-    "tcp-memory-pressure": "sysctl.net.ipv4.tcp_mem",
-    "udp-rcvbuf-errors": "sysctl.net.core.rmem_default",
-}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +34,7 @@ def loops() -> dict[str, dict[str, Any]]:
     from lbtune.lab.guests.uml import LabUnavailable, run_in_lab
 
     try:
-        res = run_in_lab("tests.lab.guest.fix_loop:run", sorted(KEYS), timeout=600)
+        res = run_in_lab("tests.lab.guest.fix_loop:run", [lp.rule for lp in LOOPS], timeout=1500)
     except LabUnavailable as e:
         pytest.skip(f"lab kernel unavailable: {e}")
     return {lp["rule"]: lp for lp in res.value["loops"]}
@@ -55,12 +49,14 @@ def findings(run: dict[str, Any]) -> list[dict[str, Any]]:
     return list(json.loads(run["stdout"])["findings"])
 
 
-@pytest.mark.parametrize("rule", sorted(KEYS))
+@pytest.mark.parametrize("loop", LOOPS, ids=[lp.rule for lp in LOOPS])
 def test_host_global_fix_stops_the_counter(
-    loops: dict[str, dict[str, Any]], rule: str, tmp_path: pathlib.Path
+    loops: dict[str, dict[str, Any]], loop: LabLoop, tmp_path: pathlib.Path
 ) -> None:
+    rule, key = loop.rule, loop.key
     lp = loops[rule]
-    key, counter = KEYS[rule], lp["counter"]
+    counter = lp["counter"]
+    assert counter == loop.counter
     # 1. the fault counted, diagnosed, written as a profile that lints clean
     assert moved(lp["truth1"], counter) > 0, lp["truth1"]
     first = [f for f in findings(lp["first"]) if f["rule"] == rule]
@@ -74,7 +70,14 @@ def test_host_global_fix_stops_the_counter(
     assert lint_profile(prof) == []
     wanted = dict(prof.settings())[key]
     assert wanted.value == fixes[0]["desired"] and wanted.reason, wanted
-    # 2. plan shows the change, apply makes it
+    # 2. the control: the same load without the fix moves the fault's counter again, and
+    # every part of it was counted, arrived (the arrival counter) or lost (the fault's)
+    control = lp["control"]
+    assert control["attempted"] == lp["truth1"]["attempted"] > 0, control
+    assert moved(control, counter) > 0, (counter, control)
+    counted = moved(control, control["arrival"]) + moved(control, counter)
+    assert counted >= control["attempted"], (control["arrival"], counted, control)
+    # 3. plan shows the change, apply makes it
     assert lp["plan"]["exit"] == 0, lp["plan"]["stderr"]
     rows = {c["key"]: c for c in json.loads(lp["plan"]["stdout"])["changes"]}
     assert rows[key]["action"] == "change", rows[key]
@@ -82,7 +85,7 @@ def test_host_global_fix_stops_the_counter(
     sysctl = key.split(".", 1)[1]
     assert lp["applied"][sysctl] == rows[key]["desired"], (lp["applied"], rows[key])
     assert lp["before_apply"][sysctl] != lp["applied"][sysctl]
-    # 3. the same load again: it arrived (the fault's positive-control counter moved by at
+    # 4. the same load again: it arrived (the fault's positive-control counter moved by at
     # least what was sent), yet the fault's counter does not move and the rule is quiet
     arrival, attempted = lp["truth2"]["arrival"], lp["truth2"]["attempted"]
     assert arrival and attempted > 0, lp["truth2"]
@@ -90,7 +93,7 @@ def test_host_global_fix_stops_the_counter(
     assert moved(lp["truth2"], counter) == 0, (counter, lp["truth2"])
     assert lp["truth2"]["attempted"] == lp["truth1"]["attempted"]
     assert [f for f in findings(lp["second"]) if f["rule"] == rule] == []
-    # 4. verify, and rollback gives back every value from before the apply
+    # 5. verify, and rollback gives back every value from before the apply
     assert lp["verify"]["exit"] == 0, lp["verify"]["stdout"]
     assert lp["rollback"]["exit"] == 0, lp["rollback"]["stderr"]
     assert lp["after_rollback"] == lp["before_apply"]

@@ -3,14 +3,19 @@
 For every rule whose fix is a per-namespace knob: the fault (tests/netns/faults.py) is set
 up in a throwaway namespace and triggered inside `lbtune --netns NS diagnose --duration 2
 --json --write-profile P.toml`; the rule must fire and the profile must hold its fix (and
-lint clean). `lbtune --netns NS plan P.toml` shows the change, `apply P.toml` makes it; the
-application restarts where its limit is fixed at listen() time (as the finding says); the
-SAME load is triggered again inside a second diagnose window: a second kernel counter the
-load itself moves (the fault's `arrival`: Tcp.PassiveOpens, Udp.NoPorts...) proves it
-arrived, and the fault's kernel counter does not move (the fault's own reading, not
-lbtune's) and the rule stays quiet. `verify`
-exits 0, and `rollback` gives every per-namespace sysctl back the value it had before the
-apply (read with `ip netns exec`, not by lbtune).
+lint clean). The control: before anything is applied, the SAME load once more (the
+application restarted first where the loop restarts it) moves the fault's counter again
+(for the gauge, ephemeral-ports: the connect() error happens again), and every part of it
+is counted, arrived or lost, so a still counter after the fix is the fix's doing and not a
+fault that stops by itself. `lbtune --netns NS plan P.toml` shows the change, `apply P.toml`
+makes it; the application restarts where its limit is fixed at listen() time (as the
+finding says); the SAME load is triggered again inside a second diagnose window: a second
+kernel counter the load itself moves (the fault's `arrival`: Tcp.PassiveOpens,
+Udp.NoPorts...) proves it arrived, and the fault's kernel counter does not move (the
+fault's own reading, not lbtune's) and the rule stays quiet. `verify` exits 0, and
+`rollback` gives every per-namespace sysctl back the value it had before the apply (read
+with `ip netns exec`, not by lbtune). The loops are declared in LOOPS (each names its rule:
+tests/fixloops.py counts them from there).
 
 Rules whose fix is not a per-namespace knob are not here: host-global sysctls
 (netdev_max_backlog, netdev_budget, nf_conntrack_max, tcp_max_orphans, tcp_mem,
@@ -31,6 +36,7 @@ import pytest
 from lbtune.tune.lint import lint_profile
 from lbtune.tune.profile import load_profile
 from tests.conftest import CliResult, run_cli
+from tests.fixloops import FixLoop
 from tests.netns import faults as F
 from tests.netns.test_tune_cli_netns import ns_sysctls
 
@@ -44,8 +50,7 @@ def _preimport() -> None:
 
 
 @dataclass(frozen=True)
-class Loop:
-    rule: str
+class Loop(FixLoop):
     fault: Callable[[], F.Fault]
     counter: Optional[str]  # the fault's kernel counter that must stop moving
     keys: tuple[str, ...]  # profile keys the written profile must set (and apply changes)
@@ -133,6 +138,26 @@ def diagnose_while(netns: str, bg: F.Background, *extra: str) -> tuple[CliResult
     return res, bg.truth()
 
 
+def lost(loop: Loop, truth: F.Truth) -> int:
+    """What the load lost by the fault's own reading: its counter's movement, or for the
+    gauge (no counter) the connect() calls that failed."""
+    if loop.counter is None:
+        return sum(truth.details["connect_errors"].values())
+    assert loop.counter in truth.after, truth  # the fault read it
+    return truth.delta(loop.counter)
+
+
+def assert_control(loop: Loop, truth: F.Truth) -> None:
+    """The same load without the fix: the fault bites again, and every part of the load is
+    counted, arrived (the arrival counter) or lost (the fault's counter)."""
+    if loop.counter is None:
+        assert truth.details["connect_errors"].get("EADDRNOTAVAIL", 0) >= 1, truth.details
+    assert lost(loop, truth) > 0, (loop.counter, truth)
+    assert truth.arrival and truth.attempted > 0, truth
+    counted = truth.delta(truth.arrival) + lost(loop, truth)
+    assert counted >= truth.attempted, (truth.arrival, counted, truth)
+
+
 def hits(res: CliResult, rule: str) -> list[dict[str, Any]]:
     assert res.exit_code in (0, 1), res.stderr
     return [f for f in res.json["findings"] if f["rule"] == rule]
@@ -164,7 +189,14 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
         assert set(loop.keys) <= set(settings), (loop.keys, list(settings))
         assert lint_profile(prof) == []
 
-        # 2. plan shows the change, apply makes it
+        # 2. the control: the same load again without the fix (no diagnose window: the
+        # counters are the fault's own readings) still moves the fault's counter
+        if loop.restart:
+            bg.restart()
+        bg.trigger()
+        assert_control(loop, bg.truth())
+
+        # 3. plan shows the change, apply makes it
         plan = run_cli("--netns", netns, "plan", str(profile), "--json")
         assert plan.exit_code == 0, plan.stderr
         changing = {c["key"] for c in plan.json["changes"] if c["action"] == "change"}
@@ -176,7 +208,7 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
         if loop.restart:
             bg.restart()
 
-        # 3. the same load again: it arrived (the positive control moved by at least what
+        # 4. the same load again: it arrived (the positive control moved by at least what
         # was sent), yet the fault's counter does not move and the rule is quiet
         second, truth2 = diagnose_while(netns, bg, *probes)
         assert truth2.arrival and truth2.attempted > 0, truth2
@@ -190,7 +222,7 @@ def test_fault_diagnose_profile_apply_and_the_counter_stops(
             assert truth2.details["connect_errors"] == {}, truth2.details
         assert hits(second, loop.rule) == [], hits(second, loop.rule)
 
-        # 4. verify, then rollback gives back what the namespace had before the apply
+        # 5. verify, then rollback gives back what the namespace had before the apply
         verify = run_cli("--netns", netns, "verify", str(profile))
         assert verify.exit_code == 0, verify.stdout + verify.stderr
         rollback = run_cli("--netns", netns, "rollback")

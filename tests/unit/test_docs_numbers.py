@@ -7,10 +7,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
+import re
 import sys
 from types import ModuleType
 
 import pytest
+
+from tests import fixloops
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -72,3 +75,20 @@ def test_every_key_used_is_registered_and_every_registered_key_is_used() -> None
 def test_every_result_records_its_commit(path: pathlib.Path) -> None:
     meta = json.loads(path.read_text()).get("meta", {})
     assert meta.get("commit") and meta["commit"] != "unknown", path.name
+
+
+FIX_COUNT = re.compile(r"\b\d+ of (?:the )?\d+ rules\b|\b\d+ fix loops\b|\(\d+ of \d+[;)]")
+
+
+def test_the_proven_fix_count_is_only_ever_the_rendered_one() -> None:
+    """README, docs and CHANGELOG state the proven-fix count only inside a rendered region
+    (tests/fixloops.py's, from the loops' own declarations): a count typed by hand, such as
+    the "17 of the 18 rules" this project once said in one place and "15 of the 18" in
+    another, fails here."""
+    files = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    typed = []
+    for path in files:
+        outside = render.REGION.sub("", path.read_text())
+        typed += [f"{path.name}: {m.group(0)}" for m in FIX_COUNT.finditer(outside)]
+    assert typed == []
+    assert render.REGISTRY["fixloops.proven"]() == str(len(fixloops.proven_fixes()))

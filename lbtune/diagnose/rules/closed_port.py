@@ -97,7 +97,7 @@ def port_fixes(proto: str, where: str) -> list[Fix]:
     ]
 
 
-@rule("udp-no-port", "UDP datagrams to a port with no socket (NO_SOCKET)")
+@rule("udp-no-port", "UDP datagrams to a port with no socket (NO_SOCKET)", profile_fix=False)
 def udp_no_port(ctx: Context) -> Iterator[Finding]:
     w = ctx.window
     n4, n6 = w.snmp("Udp.NoPorts"), w.snmp("Udp6.NoPorts")
@@ -129,7 +129,11 @@ def udp_no_port(ctx: Context) -> Iterator[Finding]:
     )
 
 
-@rule("tcp-no-listener", "TCP segments answered with a reset: no socket for them (NO_SOCKET)")
+@rule(
+    "tcp-no-listener",
+    "TCP segments answered with a reset: no socket for them (NO_SOCKET)",
+    profile_fix=False,
+)
 def tcp_no_listener(ctx: Context) -> Iterator[Finding]:
     w = ctx.window
     resets = w.snmp("Tcp.OutRsts")
@@ -158,6 +162,7 @@ def tcp_no_listener(ctx: Context) -> Iterator[Finding]:
     "addr-not-local",
     "packets to an address this host does not have, dropped (not forwarding): a DR real "
     "server without the VIP on lo",
+    profile_fix=False,
 )
 def addr_not_local(ctx: Context) -> Iterator[Finding]:
     w = ctx.window

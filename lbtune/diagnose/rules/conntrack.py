@@ -97,7 +97,11 @@ def _table_fix(ctx: Context, needed: int) -> Fix:
     )
 
 
-@rule("conntrack-insert-failed", "conntrack entries failed to insert (races, clashes)")
+@rule(
+    "conntrack-insert-failed",
+    "conntrack entries failed to insert (races, clashes)",
+    profile_fix=False,
+)
 def conntrack_insert_failed(ctx: Context) -> Iterator[Finding]:
     n = ctx.window.conntrack("insert_failed")
     if n <= 0:

@@ -207,7 +207,11 @@ def nic_rx_drop(ctx: Context) -> Iterator[Finding]:
             yield from _netdev_drops(ctx, d, skew)
 
 
-@rule("nic-policer", "cloud NIC allowance exceeded: packets shaped or dropped by the platform")
+@rule(
+    "nic-policer",
+    "cloud NIC allowance exceeded: packets shaped or dropped by the platform",
+    profile_fix=False,
+)
 def nic_policer(ctx: Context) -> Iterator[Finding]:
     for d in ctx.window.nics():
         dmap = driver_map(d.driver)

@@ -4,6 +4,9 @@ A rule is a pure function of a `Context` (a window of samples, the topology and 
 declares the configuration values it judges by (`sysctls`, sysfs `paths`, `*` for every
 entry of a directory) and whether it needs connected TCP sockets (`receivers`), so the
 sampler reads exactly those at sampling time; `sample_spec` collects them for a set of rules.
+It also declares whether its findings can carry a fix `lbtune apply` makes (`profile_fix`:
+a profile line); a rule whose every fix is the application's, the platform's or made by hand
+says `profile_fix=False` (tests/unit/diagnose/test_fix_profiles.py holds every rule to it).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Rule:
     sysctls: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
     receivers: bool = False
+    profile_fix: bool = True
 
     @property
     def config(self) -> tuple[str, ...]:
@@ -54,11 +58,14 @@ def rule(
     sysctls: Sequence[str] = (),
     paths: Sequence[str] = (),
     receivers: bool = False,
+    profile_fix: bool = True,
 ) -> Callable[[RuleFn], RuleFn]:
     """Register a rule (see the module docstring for what it declares)."""
 
     def register(fn: RuleFn) -> RuleFn:
-        RULES.append(Rule(rule_id, summary, fn, tuple(sysctls), tuple(paths), receivers))
+        RULES.append(
+            Rule(rule_id, summary, fn, tuple(sysctls), tuple(paths), receivers, profile_fix)
+        )
         return fn
 
     return register

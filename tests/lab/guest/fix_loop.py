@@ -3,11 +3,15 @@
 The sysctls these fixes set belong to the kernel, not to a network namespace, so the loop
 runs in the guest's init namespace (a kernel of its own, never the host's): for each rule,
 a fault from tests.netns.faults sets the faulty value and is triggered inside `lbtune
-diagnose --json --write-profile`; `plan` and `apply` take the profile; the application
-restarts where the limit is taken when a socket is made; the same load runs again inside a
-second window; then `verify` and `rollback`. The values of every global sysctl involved
-are read before the apply and after the rollback, and put back after each rule (the next
-rule starts from the guest's defaults).
+diagnose --json --write-profile`; the control, the same load once more without the fix
+(the application restarted first where the loop restarts it), outside any window; `plan`
+and `apply` take the profile; the application restarts where the limit is taken when a
+socket is made; the same load runs again inside a second window; then `verify` and
+`rollback`. The values of every global sysctl involved are read before the apply and after
+the rollback, and put back after each rule (the next rule starts from the guest's defaults).
+
+The loops are declared in LOOPS (each names its rule: tests/fixloops.py counts them from
+there); tests/lab/test_fix_loop_lab.py runs one test per loop over the same list.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ import dataclasses
 import os
 import pathlib
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
+
+from tests.fixloops import FixLoop
+from tests.netns import faults as F
 
 GLOBAL_KEYS = (
     "net.core.netdev_max_backlog",
@@ -32,74 +40,104 @@ GLOBAL_KEYS = (
 )
 
 
-def _scenarios() -> dict[str, tuple[Callable[[], Any], str, bool]]:
-    """rule -> (fault, the fault's counter that must stop, restart after apply)."""
-    from tests.netns import faults as F
+@dataclass(frozen=True)
+class LabLoop(FixLoop):
+    fault: Callable[[], F.Fault]
+    counter: str  # the fault's kernel counter that must stop moving
+    key: str  # the profile key the fix sets
+    restart: bool = False  # the limit is taken when a socket is made: restart the application
 
-    return {
-        "cpu-backlog-drop": (lambda: F.BacklogFlood(max_backlog=8), "softnet dropped", False),
-        "time-squeeze": (lambda: F.BacklogFlood(budget=8), "softnet time_squeeze", False),
-        "conntrack-full": (
-            lambda: F.ConntrackFull(max_entries=16, conns=24, tracker="tc", close_timeout=1),
-            "conntrack stat drop",
-            True,
-        ),
-        "orphan-overflow": (lambda: F.OrphanFlood(max_orphans=4), "TcpExt.TCPAbortOnMemory", False),
-        "tcp-memory-pressure": (lambda: F.TcpMemPressure(), "TcpExt.TCPMemoryPressures", False),
-        "udp-rcvbuf-errors": (
-            lambda: F.UdpDefaultRcvbuf(datagrams=300),
-            "Udp.RcvbufErrors",
-            True,
-        ),
-    }
+
+LOOPS = [
+    LabLoop(
+        "conntrack-full",
+        lambda: F.ConntrackFull(max_entries=16, conns=24, tracker="tc", close_timeout=1),
+        "conntrack stat drop",
+        "sysctl.net.netfilter.nf_conntrack_max",
+        restart=True,
+    ),
+    LabLoop(
+        "cpu-backlog-drop",
+        lambda: F.BacklogFlood(max_backlog=8),
+        "softnet dropped",
+        "sysctl.net.core.netdev_max_backlog",
+    ),
+    LabLoop(
+        "orphan-overflow",
+        lambda: F.OrphanFlood(max_orphans=4),
+        "TcpExt.TCPAbortOnMemory",
+        "sysctl.net.ipv4.tcp_max_orphans",
+    ),
+    LabLoop(
+        "tcp-memory-pressure",
+        lambda: F.TcpMemPressure(),
+        "TcpExt.TCPMemoryPressures",
+        "sysctl.net.ipv4.tcp_mem",
+    ),
+    LabLoop(
+        "time-squeeze",
+        lambda: F.BacklogFlood(budget=8),
+        "softnet time_squeeze",
+        "sysctl.net.core.netdev_budget",
+    ),
+    LabLoop(
+        "udp-rcvbuf-errors",
+        lambda: F.UdpDefaultRcvbuf(datagrams=300),
+        "Udp.RcvbufErrors",
+        "sysctl.net.core.rmem_default",
+        restart=True,
+    ),
+]
+BY_RULE = {lp.rule: lp for lp in LOOPS}
 
 
 def read_globals() -> dict[str, Optional[str]]:
-    from tests.netns.faults import read_sysctl
-
     out: dict[str, Optional[str]] = {}
     for k in GLOBAL_KEYS:
         try:
-            out[k] = read_sysctl(k)
+            out[k] = F.read_sysctl(k)
         except OSError:
             out[k] = None
     return out
 
 
 def _put_back(values: dict[str, Optional[str]]) -> None:
-    from tests.netns.faults import write_global_sysctl
-
     for k, v in values.items():
         if v is not None:
             with contextlib.suppress(OSError):  # read-only here (conntrack buckets, some)
-                write_global_sysctl(k, v)
+                F.write_global_sysctl(k, v)
 
 
 def _window(bg: Any, args: list[str]) -> tuple[Any, Any]:
     """A diagnose run with the fault inside its window: triggered after the first sample,
     the later samples wait for its result (trigger_in_window)."""
     from tests.conftest import run_cli
-    from tests.netns.faults import trigger_in_window
 
-    with trigger_in_window(bg):
+    with F.trigger_in_window(bg):
         res = run_cli(*args)
     return res, bg.truth()
 
 
 def _loop(rule: str, duration: float) -> dict[str, Any]:
     from tests.conftest import run_cli
-    from tests.netns.faults import Background
 
-    make, counter, restart = _scenarios()[rule]
+    loop = BY_RULE[rule]
     profile = f"/tmp/fix-{rule}.toml"
     diag = ["diagnose", "--duration", f"{duration:g}", "--json"]
-    out: dict[str, Any] = {"rule": rule, "counter": counter}
+    out: dict[str, Any] = {"rule": rule, "counter": loop.counter}
     t0 = time.monotonic()
-    with Background(None, make(), timeout=30) as bg:
+    # a bound on each wait for the fault child (setup, a trigger), not a timing claim: on a
+    # loaded 2-core machine the backlog flood's 20 veth pairs took over 30 s to set up
+    with F.Background(None, loop.fault(), timeout=120) as bg:
         first, truth1 = _window(bg, [*diag, "--write-profile", profile])
         out["first"] = {"exit": first.exit_code, "stdout": first.stdout, "stderr": first.stderr}
         out["truth1"] = dataclasses.asdict(truth1)
         out["profile"] = pathlib.Path(profile).read_text() if os.path.exists(profile) else None
+        # the control: the same load without the fix, outside any window
+        if loop.restart:
+            bg.restart()
+        bg.trigger()
+        out["control"] = dataclasses.asdict(bg.truth())
         plan = run_cli("plan", profile, "--json")
         out["plan"] = {"exit": plan.exit_code, "stdout": plan.stdout, "stderr": plan.stderr}
         out["before_apply"] = read_globals()
@@ -107,7 +145,7 @@ def _loop(rule: str, duration: float) -> dict[str, Any]:
         out["apply"] = {"exit": applied.exit_code, "stdout": applied.stdout,
                         "stderr": applied.stderr}  # fmt: skip
         out["applied"] = read_globals()
-        if restart:
+        if loop.restart:
             bg.restart()
         second, truth2 = _window(bg, diag)
         out["second"] = {"exit": second.exit_code, "stdout": second.stdout,
@@ -130,7 +168,7 @@ def run(rules: Optional[list[str]] = None, duration: float = 2.0) -> Any:
     run_cli("diagnose", "--duration", "0.1", "--json")  # imports warm before the windows
     defaults = read_globals()
     loops = []
-    for rule in rules or list(_scenarios()):
+    for rule in rules or list(BY_RULE):
         try:
             loops.append(_loop(rule, duration))
         finally:

@@ -6,8 +6,9 @@ over them in the kernel's own formats) are diagnosed with `lbtune --root COPY di
 `load_profile` (value, mode and the finding's one-line reason), say the same value and mode
 as the fix, lint clean (`lint_profile`, against that host's inventory too) and resolve on
 the host. A fix that `lbtune apply` makes (scope profile, or host from a namespace) has
-lines; one made elsewhere (application, platform, manual) has none. Rules with no profile
-fix at all are listed, with why, in NO_PROFILE_FIX.
+lines; one made elsewhere (application, platform, manual) has none. A rule has lines in
+some case exactly when the registry says its findings can carry a profile fix
+(`Rule.profile_fix`); the rules without one are listed, with why, in tests/fixloops.py.
 """
 
 from __future__ import annotations
@@ -23,15 +24,7 @@ from lbtune.host.inventory import discover_host
 from lbtune.tune.lint import lint_profile
 from lbtune.tune.profile import load_profile, resolve
 from tests.conftest import AWS, DELL, HOSTS, KVM, TINY, copy_host, run_cli
-
-NO_PROFILE_FIX = {
-    "nic-policer": "the cloud platform's allowance: a bigger instance, no host setting",
-    "conntrack-insert-failed": "a race in the clients' UDP pattern: resolver options or "
-    "NOTRACK, made by hand",
-    "udp-no-port": "nothing listens on the port: the application (or the VIP on lo) fixes it",
-    "tcp-no-listener": "nothing listens on the port: the application (or the VIP on lo) fixes it",
-    "addr-not-local": "the VIP on lo of a DR real server: an address, added by hand",
-}
+from tests.fixloops import NO_PROFILE_FIX
 
 Files = Callable[[], dict[str, str]]
 
@@ -190,7 +183,7 @@ CASES: dict[str, list[tuple[str, Files]]] = {
 
 def test_every_rule_has_a_case() -> None:
     assert set(CASES) == {r.id for r in RULES}
-    assert set(NO_PROFILE_FIX) <= set(CASES)
+    assert set(NO_PROFILE_FIX) == {r.id for r in RULES if not r.profile_fix}
 
 
 def _findings(tmp_path: pathlib.Path, rule: str, host: str, files: Files) -> tuple[Any, Any]:
@@ -244,7 +237,9 @@ def test_profile_lines_of_every_rule_load_and_lint_clean(tmp_path: pathlib.Path,
                 if fix["profile"]:
                     with_lines += 1
                     _check_snippet(tmp_path / f"case{i}", fix, inv)
-    if rule in NO_PROFILE_FIX:
-        assert with_lines == 0, rule
+    (declared,) = [r.profile_fix for r in RULES if r.id == rule]
+    if declared:
+        assert with_lines > 0, f"{rule}: profile_fix=True, but no fix with a profile line"
     else:
-        assert with_lines > 0, f"{rule}: no fix with a profile line in any case"
+        assert with_lines == 0, f"{rule}: profile_fix=False, yet a fix with a profile line"
+        assert NO_PROFILE_FIX.get(rule), f"{rule}: no reason in tests/fixloops.NO_PROFILE_FIX"
