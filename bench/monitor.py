@@ -127,7 +127,7 @@ def main() -> int:
     lbtune = str(ROOT / ".venv" / "bin" / "lbtune")
     cases = {
         "lbtune monitor --no-probes": f"{lbtune} monitor --interval 1 --no-probes",
-        "network-top": f"{nt} -i 1",
+        "network-top": f"{nt} -i 1 -n -1",  # its default stops after 60 renews
     }
     if os.geteuid() == 0:
         cases["lbtune monitor (probes)"] = f"{lbtune} monitor --interval 1"
