@@ -29,13 +29,7 @@ from typing import Any, Optional
 from results_io import run_meta, write_json, write_markdown
 
 MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
-    "lbtune/__init__.py",
-    "lbtune/__main__.py",
-    "lbtune/cli",
-    "lbtune/environ.py",
-    "lbtune/errors.py",
-    "lbtune/host",
-    "lbtune/vocab.py",
+    "@cli",  # the command line every run starts (bench/check.py GROUPS)
     "lbtune/ipvs",
     "lbtune/lab",
 )

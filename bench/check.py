@@ -5,7 +5,8 @@ Usage: python bench/check.py [--json] [--root DIR]
 Every result JSON's `meta` names the script that wrote it (`script`) and the commit the
 measured code was at (`commit`, from bench/results_io.py). Every bench script declares, in a
 module-level `MEASURES` tuple, the paths (files or directories, from the repository's top)
-whose code it measures. A result is listed as:
+whose code it measures; an entry `@NAME` stands for the paths of GROUPS[NAME] (`@cli`: the
+command line every lbtune run starts, declared once here). A result is listed as:
 
 - `stale`: the script's MEASURES changed between the result's commit and HEAD (`git diff
   --quiet COMMIT HEAD -- PATHS` fails), or the result measured uncommitted code (`+dirty`);
@@ -34,6 +35,11 @@ from typing import Any, Optional
 
 TOP = Path(__file__).resolve().parent.parent
 FAILING = ("stale", "no-commit", "no-script", "no-meta")
+# Named sets of paths a script's MEASURES may name as "@NAME" (one place for a shared list).
+GROUPS: dict[str, tuple[str, ...]] = {
+    "@cli": ("lbtune/__init__.py", "lbtune/__main__.py", "lbtune/cli", "lbtune/environ.py",
+             "lbtune/errors.py", "lbtune/host", "lbtune/vocab.py"),
+}
 
 
 @dataclass
@@ -47,7 +53,8 @@ class Status:
 
 
 def measures(script: Path) -> Optional[tuple[str, ...]]:
-    """The literal module-level `MEASURES` tuple of a bench script (None when it has none)."""
+    """The module-level `MEASURES` tuple of a bench script, a literal, with its `@NAME`
+    groups expanded (None when it has none, or names a group GROUPS does not have)."""
     try:
         tree = ast.parse(script.read_text())
     except (OSError, SyntaxError):
@@ -63,9 +70,11 @@ def measures(script: Path) -> Optional[tuple[str, ...]]:
                 paths = ast.literal_eval(value)
             except ValueError:
                 return None
-            if isinstance(paths, tuple) and paths and all(isinstance(p, str) for p in paths):
-                return paths
-            return None
+            if not (isinstance(paths, tuple) and paths and all(isinstance(p, str) for p in paths)):
+                return None
+            if any(p.startswith("@") and p not in GROUPS for p in paths):
+                return None
+            return tuple(q for p in paths for q in (GROUPS[p] if p.startswith("@") else (p,)))
     return None
 
 

@@ -40,13 +40,7 @@ from dataclasses import dataclass, field
 from results_io import run_meta, write_json, write_markdown
 
 MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
-    "lbtune/__init__.py",
-    "lbtune/__main__.py",
-    "lbtune/cli",
-    "lbtune/environ.py",
-    "lbtune/errors.py",
-    "lbtune/host",
-    "lbtune/vocab.py",
+    "@cli",  # the command line every run starts (bench/check.py GROUPS)
     "lbtune/lab",
     "lbtune/tune",
     "profiles",

@@ -151,3 +151,13 @@ def test_run_meta_records_commit_machine_and_load() -> None:
     load = meta["host_load"]
     assert len(load["start"]) == 3 and len(load["end"]) == 3 and load["busy_processes"] == 2
     assert meta["rounds"] == 3 and meta["extra"] == "x"
+
+
+def test_a_group_in_measures_expands_and_an_unknown_one_is_no_measures(
+    tmp_path: pathlib.Path,
+) -> None:
+    script = tmp_path / "a.py"
+    script.write_text('MEASURES = ("@cli", "lbtune/lab")\n')
+    assert check.measures(script) == (*check.GROUPS["@cli"], "lbtune/lab")
+    script.write_text('MEASURES = ("@nosuch", "lbtune/lab")\n')
+    assert check.measures(script) is None
