@@ -13,7 +13,9 @@ Which real server answered: the first configured real-server address found in th
 (a web server that prints its own address, a TCP banner), else the real server whose IPVS
 connection count grew during that exchange. IPVS statistics are updated by the kernel's
 rate estimator every 2 seconds, so the counters after the run are read once that period
-has passed.
+has passed; a loaded host runs the estimator late, so while the connection count is still
+short of the answered exchanges they are read again, one period apart, until two reads
+agree (at most SETTLE_PERIODS more periods).
 
 Which real server did not: on the director, IPVS's connection table
 (/proc/net/ip_vs_conn) says where it sent each failed exchange (found by the client's
@@ -34,6 +36,7 @@ neighbour entry of that server:
 from __future__ import annotations
 
 import errno
+import functools
 import re
 import time
 from dataclasses import dataclass
@@ -52,6 +55,7 @@ from lbtune.ipvs.config import DirectorConfig, VirtualService
 from lbtune.vocab import Level
 
 ESTIMATOR_PERIOD_S = 2.0  # net/netfilter/ipvs/ip_vs_est.c: counters are folded in every 2 s
+SETTLE_PERIODS = 3  # extra periods to wait for a late estimator (see the module docstring)
 
 
 def http_request(addr: str) -> bytes:
@@ -178,6 +182,31 @@ def _counter_deltas(
         return None, None, None
     b, a = before.counters, after.counters
     return a.conns - b.conns, a.inpkts - b.inpkts, a.outpkts - b.outpkts
+
+
+def _totals(svc: Service) -> tuple[int, int, int, int, int]:
+    c = svc.counters
+    return c.conns, c.inpkts, c.outpkts, c.inbytes, c.outbytes
+
+
+def settled(read: Callable[[], Optional[Service]], before: Optional[Service], answered: int,
+            sleep: Callable[[float], None] = time.sleep) -> Optional[Service]:
+    """The service's counters once the estimator has folded in the run: read again, one
+    period apart, while the connection count is short of the `answered` exchanges and the
+    totals still move (a connection IPVS legitimately reused counts once: the reads then
+    agree and the short count stands)."""
+    after = read()
+    for _ in range(SETTLE_PERIODS):
+        if before is None or after is None:
+            break
+        if after.counters.conns - before.counters.conns >= answered:
+            break
+        sleep(ESTIMATOR_PERIOD_S + 0.2)
+        again = read()
+        if again is None or _totals(again) == _totals(after):
+            break
+        after = again
+    return after
 
 
 def _endpoint(local: str) -> Optional[tuple[str, int]]:
@@ -320,7 +349,8 @@ def run_selftest(
         if any(before.values()):
             time.sleep(ESTIMATOR_PERIOD_S + 0.2)
     for svc, exs, who, arp, director, lost in runs:
-        after = ipvs_of(host).service(svc.key, fresh=True) if director else None
+        after = settled(functools.partial(ipvs_of(host).service, svc.key, fresh=True),
+                        before[svc.key], sum(1 for e in exs if e.ok)) if director else None
         deltas = _counter_deltas(before[svc.key], after)
         level, reason = _judge(svc, exs, who, deltas, arp, _director_macs(host, svc.key.addr),
                                director, lost)
