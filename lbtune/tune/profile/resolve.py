@@ -17,6 +17,7 @@ from lbtune.tune.profile.cpuexpr import NODE_NAME, eval_cpu_expr, parse_cpu_expr
 from lbtune.tune.profile.limits import FORWARDING
 
 if TYPE_CHECKING:
+    from lbtune.host.host import Host
     from lbtune.host.kernel.cputopology import CpuTopology
     from lbtune.host.net.nic import Nic
 from lbtune.tune.profile.model import DATA, LB_ROLES, NIC_ROLES, Profile, Setting, show_value
@@ -304,7 +305,7 @@ class _Resolver:
         from lbtune.tune.knobs.features import FeatureKnob
         from lbtune.tune.knobs.pause import PauseKnob
 
-        host = getattr(self.inv, "host", None)  # LazyInventory: the host behind it
+        host: Optional[Host] = getattr(self.inv, "host", None)  # LazyInventory's host
         name = nic.name
 
         def refuse(key: str, why: str) -> None:
@@ -323,7 +324,8 @@ class _Resolver:
             if len(members) > 1 and feats is not None:
                 # a group alias (tso, tx, sg): as ethtool does, only the members the driver
                 # can change; all fixed: the first, whose check refuses a change
-                changeable = tuple(m for m in members if not feats.get(m).fixed)  # type: ignore[union-attr]
+                fixed = {f.name for f in feats.entries if f.fixed}
+                changeable = tuple(m for m in members if m not in fixed)
                 members = changeable or members[:1]
             for m in members:
                 self.add(FeatureKnob(f"{name}:{m}"), str(s.value), s, f"{prefix}.{key}")
