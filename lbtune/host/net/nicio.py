@@ -213,14 +213,10 @@ def get_features(dev: str, ioctl: Ioctl) -> Optional[Features]:
             continue  # a bit without a name (an unused one): ethtool skips it too
         available, requested, active, never = blocks[i // 32]
         bit = 1 << (i % 32)
-        out.append(
-            Feature(
-                name,
-                active=bool(active & bit),
-                fixed=not (available & bit) or bool(never & bit),
-                requested=bool(requested & bit),
-            )
-        )
+        fixed = not (available & bit) or bool(never & bit)
+        # what was requested of a fixed feature means nothing (ethtool does not print it)
+        wanted = None if fixed else bool(requested & bit)
+        out.append(Feature(name, active=bool(active & bit), fixed=fixed, requested=wanted))
     return Features(tuple(out))
 
 

@@ -150,6 +150,25 @@ def feature_members(name: str, available: Sequence[str]) -> tuple[str, ...]:
     return ()
 
 
+# What `lbtune show` names per NIC: ethtool's aliases, then the kernel features with no
+# alias that matter on a load balancer.
+SUMMARY_FEATURES = ("rx-gro-hw", "rx-udp-gro-forwarding", "rx-gro-list", "hw-tc-offload")
+
+
+def feature_summary(feats: Features) -> list[tuple[str, bool, bool]]:
+    """(name, on, fixed) for ethtool's aliases the device has (a group is on when any member
+    is, fixed when every member is) and SUMMARY_FEATURES, in that order."""
+    names = [f.name for f in feats.entries]
+    by = {f.name: f for f in feats.entries}
+    out = []
+    for short, _, _ in OFF_FLAGS:
+        members = [by[n] for n in feature_members(short, names)]
+        if members:
+            out.append((short, any(m.active for m in members), all(m.fixed for m in members)))
+    out += [(n, by[n].active, by[n].fixed) for n in SUMMARY_FEATURES if n in by]
+    return out
+
+
 def canonical_feature(name: str) -> str:
     """The kernel name of an ethtool alias that stands for exactly one feature (`gro` ->
     `rx-gro`, `large-receive-offload` -> `rx-lro`); any other name as it is."""
