@@ -47,7 +47,8 @@ def _ethtool(*args: str) -> str:
 
 
 def snapshot() -> dict[str, str]:
-    """Every value file above (path -> exact content) and `ethtool -l/-g` of both NICs."""
+    """Every value file above (path -> exact content) and `ethtool -l/-g/-c/-k/-a` of every
+    ethN NIC (eth2, the vmxnet3, once a test loaded its driver)."""
     out: dict[str, str] = {}
     for pattern in SNAPSHOT_GLOBS:
         for path in sorted(glob.glob(pattern)):
@@ -59,10 +60,17 @@ def snapshot() -> dict[str, str]:
                 continue  # write-only entries (net.core... flush-like files)
             except OSError as exc:
                 out[path] = f"<{type(exc).__name__}: {exc.strerror}>"
-    for nic in ("eth0", "eth1"):
-        out[f"ethtool -l {nic}"] = _ethtool("-l", nic)
-        out[f"ethtool -g {nic}"] = _ethtool("-g", nic)
+    for path in sorted(glob.glob("/sys/class/net/eth*")):
+        nic = os.path.basename(path)
+        for flag in ("-l", "-g", "-c", "-k", "-a"):
+            out[f"ethtool {flag} {nic}"] = _ethtool(flag, nic)
     return out
+
+
+def ethtool_text(flag: str, nic: str) -> dict[str, Any]:
+    """`ethtool FLAG NIC` as ethtool prints it (exit status, stdout, stderr)."""
+    proc = subprocess.run(["ethtool", flag, nic], capture_output=True, text=True, check=False)
+    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
 def queue_irqs(iface: str) -> dict[str, dict[str, Any]]:
