@@ -71,7 +71,7 @@ def test_a_fixed_feature_or_missing_family_is_refused(cli, veth4, tmp_path, monk
     before = ethtool(veth4, "-k", "v0").stdout
     for body, message in (
         ('features.lro = { value = "on", reason = "r" }',
-         "rx-lro is fixed off on v0 (veth): the driver cannot change it"),
+         "nic.v0.features.lro: rx-lro is fixed off on v0 (veth): the driver cannot change it"),
         ('coalesce.rx-usecs = { value = 50, reason = "r" }',
          "nic.v0.coalesce.rx-usecs: v0 (veth) has no interrupt coalescing settings"),
         ('pause.rx = { value = "off", reason = "r" }',

@@ -115,7 +115,7 @@ def test_role_section_plans_unsupported_as_unsettable(cli, tmp_path: pathlib.Pat
         ),
         (
             'features.rx-gro-hw = { value = "on", reason = "r" }',
-            "feature:eno1:rx-gro-hw = on: rx-gro-hw is fixed off on eno1 (ixgbe): the driver "
+            "p: nic.eno1.features.rx-gro-hw: rx-gro-hw is fixed off on eno1 (ixgbe): the driver "
             "cannot change it",
         ),
         (
