@@ -183,6 +183,18 @@ def test_apply_verify_rollback_byte_for_byte_with_aliases(cli, tmp_path: pathlib
     assert cli("--root", str(root), "verify", p).exit_code == 1  # drift again
 
 
+def test_persist_writes_the_boot_unit_for_them_and_rollback_removes_it(cli, tmp_path) -> None:
+    root = copy_host(tmp_path, DELL)
+    before = files(root)
+    p = profile(tmp_path, "eno1", 'features.lro = { value = "on", reason = "r" }\n')
+    r = cli("--root", str(root), "apply", p, "--persist", "--yes")
+    assert r.exit_code == 0, r.stderr
+    unit = (root / "etc/systemd/system/lbtune-boot.service").read_text()
+    assert "--boot" in unit and "p.toml" in unit
+    assert cli("--root", str(root), "rollback").exit_code == 0
+    assert files(root) == before
+
+
 def test_lb_dr_plans_the_nic_families_on_the_data_port(cli, hosts) -> None:
     r = cli("--root", str(hosts / DELL), "plan", "lb-dr", "--iface", "eno1", "--json")
     assert r.exit_code == 0, r.stderr
