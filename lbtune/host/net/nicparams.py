@@ -48,7 +48,9 @@ class Feature:
     name: str
     active: bool
     fixed: bool  # not in the driver's changeable set: `ethtool -k` says "[fixed]"
-    requested: Optional[bool] = None  # wanted by the user, None when not known (recordings)
+    # what was asked for (differs from `active` when the kernel keeps a dependency off:
+    # `ethtool -k` says "[requested on]"); None for a fixed feature, where it means nothing
+    requested: Optional[bool] = None
 
 
 @dataclass(frozen=True)
