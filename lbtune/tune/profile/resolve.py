@@ -330,8 +330,10 @@ class _Resolver:
             for m in members:
                 f = feats.get(m) if feats is not None else None
                 if f is not None and f.fixed and f.active != (s.value == "on"):
-                    refuse(key, f"{m} is fixed {'on' if f.active else 'off'} on {name} "
-                                f"({nic.driver or 'no driver'}): the driver cannot change it")  # fmt: skip
+                    state = "on" if f.active else "off"
+                    driver = nic.driver or "no driver"
+                    refuse(key, f"{m} is fixed {state} on {name} ({driver}): the driver cannot "
+                                "change it")  # fmt: skip
                 self.add(FeatureKnob(f"{name}:{m}"), str(s.value), s, f"{prefix}.{key}")
         params = [x for x in sec if x.startswith("coalesce.")]
         params.sort(key=lambda k: COALESCE_ORDER.index(k.split(".", 1)[1]))

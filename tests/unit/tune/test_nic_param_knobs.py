@@ -202,9 +202,7 @@ def test_lb_dr_plans_the_nic_families_on_the_data_port(cli, hosts) -> None:
     assert by[("feature", "eno1:rx-lro")]["action"] == "ok"
     assert by[("feature", "eno1:rx-gro")]["action"] == "ok"
     assert by[("coalesce", "eno1:adaptive-rx")]["action"] == "missing"  # ixgbe has none
-    assert [by[("pause", f"eno1:{f}")]["action"] for f in ("autoneg", "rx", "tx")] == [
-        "change"
-    ] * 3
+    assert [by[("pause", f"eno1:{f}")]["action"] for f in ("autoneg", "rx", "tx")] == ["change"] * 3
     assert all(c["reason"] for c in r.json["changes"])
 
 
@@ -220,7 +218,7 @@ def test_lint_takes_the_ethtool_values_apart(cli, tmp_path: pathlib.Path) -> Non
     )
     r = cli("profile", "lint", profile(tmp_path, '"data"', body, role="lb-dr"), "--json")
     found = {f["key"]: f for f in r.json["findings"]}
-    assert found['nic.data.features.lro']["level"] == "fail"
+    assert found["nic.data.features.lro"]["level"] == "fail"
     assert "dev_disable_lro" in found["nic.data.features.lro"]["reason"]
     assert found["nic.data.features.gro"]["level"] == "warn"
     assert "one interrupt per packet" in found["nic.data.coalesce.rx-usecs"]["reason"]
@@ -254,3 +252,27 @@ def test_compare_names_the_knob_that_differs(cli, tmp_path: pathlib.Path) -> Non
     text = r.stdout
     assert "ens1f0np0:rx-lro" in text, text
     assert "eno1:rx-lro" not in text and "rx-gro-hw" not in text  # same / fixed: no noise
+
+
+@pytest.mark.parametrize(
+    "flag, text",
+    [
+        ("k", "Features for eth0:\nrx-gro: maybe\n"),
+        ("k", "\x00\xff garbage"),
+        ("c", "Coalesce parameters for eth0:\nrx-usecs: 99999999999\n"),
+        ("a", "Pause parameters for eth0:\nRX: on\n"),
+    ],
+)
+def test_a_malformed_recording_is_one_line_exit_2_everywhere(cli, tmp_path, flag, text) -> None:
+    root = copy_host(tmp_path, TINY, {f"/{NET}/ethtool_-{flag}_eth0": text})
+    before = files(root)
+    p = profile(tmp_path, "eth0", 'features.gro = { value = "off", reason = "r" }\n'
+                'coalesce.rx-usecs = { value = 10, reason = "r" }\n'
+                'pause.tx = { value = "off", reason = "r" }\n')  # fmt: skip
+    other = copy_host(tmp_path, TINY, dest="other")
+    for args in (["show"], ["plan", p], ["apply", p, "--yes"], ["compare", str(root), str(other)]):
+        r = cli("--root", str(root), *args) if args[0] != "compare" else cli(*args)
+        assert r.exit_code == 2, (args, r.stdout, r.stderr)
+        assert f"ethtool_-{flag}_eth0" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+        assert "Traceback" not in r.stderr
+    assert files(root) == before
