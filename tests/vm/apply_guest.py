@@ -73,6 +73,26 @@ def ethtool_text(flag: str, nic: str) -> dict[str, Any]:
     return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
+def ethtool_and_recordings(nics: list[str], capture: str) -> dict[str, Any]:
+    """For each NIC, `ethtool -c/-k/-a` (ethtool_text) and what the capture tarball recorded
+    for the same command (None when it recorded nothing): one guest process for all, since
+    each process costs seconds under TCG."""
+    import tarfile
+
+    with tarfile.open(capture) as tar:
+        recorded = {
+            os.path.basename(m.name): tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile() and os.path.basename(m.name).startswith("ethtool_-")
+        }
+    out: dict[str, Any] = {}
+    for nic in nics:
+        for flag in ("-c", "-k", "-a"):
+            seen = ethtool_text(flag, nic)
+            out[f"{flag} {nic}"] = {**seen, "recorded": recorded.get(f"ethtool_{flag}_{nic}")}
+    return out
+
+
 def queue_irqs(iface: str) -> dict[str, dict[str, Any]]:
     """IRQ -> queue index, direction, smp/effective affinity lists and interrupt count, for
     every queue interrupt of a virtio NIC, found by name in /proc/interrupts."""

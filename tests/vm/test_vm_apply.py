@@ -272,24 +272,20 @@ def test_show_and_capture_print_what_ethtool_prints_for_every_nic(vm: VmGuest) -
     assert shown["eth1"]["coalesce"] == {"rx-usecs": 3}  # the e1000e's supported set
     assert shown["eth1"]["pause"] == {"autoneg": True, "rx": True, "tx": True}
     assert shown["eth0"]["pause"] is None  # virtio-net: no pause
-    vm.run(["rm", "-rf", "/tmp/nic-cap", "/tmp/nic-cap.tar.gz"])
-    assert lbtune(vm, "capture", "-o", "/tmp/nic-cap.tar.gz").returncode == 0
-    vm.run(["mkdir", "/tmp/nic-cap"])
-    assert vm.run(["tar", "-xzf", "/tmp/nic-cap.tar.gz", "-C", "/tmp/nic-cap"]).returncode == 0
-    found = vm.run(["find", "/tmp/nic-cap", "-name", "ethtool_-k_eth0"]).stdout.split()
-    rec = found[0].rsplit("/", 1)[0]
+    assert lbtune(vm, "capture", "-o", "/tmp/nic-cap.tar.gz", "--force").returncode == 0
+    seen = vm.call(f"{G}:ethtool_and_recordings", [["eth0", "eth1", "eth2"], "/tmp/nic-cap.tar.gz"])
     for nic in ("eth0", "eth1", "eth2"):
-        k = vm.call(f"{G}:ethtool_text", ["-k", nic])
-        assert k["rc"] == 0
-        assert vm.run(["cat", f"{rec}/ethtool_-k_{nic}"]).stdout == k["stdout"], nic
-        feats = shown[nic]["features"]
-        assert feats["rx-gro"]["active"] == ("generic-receive-offload: on\n" in k["stdout"])
-        c = vm.call(f"{G}:ethtool_text", ["-c", nic])
+        k = seen[f"-k {nic}"]
+        assert k["rc"] == 0 and k["recorded"] == k["stdout"], nic  # byte for byte
+        assert shown[nic]["features"]["rx-gro"]["active"] == (
+            "generic-receive-offload: on\n" in k["stdout"]
+        )
+        c = seen[f"-c {nic}"]
         if c["rc"] == 0:
-            assert vm.run(["cat", f"{rec}/ethtool_-c_{nic}"]).stdout == c["stdout"], nic
+            assert c["recorded"] == c["stdout"], nic
         else:
-            assert shown[nic]["coalesce"] is None, (nic, c)
-        a = vm.call(f"{G}:ethtool_text", ["-a", nic])
+            assert shown[nic]["coalesce"] is None and c["recorded"] is None, (nic, c)
+        a = seen[f"-a {nic}"]
         if a["rc"] == 0:
             words = dict(line.split(":") for line in a["stdout"].splitlines()[1:4])
             assert {k.strip().lower()[:7]: v.strip() == "on" for k, v in words.items()} == {
