@@ -28,11 +28,42 @@ def command(ctx: click.Context, ifaces: tuple[str, ...], show_all: bool) -> int:
     missing = sorted(set(ifaces) - {n.name for n in inv.nics})
     if missing:
         raise BadInput(f"--iface {missing[0]}: no such interface")
+    params = {n.name: _nic_params(s.host(), n.name) for n in inv.nics}
     if s.json:
-        emit_json(inv)
+        from lbtune.cli.output import jsonable
+
+        data = jsonable(inv)
+        for nic in data["nics"]:
+            nic.update(_params_json(*params[nic["name"]]))
+        emit_json(data)
         return 0
-    _render(inv, show_all or bool(ifaces))
+    _render(inv, show_all or bool(ifaces), params)
     return 0
+
+
+def _nic_params(host: Any, dev: str) -> tuple[Any, Any, Any]:
+    """(coalescing, features, pause) of `dev`, each None where the driver has none."""
+    eth = host.ethtool
+    return eth.coalesce(dev), eth.features(dev), eth.pause(dev)
+
+
+def _params_json(c: Any, k: Any, a: Any) -> dict[str, Any]:
+    """`coalesce` {parameter: value} (on/off as true/false), `features` {kernel name:
+    {active, fixed, requested}}, `pause` {autoneg, rx, tx}; null where unsupported."""
+    from lbtune.host.net.nicparams import COALESCE_FLAGS
+
+    return {
+        "coalesce": None
+        if c is None
+        else {n: bool(v) if n in COALESCE_FLAGS else v for n, v in c.values},
+        "features": None
+        if k is None
+        else {
+            f.name: {"active": f.active, "fixed": f.fixed, "requested": f.requested}
+            for f in k.entries
+        },
+        "pause": None if a is None else {"autoneg": a.autoneg, "rx": a.rx, "tx": a.tx},
+    }
 
 
 def _ring(cur: Optional[int], mx: Optional[int]) -> str:
@@ -41,13 +72,13 @@ def _ring(cur: Optional[int], mx: Optional[int]) -> str:
     return f"{cur if cur is not None else '?'}/{mx if mx is not None else '?'}"
 
 
-def _render(inv: Any, show_all: bool) -> None:
+def _render(inv: Any, show_all: bool, params: dict[str, tuple[Any, Any, Any]]) -> None:
     out = console()
     _render_cpus(out, inv)
     for nic in inv.nics:
         if not show_all and (nic.kind == "loopback"):
             continue
-        _render_nic(out, nic)
+        _render_nic(out, nic, params.get(nic.name, (None, None, None)))
     _render_irqbalance(out, inv.irqbalance)
 
 
@@ -88,8 +119,32 @@ def _render_cpus(out: Any, inv: Any) -> None:
         out.print("  " + "  ".join(notes))
 
 
-def _render_nic(out: Any, nic: Any) -> None:
-    """One NIC: its header line, rings and channels, and the queue -> IRQ -> CPU table."""
+def _render_params(out: Any, c: Any, k: Any, a: Any) -> None:
+    """Coalescing, the main features (`*` fixed: the driver cannot change it) and pause."""
+    from rich.markup import escape
+
+    from lbtune.host.net.nicparams import COALESCE_FLAGS, feature_summary, on_off
+
+    if c is None:
+        coal = "coalesce n/a"
+    else:
+        vals = [f"{n} {on_off(bool(v)) if n in COALESCE_FLAGS else v}" for n, v in c.values]
+        coal = "coalesce " + (", ".join(vals) if vals else "none")
+    pause = "pause n/a" if a is None else (
+        f"pause autoneg {on_off(a.autoneg)} rx {on_off(a.rx)} tx {on_off(a.tx)}"
+    )
+    out.print(escape(f"  {coal}"), soft_wrap=True)
+    out.print(escape(f"  {pause}"), soft_wrap=True)
+    if k is None:
+        out.print("  features n/a", soft_wrap=True)
+        return
+    feats = [f"{n} {on_off(on)}{'*' if fixed else ''}" for n, on, fixed in feature_summary(k)]
+    out.print(escape("  features " + ", ".join(feats) + "  (* fixed)"), soft_wrap=True)
+
+
+def _render_nic(out: Any, nic: Any, params: tuple[Any, Any, Any] = (None, None, None)) -> None:
+    """One NIC: its header line, rings and channels, coalescing, features and pause, and
+    the queue -> IRQ -> CPU table."""
     from rich.table import Table
 
     numa = "?" if nic.numa_node is None else ("none" if nic.numa_node < 0 else nic.numa_node)
@@ -118,6 +173,7 @@ def _render_nic(out: Any, nic: Any) -> None:
         f"  {rings}  {chans}  queues rx {len(nic.rx_queues)} tx {len(nic.tx_queues)}"
         + (f"  lower {','.join(nic.lower)}" if nic.lower else "")
     )
+    _render_params(out, *params)
     if not nic.irqs:
         out.print("  no per-queue IRQs")
         return

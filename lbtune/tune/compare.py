@@ -6,7 +6,8 @@
 - sysctls: every `net.*` sysctl a capture holds plus the tuning ones outside `net`
   (`KNOB_SYSCTLS`); per-boot secrets and counters (`VOLATILE`) are left out;
 - per NIC (loopback left out): ring sizes, channel counts, txqueuelen, and the *shape* of
-  its queue IRQ placement, RPS and XPS;
+  its queue IRQ placement, RPS and XPS; its coalescing parameters, the features it can
+  change (fixed ones are hardware, not tuning) and pause;
 - the CPUs isolated from the scheduler and with nohz_full, and irqbalance (running, banned CPUs);
 - the IPVS table (services with scheduler and flags, real servers with forwarding method
   and weight; from `/proc/net/ip_vs`, connection counts ignored).
@@ -181,6 +182,27 @@ def _nic_values(nic: Nic, inv: HostInventory) -> dict[tuple[str, str], str]:
     return out
 
 
+def _nic_param_values(host: Host, dev: str) -> dict[tuple[str, str], str]:
+    """`coalesce` DEV:PARAM, `feature` DEV:NAME (changeable ones only) and `pause` DEV:FIELD,
+    by the knob kinds' own names so a difference reads like the knob that fixes it."""
+    from lbtune.host.net.nicparams import COALESCE_FLAGS, on_off
+
+    out: dict[tuple[str, str], str] = {}
+    eth = host.ethtool
+    c = eth.coalesce(dev)
+    for name, v in c.values if c is not None else ():
+        out[("coalesce", f"{dev}:{name}")] = on_off(bool(v)) if name in COALESCE_FLAGS else str(v)
+    k = eth.features(dev)
+    for f in k.entries if k is not None else ():
+        if not f.fixed:
+            out[("feature", f"{dev}:{f.name}")] = on_off(f.active)
+    a = eth.pause(dev)
+    if a is not None:
+        for field in ("autoneg", "rx", "tx"):
+            out[("pause", f"{dev}:{field}")] = on_off(getattr(a, field))
+    return out
+
+
 def read_settings(host: Host, source: str) -> HostSettings:
     """Everything compare looks at on one host tree."""
     inv = discover_host(host)
@@ -196,6 +218,7 @@ def read_settings(host: Host, source: str) -> HostSettings:
         if nic.kind == "loopback":
             continue
         values.update(_nic_values(nic, inv))
+        values.update(_nic_param_values(host, nic.name))
     try:
         table = parse_proc_ip_vs(host.fs.read(PROC_IP_VS))
     except ValueError as e:

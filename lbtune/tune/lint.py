@@ -233,6 +233,7 @@ class _Lint:
             rings = sec.get("rings")
             if rings is not None and isinstance(rings.value, int):
                 self._rings(key, sel, rings.value)
+            self._nic_params(key, sec)
             rps = sec.get("rps")
             flow = rps.value.get("flow_cnt") if rps is not None else None
             if flow and "net.core.rps_sock_flow_entries" not in self.p.sysctl:
@@ -253,6 +254,75 @@ class _Lint:
                 "irq_affinity is set but irqbalance is neither stopped nor banned from the tuned "
                 "CPUs: it will move the queue IRQs again within seconds",
             )
+
+    def _nic_params(self, key: str, sec: dict[str, Setting]) -> None:
+        """`ethtool -K/-C/-A` values (features.*, coalesce.*, pause.*) that fight the kernel
+        or the role."""
+
+        def feature(*names: str) -> Optional[tuple[str, str]]:
+            for n in names:
+                s = sec.get(f"features.{n}")
+                if s is not None:
+                    return f"features.{n}", s.value
+            return None
+
+        forwards = self.p.role in LB_ROLES or any(
+            self.p.sysctl.get(k) is not None and self.p.sysctl[k].value.split() == ["1"]
+            for k in ("net.ipv4.ip_forward", "net.ipv4.conf.all.forwarding")
+        )
+        lro = feature("lro", "rx-lro", "large-receive-offload")
+        if lro is not None and lro[1] == "on" and forwards:
+            self.add(
+                FAIL,
+                f"{key}.{lro[0]}",
+                lro[1],
+                "LRO on a host that forwards: LRO merges segments into frames that cannot be "
+                "forwarded as received, and the kernel turns it off when forwarding starts "
+                "(dev_disable_lro); where it sticks (a driver reset, a hand change) IPVS "
+                "forwarding breaks; keep it off and let GRO batch instead",
+            )
+        gro = feature("gro", "rx-gro", "generic-receive-offload")
+        if gro is not None and gro[1] == "off":
+            self.add(
+                WARN,
+                f"{key}.{gro[0]}",
+                gro[1],
+                "GRO off: every packet makes its own trip through the stack, several times "
+                "the softirq work per byte at line rate; GRO is safe for forwarding (it is "
+                "re-segmented on transmit), turn it off only for a measured reason",
+            )
+        usecs = sec.get("coalesce.rx-usecs")
+        adaptive = sec.get("coalesce.adaptive-rx")
+        if usecs is not None and usecs.value == 0 and (adaptive is None or adaptive.value == "off"):
+            self.add(
+                WARN,
+                f"{key}.coalesce.rx-usecs",
+                0,
+                "no interrupt moderation: one interrupt per packet (InterruptThrottleRate=0); "
+                "at line rate the data cores spend their time entering and leaving interrupts "
+                "instead of in NAPI polling; use adaptive-rx, or rx-usecs of 8-50",
+            )
+        elif usecs is not None and isinstance(usecs.value, int) and usecs.value > 250:
+            self.add(
+                WARN,
+                f"{key}.coalesce.rx-usecs",
+                usecs.value,
+                f"every received packet may wait {usecs.value} us for its interrupt: latency a "
+                "load balancer adds to every request; 8-100 us keeps interrupts few enough",
+            )
+        for field in ("rx", "tx"):
+            s = sec.get(f"pause.{field}")
+            if s is not None and s.value == "on" and self.p.role in LB_ROLES:
+                what = "sends pause frames that stall the switch port for every flow" if (
+                    field == "tx") else "stops sending when the switch pauses it"
+                self.add(
+                    WARN,
+                    f"{key}.pause.{field}",
+                    "on",
+                    f"pause {field} on a load balancer: it {what}, so drops hide upstream "
+                    "while this host's counters stay clean (the pause-frames rule of "
+                    "`lbtune diagnose`); drop and count here instead",
+                )
 
     def _rings(self, key: str, sel: str, value: int) -> None:
         if value & (value - 1):

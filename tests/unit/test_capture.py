@@ -48,6 +48,7 @@ def _recordings() -> list[tuple[str, str, str]]:
         for f in sorted((HOSTS / tree / "sos_commands" / "networking").glob("ethtool_-*")):
             flag, _, dev = f.name[len("ethtool_-") :].partition("_")
             read = {"i": src.driver_info, "g": src.rings, "l": src.channels, "S": src.stats}
+            read.update({"c": src.coalesce, "k": src.features, "a": src.pause})
             if read[flag](dev) is not None:
                 out.append((tree, flag, dev))
     return out
@@ -76,6 +77,15 @@ def test_ethtool_formatters_round_trip_fixture_recordings(tree: str, flag: str, 
         assert parse_ethtool_g(out) == rings
         # ethtool 6.1's layout; the recording adds lines lbtune does not keep (RX Buf Len...).
         assert text.startswith(out)
+    elif flag in ("c", "k", "a"):
+        from lbtune.host.net import nicparams as np
+
+        value = {"c": src.coalesce, "k": src.features, "a": src.pause}[flag](dev)
+        fmt = {"c": np.format_ethtool_c, "k": np.format_ethtool_k, "a": np.format_ethtool_a}
+        parse = {"c": np.parse_ethtool_c, "k": np.parse_ethtool_k, "a": np.parse_ethtool_a}
+        out = fmt[flag](value, dev)  # type: ignore[operator]
+        assert parse[flag](out) == value  # type: ignore[operator]
+        assert out == text  # ethtool 6.1's layout, byte for byte
     elif flag == "l":
         chans = src.channels(dev)
         assert chans is not None
@@ -91,9 +101,10 @@ def test_ethtool_formatters_round_trip_fixture_recordings(tree: str, flag: str, 
 
 
 def test_round_trip_covers_every_kind_of_recording() -> None:
-    """The parametrized test above must cover -i, -g, -l and -S, on several drivers."""
+    """The parametrized test above must cover -i, -g, -l, -S, -c, -k and -a, on several
+    drivers."""
     recs = _recordings()
-    assert {flag for _, flag, _ in recs} == {"i", "g", "l", "S"}
+    assert {flag for _, flag, _ in recs} == {"i", "g", "l", "S", "c", "k", "a"}
     assert len({tree for tree, _, _ in recs}) >= 4
 
 

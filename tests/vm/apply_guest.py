@@ -47,7 +47,8 @@ def _ethtool(*args: str) -> str:
 
 
 def snapshot() -> dict[str, str]:
-    """Every value file above (path -> exact content) and `ethtool -l/-g` of both NICs."""
+    """Every value file above (path -> exact content) and `ethtool -l/-g/-c/-k/-a` of every
+    ethN NIC (eth2, the vmxnet3, once a test loaded its driver)."""
     out: dict[str, str] = {}
     for pattern in SNAPSHOT_GLOBS:
         for path in sorted(glob.glob(pattern)):
@@ -59,9 +60,36 @@ def snapshot() -> dict[str, str]:
                 continue  # write-only entries (net.core... flush-like files)
             except OSError as exc:
                 out[path] = f"<{type(exc).__name__}: {exc.strerror}>"
-    for nic in ("eth0", "eth1"):
-        out[f"ethtool -l {nic}"] = _ethtool("-l", nic)
-        out[f"ethtool -g {nic}"] = _ethtool("-g", nic)
+    for path in sorted(glob.glob("/sys/class/net/eth*")):
+        nic = os.path.basename(path)
+        for flag in ("-l", "-g", "-c", "-k", "-a"):
+            out[f"ethtool {flag} {nic}"] = _ethtool(flag, nic)
+    return out
+
+
+def ethtool_text(flag: str, nic: str) -> dict[str, Any]:
+    """`ethtool FLAG NIC` as ethtool prints it (exit status, stdout, stderr)."""
+    proc = subprocess.run(["ethtool", flag, nic], capture_output=True, text=True, check=False)
+    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+def ethtool_and_recordings(nics: list[str], capture: str) -> dict[str, Any]:
+    """For each NIC, `ethtool -c/-k/-a` (ethtool_text) and what the capture tarball recorded
+    for the same command (None when it recorded nothing): one guest process for all, since
+    each process costs seconds under TCG."""
+    import tarfile
+
+    with tarfile.open(capture) as tar:
+        recorded = {
+            os.path.basename(m.name): tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile() and os.path.basename(m.name).startswith("ethtool_-")
+        }
+    out: dict[str, Any] = {}
+    for nic in nics:
+        for flag in ("-c", "-k", "-a"):
+            seen = ethtool_text(flag, nic)
+            out[f"{flag} {nic}"] = {**seen, "recorded": recorded.get(f"ethtool_{flag}_{nic}")}
     return out
 
 

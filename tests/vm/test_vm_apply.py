@@ -259,6 +259,77 @@ def test_virtio_rings_resize_within_the_queue_size_qemu_gave(vm: VmGuest) -> Non
     ]
 
 
+def test_show_and_capture_print_what_ethtool_prints_for_every_nic(vm: VmGuest) -> None:
+    """Coalescing, features and pause of the virtio-net, the e1000e and the vmxnet3: `lbtune
+    show --json` against ethtool's own values, and `lbtune capture`'s `ethtool -c/-k`
+    recordings against ethtool's text, byte for byte."""
+    assert vm.call("tests.vm.loop_targets:vmxnet3_up") == {"dev": "eth2"}
+    shown = {n["name"]: n for n in lbtune_json(vm, "show")["nics"]}
+    human = lbtune(vm, "show", "--iface", "eth1").stdout
+    assert "  coalesce rx-usecs 3\n" in human and "  pause autoneg on rx on tx on\n" in human
+    assert shown["eth0"]["coalesce"] == {"rx-usecs": 0, "rx-frames": 1, "tx-usecs": 0,
+                                         "tx-frames": 1}  # fmt: skip
+    assert shown["eth1"]["coalesce"] == {"rx-usecs": 3}  # the e1000e's supported set
+    assert shown["eth1"]["pause"] == {"autoneg": True, "rx": True, "tx": True}
+    assert shown["eth0"]["pause"] is None  # virtio-net: no pause
+    assert lbtune(vm, "capture", "-o", "/tmp/nic-cap.tar.gz", "--force").returncode == 0
+    seen = vm.call(f"{G}:ethtool_and_recordings", [["eth0", "eth1", "eth2"], "/tmp/nic-cap.tar.gz"])
+    for nic in ("eth0", "eth1", "eth2"):
+        k = seen[f"-k {nic}"]
+        assert k["rc"] == 0 and k["recorded"] == k["stdout"], nic  # byte for byte
+        assert shown[nic]["features"]["rx-gro"]["active"] == (
+            "generic-receive-offload: on\n" in k["stdout"]
+        )
+        c = seen[f"-c {nic}"]
+        if c["rc"] == 0:
+            assert c["recorded"] == c["stdout"], nic
+        else:
+            assert shown[nic]["coalesce"] is None and c["recorded"] is None, (nic, c)
+        a = seen[f"-a {nic}"]
+        if a["rc"] == 0:
+            words = dict(line.split(":") for line in a["stdout"].splitlines()[1:4])
+            assert {k.strip().lower()[:7]: v.strip() == "on" for k, v in words.items()} == {
+                "autoneg": shown[nic]["pause"]["autoneg"],
+                "rx": shown[nic]["pause"]["rx"],
+                "tx": shown[nic]["pause"]["tx"],
+            }, (nic, a)
+        else:
+            assert shown[nic]["pause"] is None, (nic, a)
+
+
+def test_coalescing_pause_and_features_apply_read_back_and_roll_back(vm: VmGuest) -> None:
+    assert vm.call("tests.vm.loop_targets:vmxnet3_up") == {"dev": "eth2"}
+    before = vm.call(f"{G}:snapshot")
+    profile = str(PROFILES / "nic-params.toml")
+    plan = lbtune_json(vm, "plan", profile)
+    assert {k: (r["current"], r["desired"], r["action"])
+            for k, r in rows(plan, "coalesce").items()} == {"eth1:rx-usecs": ("3", "100", "change")}
+    assert [(o, r["action"]) for o, r in rows(plan, "pause").items()] == [
+        ("eth1:autoneg", "change"), ("eth1:rx", "change")]  # autoneg first
+    assert {o for o, r in rows(plan, "feature").items() if r["action"] == "change"} == {
+        "eth0:rx-gro", "eth1:rx-gro", "eth2:rx-gro"}  # fmt: skip
+    applied = lbtune_json(vm, "apply", profile, "--yes")
+    assert applied["changed"] == 6
+    now = vm.call(f"{G}:snapshot")
+    assert "\nrx-usecs: 100\n" in now["ethtool -c eth1"], now["ethtool -c eth1"]
+    assert "Autonegotiate:\toff\nRX:\t\toff\n" in now["ethtool -a eth1"], now["ethtool -a eth1"]
+    for nic in ("eth0", "eth1", "eth2"):
+        assert "generic-receive-offload: off\n" in now[f"ethtool -k {nic}"], nic
+    assert lbtune(vm, "verify").returncode == 0
+    assert lbtune_json(vm, "rollback")["rolled_back"] == [applied["journal"]]
+    assert vm.call(f"{G}:snapshot") == before  # every ethtool view, byte for byte
+
+
+def test_e1000e_keeps_rx_pause_while_autoneg_is_on(vm: VmGuest) -> None:
+    # The driver takes `-A rx off` (rc 0) and keeps rx on while pause autonegotiation is on:
+    # lbtune's read-back sees it, restores what it wrote and says so (exit 4).
+    before = vm.call(f"{G}:snapshot")
+    r = lbtune(vm, "apply", str(PROFILES / "pause-e1000e-rx-only.toml"), "--yes")
+    assert r.returncode == 4, (r.returncode, r.stderr)
+    assert "pause:eth1:rx" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert vm.call(f"{G}:snapshot") == before
+
+
 def test_lb_dr_keeps_queue_irqs_off_isolated_cpus(vm: VmGuest) -> None:
     # Last in the module: the guest comes back with CPU 3 isolated (and the link set up again).
     vm.reboot(cmdline_extra=("isolcpus=3", "nohz_full=3"))

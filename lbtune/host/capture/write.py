@@ -188,6 +188,18 @@ def _capture_etc(t: CaptureTree) -> None:
         t.dirs.add("/etc/systemd/system")  # "systemd is used here" for irqbalance detection
 
 
+def _record_nic_params(record: Any, eth: Any, dev: str, unsupported: str) -> None:
+    """`ethtool -c/-k/-a DEV`: coalescing, features, pause (lbtune.host.net.nicparams)."""
+    from lbtune.host.net.nicparams import format_ethtool_a, format_ethtool_c, format_ethtool_k
+
+    c = eth.coalesce(dev)
+    record(f"ethtool -c {dev}", None if c is None else format_ethtool_c(c, dev), unsupported)
+    k = eth.features(dev)
+    record(f"ethtool -k {dev}", None if k is None else format_ethtool_k(k, dev), unsupported)
+    a = eth.pause(dev)
+    record(f"ethtool -a {dev}", None if a is None else format_ethtool_a(a, dev), unsupported)
+
+
 def _record_commands(t: CaptureTree, host: Host, names: list[str]) -> list[dict[str, Any]]:
     """ethtool, ss, tc and ip recordings in sosreport's layout; returns what was recorded."""
     done: list[dict[str, Any]] = []
@@ -216,6 +228,7 @@ def _record_commands(t: CaptureTree, host: Host, names: list[str]) -> list[dict[
         stats = eth.stats(dev)
         # ethtool prints "no stats available" (an error) for a device with no statistics.
         record(f"ethtool -S {dev}", format_ethtool_S(stats) if stats else None, unsupported)
+        _record_nic_params(record, eth, dev, unsupported)
     try:
         listen, udp = host.listen_sockets(), host.udp_sockets()
         if listen is None and udp is None:
