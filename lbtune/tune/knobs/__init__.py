@@ -2,6 +2,8 @@
 
 - `sysctl`: `/proc/sys` values (knobs/sysctl.py)
 - NIC: ring sizes, channels, txqueuelen (knobs/nic.py)
+- RSS: hash fields per flow type, indirection table, hash key (knobs/rss.py)
+- flow steering: ntuple rules at the locations lbtune adds them (knobs/ntuple.py)
 - IRQ and steering: IRQ affinity, RPS, XPS, irqbalance state, banned CPUs and
   banned IRQs (knobs/irq.py)
 - boot: kernel command line, CPU governor (knobs/boot.py)
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
         XpsCpusKnob,
     )
     from lbtune.tune.knobs.nic import ChannelsKnob, RingKnob, TxqueuelenKnob
+    from lbtune.tune.knobs.ntuple import NtupleKnob
+    from lbtune.tune.knobs.rss import RssHashKnob, RssIndirKnob, RssKeyKnob
     from lbtune.tune.knobs.sysctl import SysctlKnob
 
     ALL_KINDS: tuple[type[Knob], ...]
@@ -43,6 +47,10 @@ FAMILY_OF_KIND: dict[str, str] = {
     "ring": "nic",
     "channels": "nic",
     "txqueuelen": "nic",
+    "rss_indir": "rss",
+    "rss_key": "rss",
+    "rss_hash": "rss",
+    "ntuple": "ntuple",
     "irq_affinity": "irq",
     "rps_cpus": "irq",
     "rps_flow_cnt": "irq",
@@ -65,6 +73,10 @@ _EXPORTS = {
     "RingKnob": "nic",
     "ChannelsKnob": "nic",
     "TxqueuelenKnob": "nic",
+    "RssHashKnob": "rss",
+    "RssIndirKnob": "rss",
+    "RssKeyKnob": "rss",
+    "NtupleKnob": "ntuple",
     "IrqAffinityKnob": "irq",
     "RpsCpusKnob": "irq",
     "RpsFlowCntKnob": "irq",
@@ -87,9 +99,13 @@ __all__ = [
     "IrqbalanceBanIrqKnob",
     "IrqbalanceBanKnob",
     "IrqbalanceKnob",
+    "NtupleKnob",
     "RingKnob",
     "RpsCpusKnob",
     "RpsFlowCntKnob",
+    "RssHashKnob",
+    "RssIndirKnob",
+    "RssKeyKnob",
     "SysctlKnob",
     "TxqueuelenKnob",
     "XpsCpusKnob",

@@ -15,7 +15,10 @@ SECTIONS = ("profile", "sysctl", "nic", "cpu", "irqbalance", "cmdline", "governo
 PROFILE_KEYS = ("name", "description", "include", "role", "notes")
 ROLES = ("generic", "web", "realserver", "lb-dr", "lb-proxy", "loadgen", "reference")
 LB_ROLES = frozenset({"lb-dr", "lb-proxy"})
-NIC_KEYS = ("txqueuelen", "channels", "rings", "irq_affinity", "rps", "xps")
+NIC_KEYS = (
+    "txqueuelen", "channels", "rings", "irq_affinity", "rps", "xps",
+    "rss_hash", "rss_indir", "rss_key", "flow_rules",
+)  # fmt: skip
 NIC_ROLES = ("data",)  # selectors that name a role, bound on the command line (--iface)
 GOVERNORS = ("performance", "powersave", "schedutil", "ondemand", "conservative", "userspace")
 STRATEGIES = ("local", "list", "isolated")
