@@ -45,8 +45,10 @@ def test_hash_fields_plan_apply_verify_rollback(tmp_path):
     assert r.exit_code == 0, r.stderr
     host = Host(HostFS(str(root)))
     assert host.ethtool.rx_flow_hash("eno1", "udp4") == "sdfn"
-    assert (root / NET / "ethtool_-n_eno1_rx-flow-hash_udp4").read_text().splitlines()[1:] == [
-        "IP SA", "IP DA", "L4 bytes 0 & 1 [TCP/UDP src port]", "L4 bytes 2 & 3 [TCP/UDP dst port]", "",
+    lines = (root / NET / "ethtool_-n_eno1_rx-flow-hash_udp4").read_text().splitlines()
+    assert lines[1:] == [
+        "IP SA", "IP DA", "L4 bytes 0 & 1 [TCP/UDP src port]",
+        "L4 bytes 2 & 3 [TCP/UDP dst port]", "",
     ]  # fmt: skip
     assert run_cli("--root", str(root), "verify", prof).exit_code == 0
     assert run_cli("--root", str(root), "rollback").exit_code == 0
@@ -66,7 +68,8 @@ def test_indirection_and_key_round_trip(tmp_path):
     host = Host(HostFS(str(root)))
     r = host.ethtool.rxfh("eno1")
     assert r is not None and r.key == bytes.fromhex(key.replace(":", ""))
-    assert set(r.indir) == {1, 2, 3} and r.indir.count(1) == 170  # 512 over 0 1 1 1, as ethtool fills
+    # 512 entries over weights 0 1 1 1, as ethtool fills them: queue 1 gets 0-169
+    assert set(r.indir) == {1, 2, 3} and r.indir.count(1) == 170
     assert RssIndirKnob("eno1").read(host) == "weight 0 1 1 1"
     assert run_cli("--root", str(root), "rollback").exit_code == 0
     assert _snapshot(root) == before
