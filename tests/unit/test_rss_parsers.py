@@ -333,3 +333,93 @@ def test_format_x_without_table_or_functions():
         "RSS hash key:\nOperation not supported\nRSS hash function:\n    Operation not supported\n"
     )
     assert rss.parse_ethtool_x(text) == Rxfh((), None, "", 2, ())
+
+
+# Real `ethtool -n` outputs from public kernel patches, as their authors pasted them.
+# idpf (drivers/net/ethernet/intel/idpf), the fix of "idpf: add flow steering support"
+# (Erik Gabriel Carrillo): two rules on the source address, indented by the mail.
+IDPF_N = """2 RX rings available
+Total 2 rules
+
+Filter: 0
+        Rule Type: TCP over IPv4
+        Src IP addr: 10.0.0.1 mask: 0.0.0.0
+        Dest IP addr: 0.0.0.0 mask: 255.255.255.255
+        TOS: 0x0 mask: 0xff
+        Src port: 0 mask: 0xffff
+        Dest port: 0 mask: 0xffff
+        Action: Direct to queue 0
+
+Filter: 1
+        Rule Type: UDP over IPv4
+        Src IP addr: 10.0.0.1 mask: 0.0.0.0
+        Dest IP addr: 0.0.0.0 mask: 255.255.255.255
+        TOS: 0x0 mask: 0xff
+        Src port: 0 mask: 0xffff
+        Dest port: 0 mask: 0xffff
+        Action: Direct to queue 0
+"""
+# hns3, kernel commit c75ec148a316 ("net: hns3: fix query vlan mask value error for flow
+# director"): a rule with VLAN and user-defined fields (FLOW_EXT), which lbtune does not model
+HNS3_N = """50 RX rings available
+Total 1 rules
+
+Filter: 2
+Rule Type: TCP over IPv4
+Src IP addr: 0.0.0.0 mask: 255.255.255.255
+Dest IP addr: 0.0.0.0 mask: 255.255.255.255
+TOS: 0x0 mask: 0xff
+Src port: 0 mask: 0xffff
+Dest port: 0 mask: 0xffff
+VLAN EtherType: 0x0 mask: 0xffff
+VLAN: 0x0 mask: 0xf000
+User-defined: 0x1234 mask: 0x0
+Action: Direct to queue 3
+"""
+# mlx5, from the review of ethtool's rxclass "Direct to RSS context" patch: `ethtool -U eth2
+# flow-type tcp4 dst-port 11211 context 1` landed at 1023 (ethtool's last free slot)
+MLX5_CONTEXT_N = """Total 1 rules
+
+Filter: 1023
+\tRule Type: TCP over IPv4
+\tSrc IP addr: 0.0.0.0 mask: 255.255.255.255
+\tDest IP addr: 0.0.0.0 mask: 255.255.255.255
+\tTOS: 0x0 mask: 0xff
+\tSrc port: 0 mask: 0xffff
+\tDest port: 11211 mask: 0x0
+\tRSS Context ID: 1
+\tAction: Direct to queue 0
+"""
+
+
+def test_real_rule_listings_from_other_drivers():
+    rings, rules = rss.parse_ethtool_n(IDPF_N, "idpf")
+    assert rings == 2
+    assert rules == (
+        NtupleRule(0, "tcp4", (("src-ip", "10.0.0.1"),), 0),
+        NtupleRule(1, "udp4", (("src-ip", "10.0.0.1"),), 0),
+    )
+    # rules lbtune cannot model are refused whole, never half-read (and so never touched)
+    with pytest.raises(MalformedHostFile, match="rule 2: unexpected 'VLAN EtherType"):
+        rss.parse_ethtool_n(HNS3_N, "hns3")
+    with pytest.raises(MalformedHostFile, match="rule 1023: unexpected 'RSS Context ID"):
+        rss.parse_ethtool_n(MLX5_CONTEXT_N, "mlx5")
+    # the same rule without the RSS context is what lbtune adds and reads back
+    plain = MLX5_CONTEXT_N.replace("\tRSS Context ID: 1\n", "")
+    _, (r,) = rss.parse_ethtool_n(plain, "mlx5")
+    assert rss.rule_text(r.flow_type, r.match, r.action) == (
+        "flow-type tcp4 dst-port 11211 action 0"
+    )
+
+
+def test_a_recorded_nic_with_rules_lbtune_does_not_model_reports_no_rule_table(tmp_path):
+    d = tmp_path / "sos_commands/networking"
+    d.mkdir(parents=True)
+    (d / "ethtool_-n_eth1").write_text(HNS3_N)
+    (d / "ethtool_-n_eth2").write_text("Total 2 rules\n\n" + RULE)  # malformed: an error
+    eth = RecordedEthtool(HostFS(str(tmp_path)))
+    assert eth.ntuple_rules("eth1") is None
+    with pytest.raises(EthtoolIoctlError):
+        eth.add_ntuple_rule("eth1", NtupleRule(-1, "tcp4", (("dst-port", "22"),), 0))
+    with pytest.raises(MalformedHostFile, match="'Total 2 rules' but 1 listed"):
+        eth.ntuple_rules("eth2")

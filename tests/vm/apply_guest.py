@@ -80,9 +80,9 @@ def rx_queue_packets(iface: str) -> dict[int, int]:
     """virtio_net's per-queue receive counters (`ethtool -S`: rx_queue_N_packets)."""
     out: dict[int, int] = {}
     for line in _ethtool("-S", iface).splitlines():
-        name, _, value = line.strip().partition(": ")
-        if name.startswith("rx_queue_") and name.endswith("_packets"):
-            out[int(name[len("rx_queue_") : -len("_packets")])] = int(value)
+        m = re.fullmatch(r"rx_queue_(\d+)_packets: (\d+)", line.strip())
+        if m:  # not rx_queue_0_xdp_packets
+            out[int(m.group(1))] = int(m.group(2))
     return out
 
 

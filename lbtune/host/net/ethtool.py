@@ -389,7 +389,10 @@ class RecordedRss:
         text, src = self._text("n", dev)
         if text is None:
             return None, None, src
-        rings, rules = rss.parse_ethtool_n(text, src)
+        try:
+            rings, rules = rss.parse_ethtool_n(text, src)
+        except rss.UnmodelledRule:
+            return None, None, src  # as the live source: rules lbtune leaves alone
         return rings, rules, src
 
     def ntuple_rules(self, dev: str) -> Optional[tuple[NtupleRule, ...]]:

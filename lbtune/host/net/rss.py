@@ -420,6 +420,12 @@ _FIELD_LINE = re.compile(r"(.+?): (\S+) mask: (\S+)")
 _ACTION_Q = re.compile(r"Action: Direct to queue (\d+)")
 
 
+class UnmodelledRule(MalformedHostFile):
+    """A well-formed rule of a kind lbtune does not model (Ethernet, VLAN or user-def
+    extensions, RSS contexts, VF actions): the sources then report no rule table (None), so
+    lbtune plans no rule on that NIC and never touches its rules."""
+
+
 @dataclass
 class _PartialRule:
     loc: int
@@ -464,7 +470,7 @@ def parse_ethtool_n(
         elif s.startswith("Rule Type: "):
             cur.flow = _FLOW_OF_TITLE.get(s[len("Rule Type: ") :])
             if cur.flow is None:
-                raise MalformedHostFile(source, f"rule {cur.loc}: unsupported {s[:60]!r}")
+                raise UnmodelledRule(source, f"rule {cur.loc}: unsupported {s[:60]!r}")
         elif s == "Action: Drop":
             cur.action = -1
         elif (m := _ACTION_Q.fullmatch(s)) is not None:
@@ -472,7 +478,7 @@ def parse_ethtool_n(
         elif (m := _FIELD_LINE.fullmatch(s)) is not None and cur.flow is not None:
             spec = {label: (word, bits) for word, label, bits in rule_fields(cur.flow)}
             if m.group(1) not in spec:
-                raise MalformedHostFile(source, f"rule {cur.loc}: unexpected {s[:60]!r}")
+                raise UnmodelledRule(source, f"rule {cur.loc}: unexpected {s[:60]!r}")
             word, bits = spec[m.group(1)]
             try:
                 value = _field_value(word, bits, m.group(2))
@@ -483,7 +489,7 @@ def parse_ethtool_n(
             if care:
                 cur.match.append((word, match_text(word, bits, value & care, care)))
         else:
-            raise MalformedHostFile(source, f"rule {cur.loc}: unexpected {s[:60]!r}")
+            raise UnmodelledRule(source, f"rule {cur.loc}: unexpected {s[:60]!r}")
     finish()
     if total is None:
         raise MalformedHostFile(source, "no 'Total N rules' line")

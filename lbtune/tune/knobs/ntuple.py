@@ -71,7 +71,10 @@ class NtupleKnob(_RssKnob):
         if self.skip is not None:
             return self.skip
         if host.ethtool.ntuple_rules(self.dev) is None:
-            return f"{self.dev} has no ntuple flow rules (ethtool -n: not supported)"
+            return (
+                f"{self.dev} has no ntuple flow rules (ethtool -n: not supported, or rules "
+                "lbtune does not model: it leaves them alone)"
+            )
         return None
 
     def check(self, host: Host, value: str) -> None:
