@@ -96,11 +96,12 @@ KIND_ORDER = (
     "channels",
     "ring",
     "txqueuelen",
-    # the table after the channels (it may point at the queues they make), the key and hash
-    # fields with it, then the rules (their queues exist by then)
-    "rss_indir",
-    "rss_key",
+    # RSS after the channels (the table may point at the queues they make): hash fields and
+    # key first, the table last (virtio_net sends saved hash fields to the device with a
+    # table change even while rxhash is off), then the rules (their queues exist by then)
     "rss_hash",
+    "rss_key",
+    "rss_indir",
     "ntuple",
     "irq_affinity",
     "rps_cpus",

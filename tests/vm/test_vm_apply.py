@@ -255,7 +255,16 @@ def test_udp_hashed_on_addresses_lands_on_one_queue_and_the_profile_spreads_it(
 ) -> None:
     """The fault (udp4 hashed on `sd`: every flow of one client to one port on one queue),
     the written fix (rss_hash udp4 sdfn, and a table over queues 0-1), read back from the
-    kernel, the flows spread; rollback puts the fault back byte for byte."""
+    kernel, the flows spread; rollback puts the fault back byte for byte.
+
+    virtio_net (6.1) sends new hash fields to the device only while the `rxhash` feature is
+    on (virtnet_set_hashflow); with it off the device keeps hashing on all four fields
+    whatever `ethtool -n` says, until the next table change sends them along. So the fault
+    is made with rxhash on."""
+    k = vm.call(f"{G}:ethtool", ["-k", "eth0"])
+    rxhash_was = "receive-hashing: on" in k
+    r = vm.call(f"{G}:ethtool", ["-K", "eth0", "rxhash", "on"])
+    assert r.startswith("rc=0"), r
     r = vm.call(f"{G}:ethtool", ["-N", "eth0", "rx-flow-hash", "udp4", "sd"])
     assert r.startswith("rc=0"), r
     try:
@@ -263,7 +272,7 @@ def test_udp_hashed_on_addresses_lands_on_one_queue_and_the_profile_spreads_it(
         assert flow_hash_lines(before["ethtool -n eth0 rx-flow-hash udp4"]) == ["IP SA", "IP DA"]
         faulty = udp_spread(vm)
         busy = [q for q, n in faulty.items() if n]
-        assert len(busy) == 1 and faulty[busy[0]] >= 400, faulty  # one queue takes them all
+        assert len(busy) == 1 and faulty[busy[0]] >= 200, faulty  # one queue takes them all
 
         prof = str(PROFILES / "rss-udp-spread.toml")
         applied = lbtune_json(vm, "apply", prof)
@@ -278,7 +287,7 @@ def test_udp_hashed_on_addresses_lands_on_one_queue_and_the_profile_spreads_it(
         assert x_table(now["ethtool -x eth0"]) == [i % 2 for i in range(128)]
         fixed = udp_spread(vm)
         assert fixed[2] == fixed[3] == 0, fixed  # the table sends nothing to queues 2-3
-        assert min(fixed[0], fixed[1]) >= 400 * 0.3, fixed  # the ports spread the flows
+        assert min(fixed[0], fixed[1]) >= 0.3 * sum(fixed.values()) > 0, fixed  # spread
         print(f"udp4 sd: per-queue {faulty}; after the fix: {fixed}")
         assert lbtune_json(vm, "verify", prof)["in_sync"]
 
@@ -287,6 +296,7 @@ def test_udp_hashed_on_addresses_lands_on_one_queue_and_the_profile_spreads_it(
         assert vm.call(f"{G}:snapshot") == before
     finally:
         vm.call(f"{G}:ethtool", ["-N", "eth0", "rx-flow-hash", "udp4", "sdfn"])
+        vm.call(f"{G}:ethtool", ["-K", "eth0", "rxhash", "on" if rxhash_was else "off"])
 
 
 def test_lb_dr_on_the_virtio_nic_applies_verifies_and_rolls_back(vm: VmGuest) -> None:
