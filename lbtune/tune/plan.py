@@ -101,6 +101,13 @@ KIND_ORDER = (
     "coalesce",
     "pause",
     "txqueuelen",
+    # RSS after the channels (the table may point at the queues they make): hash fields and
+    # key first, the table last (virtio_net sends saved hash fields to the device with a
+    # table change even while rxhash is off), then the rules (their queues exist by then)
+    "rss_hash",
+    "rss_key",
+    "rss_indir",
+    "ntuple",
     "irq_affinity",
     "rps_cpus",
     "rps_flow_cnt",
@@ -143,11 +150,17 @@ def make_plan(host: Host, profile: str, targets: Sequence[Target]) -> Plan:
     """
     targets = sorted(targets, key=_order)
     seen: dict[str, Target] = {}
+    # queue counts the plan's channel changes leave: what an indirection table or a flow
+    # rule later in the plan may point at
+    planned: dict[tuple[str, str], int] = {}
+    for t in targets:
+        if t.mode is Mode.SET:
+            planned.update(t.knob.queues_after(t.value))
     for t in targets:
         if t.knob.ident in seen:
             raise BadInput(f"{t.knob.ident}: set twice ({seen[t.knob.ident].key} and {t.key})")
         seen[t.knob.ident] = t
-        t.knob.check(host, t.value)
+        t.knob.check_planned(host, t.value, planned)
     rows: list[Change] = []
     created: dict[tuple[str, str], int] = {}  # (device, "rx"|"tx") -> queues after the plan
     for t in targets:

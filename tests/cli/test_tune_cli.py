@@ -26,16 +26,26 @@ def test_plan_lb_dr_on_48_cpu_fixture_is_the_full_correct_diff(cli, hosts):
     assert r.exit_code == 0, r.stderr
     rows = r.json["changes"]
     by = {(c["kind"], c["object"]): c for c in rows}
-    # rings to the driver maximum; 24 channels = number of data cores (already 24)
+    # rings to the driver maximum; 25 channels = the 24 data cores (already 24) and the
+    # control queue flow_rules steers BGP and SSH to (mlx5 has ntuple rules)
     assert by[("ring", "ens1f0np0:rx")]["current"] == "1024"
     assert by[("ring", "ens1f0np0:rx")]["desired"] == "8192"
     assert by[("ring", "ens1f0np0:rx")]["note"] == "link reset"
-    assert by[("channels", "ens1f0np0:combined")]["action"] == "ok"
-    # every completion vector (48 on this 48-CPU host) goes round-robin over the data cores
+    ch = by[("channels", "ens1f0np0:combined")]
+    assert (ch["current"], ch["desired"], ch["action"]) == ("24", "25", "change")
+    # RSS over the data queues 0-23 only, the rules to queue 24 at free locations
+    assert by[("rss_indir", "ens1f0np0")]["desired"] == "weight" + " 1" * 24
+    assert {o: c["desired"] for (k, o), c in by.items() if k == "ntuple"} == {
+        "ens1f0np0:1022": "flow-type tcp4 dst-port 179 action 24",
+        "ens1f0np0:1021": "flow-type tcp4 src-port 179 action 24",
+        "ens1f0np0:1020": "flow-type tcp4 dst-port 22 action 24",
+    }
+    # every completion vector (48 on this 48-CPU host) goes round-robin over the data cores,
+    # but the control queue's (queue 24, IRQ 120) to housekeeping CPU 0
     for i in range(48):
         irq = 96 + i
         row = by[("irq_affinity", str(irq))]
-        want = str(DATA_CPUS[i % 24])
+        want = "0" if i == 24 else str(DATA_CPUS[i % 24])
         raw = (root / f"proc/irq/{irq}/smp_affinity_list").read_text().strip()
         assert row["desired"] == want, irq
         assert row["action"] == ("ok" if raw == want else "change"), irq

@@ -37,6 +37,7 @@ SETTINGS = {
     "ansible.py": ("ansible.json", {"rounds": "rounds", "hosts": "hosts"}),
     "vm_rx.py": ("vm_rx.json", {"=WINDOW": "window_seconds"}),
     "vm_apply.py": ("vm_apply.json", {}),
+    "nic_spread.py": ("nic_spread.json", {"rounds": "rounds", "flows": "flows"}),
     "ipvs_profile.py": (
         "ipvs_profile.json",
         {"services": "services", "reals": "real_servers", "=REPEAT": "rounds"},

@@ -119,3 +119,32 @@ def test_bad_input_is_one_line_exit_2(tmp_path) -> None:
         r = run_cli(*args)
         assert r.exit_code == 2, (args, r.stdout, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_rss_hash_table_and_rules_are_compared(tmp_path) -> None:
+    """Hash fields, the table's shares and the flow rules, as two hosts' ethtool shows them."""
+    from lbtune.host.fs import HostFS
+    from lbtune.host.net.ethtool import RecordedEthtool
+    from lbtune.host.net.rss import NtupleRule, weight_table
+
+    a = copy_host(tmp_path, DELL, dest="a")
+    b = copy_host(tmp_path, DELL, dest="b")
+    eth = RecordedEthtool(HostFS(str(b)))
+    eth.set_rx_flow_hash("eno1", "udp4", "sdfn")
+    eth.set_rxfh("eno1", weight_table(512, [0, 1, 1, 1]))
+    eth.add_ntuple_rule("ens1f0np0", NtupleRule(5, "tcp4", (("dst-port", "22"),), 1))
+    r = run_cli("compare", str(a), str(b), "--json")
+    assert r.exit_code == 1, r.stderr
+    diffs = {(d["area"], d["object"]): (d["template"], d["value"])
+             for d in r.json["hosts"][0]["differences"]}  # fmt: skip
+    assert diffs == {
+        ("rss hash", "eno1 udp4"): ("sd", "sdfn"),
+        ("rss table", "eno1"): (
+            "16 queues, 32 of 512 entries each",
+            "queue:entries 0:0 1-3:170-171 4-15:0 of 512",
+        ),
+        ("flow rules", "ens1f0np0"): (
+            "flow-type udp4 dst-port 4789 action 3",
+            "flow-type tcp4 dst-port 22 action 1; flow-type udp4 dst-port 4789 action 3",
+        ),
+    }

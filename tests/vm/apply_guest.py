@@ -47,8 +47,9 @@ def _ethtool(*args: str) -> str:
 
 
 def snapshot() -> dict[str, str]:
-    """Every value file above (path -> exact content) and `ethtool -l/-g/-c/-k/-a` of every
-    ethN NIC (eth2, the vmxnet3, once a test loaded its driver)."""
+    """Every value file above (path -> exact content), `ethtool -l/-g/-c/-k/-a` of every ethN
+    NIC (eth2, the vmxnet3, once a test loaded its driver), and `ethtool -x` and the RSS hash
+    fields (`-n rx-flow-hash`) of both NICs."""
     out: dict[str, str] = {}
     for pattern in SNAPSHOT_GLOBS:
         for path in sorted(glob.glob(pattern)):
@@ -64,6 +65,12 @@ def snapshot() -> dict[str, str]:
         nic = os.path.basename(path)
         for flag in ("-l", "-g", "-c", "-k", "-a"):
             out[f"ethtool {flag} {nic}"] = _ethtool(flag, nic)
+    for nic in ("eth0", "eth1"):
+        out[f"ethtool -x {nic}"] = _ethtool("-x", nic)
+        for flow in ("tcp4", "udp4", "tcp6", "udp6"):
+            out[f"ethtool -n {nic} rx-flow-hash {flow}"] = _ethtool(
+                "-n", nic, "rx-flow-hash", flow
+            )
     return out
 
 
@@ -90,6 +97,21 @@ def ethtool_and_recordings(nics: list[str], capture: str) -> dict[str, Any]:
         for flag in ("-c", "-k", "-a"):
             seen = ethtool_text(flag, nic)
             out[f"{flag} {nic}"] = {**seen, "recorded": recorded.get(f"ethtool_{flag}_{nic}")}
+    return out
+
+
+def ethtool(*args: str) -> str:
+    """`ethtool ARGS` in the guest: rc, stdout and stderr (the test reads the kernel's view)."""
+    return _ethtool(*args)
+
+
+def rx_queue_packets(iface: str) -> dict[int, int]:
+    """virtio_net's per-queue receive counters (`ethtool -S`: rx_queue_N_packets)."""
+    out: dict[int, int] = {}
+    for line in _ethtool("-S", iface).splitlines():
+        m = re.fullmatch(r"rx_queue_(\d+)_packets: (\d+)", line.strip())
+        if m:  # not rx_queue_0_xdp_packets
+            out[int(m.group(1))] = int(m.group(2))
     return out
 
 
