@@ -18,7 +18,7 @@ For README/docs renderers:
 - ``profile_fix_rules() -> list[str]``: the rules whose findings can carry a profile fix
   (a fix `lbtune apply` makes), in registry order.
 - ``unproven_profile_fix_rules() -> dict[str, str]``: profile-fix rules with no loop ->
-  why (`UNPROVEN`, the one place that says it; today empty: every one has its loop).
+  why (`UNPROVEN`, the one place that says it).
 - ``no_profile_fix_rules() -> dict[str, str]``: rules with no profile fix -> why
   (`NO_PROFILE_FIX`), in registry order.
 
@@ -44,7 +44,15 @@ TIERS: dict[str, tuple[str, str]] = {
 }
 
 # Rules with a profile fix that no loop proves: rule -> why, one line. Rendered by the docs.
-UNPROVEN: dict[str, str] = {}
+_VM_LOOP_TO_COME = "its VM fix loop is not written yet (issue 29)"
+_NO_EMULATED_FAULT = "no emulated NIC sends pause frames: shown on fixture trees only"
+UNPROVEN: dict[str, str] = {
+    "rss-hash-l3-only": _VM_LOOP_TO_COME,
+    "rss-indirection-gap": _VM_LOOP_TO_COME,
+    "lro-on-forwarding-host": _VM_LOOP_TO_COME,
+    "coalescing": _VM_LOOP_TO_COME,
+    "pause-frames": _NO_EMULATED_FAULT,
+}
 
 # Rules whose findings carry no profile fix (Rule.profile_fix is False): rule -> why, one line.
 NO_PROFILE_FIX: dict[str, str] = {
