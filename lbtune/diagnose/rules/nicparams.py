@@ -298,16 +298,16 @@ def pause_frames(ctx: Context) -> Iterator[Finding]:
             s = ctx.nic_settings.get(d.dev)
             settings = s.pause if s else None
             if direction == TX_PAUSE:
-                title = f"{d.dev} sent {count} pause frames"
+                title = f"{d.dev} sent {count:,} pause frames"
                 what = (
-                    f"{d.dev} asked its link partner {count} times {since(ctx)} to stop sending "
+                    f"{d.dev} asked its link partner {count:,} times {since(ctx)} to stop sending "
                     "because its receive buffer was filling: the packets wait or die in the "
                     "switch, where this host's drop counters do not see them"
                 )
             else:
-                title = f"{d.dev} received {count} pause frames"
+                title = f"{d.dev} received {count:,} pause frames"
                 what = (
-                    f"the link partner told {d.dev} {count} times {since(ctx)} to stop sending: "
+                    f"the link partner told {d.dev} {count:,} times {since(ctx)} to stop sending: "
                     "congestion upstream stalls this host's transmit queues"
                 )
             yield finding(

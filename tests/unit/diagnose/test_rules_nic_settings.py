@@ -262,7 +262,7 @@ def test_pause_frames_sent_by_the_host() -> None:
 
 def test_pause_frames_received_per_driver_names() -> None:
     (f,) = found("pause-frames", pause("mlx5_core", rx_pause_ctrl_phy=5000), PAUSE_ON)
-    assert f.title == "eth0 received 5000 pause frames"
+    assert f.title == "eth0 received 5,000 pause frames"
     assert f.fixes[0].command == "ethtool -A eth0 rx off"
     (f,) = found("pause-frames", pause("i40e", **{"port.link_xoff_rx": 80}), None)
     assert [x.scope for x in f.fixes] == ["manual"]  # pause settings unknown: no profile line
