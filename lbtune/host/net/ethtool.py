@@ -19,7 +19,20 @@ from typing import Mapping, Optional, Protocol, Sequence
 
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
-from lbtune.host.net.nicparams import Coalesce, Features, Pause
+from lbtune.host.net import nicio
+from lbtune.host.net.nicparams import (
+    COALESCE_FLAGS,
+    U32_MAX,
+    Coalesce,
+    Features,
+    Pause,
+    parse_ethtool_a,
+    parse_ethtool_c,
+    parse_ethtool_k,
+    rewrite_ethtool_a,
+    rewrite_ethtool_c,
+    rewrite_ethtool_k,
+)
 from lbtune.host.net.rss import NtupleRule, Rxfh
 
 RECORD_DIR = "/sos_commands/networking"
@@ -153,6 +166,120 @@ class _NotYet:
         raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
 
 
+# ---------------------------------------------------------------- coalescing, features, pause
+# (lbtune.host.net.nicparams: the text; lbtune.host.net.nicio: the kernel)
+
+
+class _RecordedNicParams:
+    """`ethtool -c/-k/-a` recordings; the setters rewrite the recorded text in place."""
+
+    def _text(self, flag: str, dev: str) -> tuple[Optional[str], str]:
+        raise NotImplementedError
+
+    def _rewrite(self, flag: str, dev: str, text: str) -> None:
+        fs: HostFS = self.fs  # type: ignore[attr-defined]
+        fs.write_file(f"{RECORD_DIR}/ethtool_-{flag}_{dev}", text.encode(errors="surrogateescape"))
+
+    def _recorded(self, flag: str, dev: str) -> tuple[str, str]:
+        text, src = self._text(flag, dev)
+        if text is None:
+            raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
+        return text, src
+
+    def coalesce(self, dev: str) -> Optional[Coalesce]:
+        text, src = self._text("c", dev)
+        return None if text is None else parse_ethtool_c(text, src)
+
+    def set_coalesce(self, dev: str, changes: Mapping[str, int]) -> None:
+        text, src = self._recorded("c", dev)
+        have = dict(parse_ethtool_c(text, src).values)
+        for name, value in changes.items():
+            if name not in have:
+                raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
+            if not 0 <= value <= (1 if name in COALESCE_FLAGS else U32_MAX):
+                raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument")
+        self._rewrite("c", dev, rewrite_ethtool_c(text, changes))
+
+    def features(self, dev: str) -> Optional[Features]:
+        text, src = self._text("k", dev)
+        return None if text is None else parse_ethtool_k(text, src)
+
+    def set_features(self, dev: str, changes: Mapping[str, bool]) -> None:
+        text, src = self._recorded("k", dev)
+        feats = {f.name: f for f in parse_ethtool_k(text, src).entries}
+        for name in changes:
+            f = feats.get(name)
+            if f is None:
+                raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument")
+            if f.fixed:
+                raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
+        self._rewrite("k", dev, rewrite_ethtool_k(text, changes))
+
+    def pause(self, dev: str) -> Optional[Pause]:
+        text, src = self._text("a", dev)
+        return None if text is None else parse_ethtool_a(text, src)
+
+    def set_pause(
+        self,
+        dev: str,
+        autoneg: Optional[bool] = None,
+        rx: Optional[bool] = None,
+        tx: Optional[bool] = None,
+    ) -> None:
+        text, src = self._recorded("a", dev)
+        parse_ethtool_a(text, src)
+        wanted = {"autoneg": autoneg, "rx": rx, "tx": tx}
+        changes = {k: v for k, v in wanted.items() if v is not None}
+        self._rewrite("a", dev, rewrite_ethtool_a(text, changes))
+
+
+class _LiveNicParams:
+    """The kernel's coalescing (ethtool netlink), features and pause (SIOCETHTOOL)."""
+
+    def coalesce(self, dev: str) -> Optional[Coalesce]:
+        try:
+            return nicio.get_coalesce(dev, ethtool_ioctl)
+        except OSError:
+            return None
+
+    def set_coalesce(self, dev: str, changes: Mapping[str, int]) -> None:
+        try:
+            nicio.set_coalesce(dev, changes, ethtool_ioctl)
+        except EthtoolIoctlError:
+            raise
+        except OSError as e:
+            raise EthtoolIoctlError(e.errno, f"{dev}: {e.strerror or e}") from None
+
+    def features(self, dev: str) -> Optional[Features]:
+        try:
+            return nicio.get_features(dev, ethtool_ioctl)
+        except OSError:
+            return None
+
+    def set_features(self, dev: str, changes: Mapping[str, bool]) -> None:
+        try:
+            nicio.set_features(dev, changes, ethtool_ioctl)
+        except EthtoolIoctlError:
+            raise
+        except OSError as e:
+            raise EthtoolIoctlError(e.errno, f"{dev}: {e.strerror or e}") from None
+
+    def pause(self, dev: str) -> Optional[Pause]:
+        try:
+            return nicio.get_pause(dev, ethtool_ioctl)
+        except OSError:
+            return None
+
+    def set_pause(
+        self,
+        dev: str,
+        autoneg: Optional[bool] = None,
+        rx: Optional[bool] = None,
+        tx: Optional[bool] = None,
+    ) -> None:
+        nicio.set_pause(dev, ethtool_ioctl, autoneg, rx, tx)
+
+
 # ---------------------------------------------------------------- recorded (text output)
 
 _SECTION_KEYS = {
@@ -273,7 +400,7 @@ def parse_ethtool_S(text: str, source: str = "ethtool -S") -> dict[str, int]:
 _VALUE_LINE = re.compile(r"^(\s*)([A-Za-z][A-Za-z ]*?)(:\s*)(\S+)(\s*)$", re.DOTALL)
 
 
-class RecordedEthtool(_NotYet):
+class RecordedEthtool(_RecordedNicParams, _NotYet):
     """ethtool output recorded under `<root>/sos_commands/networking/ethtool_-X_DEV`."""
 
     def __init__(self, fs: HostFS) -> None:
@@ -409,7 +536,7 @@ def _opt(value: int, maximum: int) -> Optional[int]:
     return value if maximum else None
 
 
-class LiveEthtool(_NotYet):
+class LiveEthtool(_LiveNicParams, _NotYet):
     """The running kernel's ethtool interface, in the current network namespace."""
 
     def __init__(self) -> None:

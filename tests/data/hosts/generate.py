@@ -508,6 +508,219 @@ def write_ethtool(t: Tree, dev: str, i: str, g: str, l: str, s: str) -> None:  #
         t.write(f"{d}/ethtool_-{flag}_{dev}", text, newline=False)
 
 
+# ------------------------------------------------------------------ ethtool -c/-k/-a (6.1)
+# Kept apart from the -g/-l/-S writers above (and from -x/-n) so that each family's data is
+# one block. Layouts are ethtool 6.1's netlink output (checked against `ethtool -k/-c/-a` run
+# on a veth and the strings of the ethtool 6.1 binary); each NIC's values are from the public
+# outputs and driver sources its tree's README names.
+
+# The kernel's feature names (net/ethtool/common.c netdev_features_strings) in bit order
+# (include/linux/netdev_features.h, 5.15/6.1), which is the order `ethtool -k` prints them in.
+FEATURE_BITS = tuple(
+    """
+    tx-scatter-gather tx-checksum-ipv4 tx-checksum-ip-generic tx-checksum-ipv6 highdma
+    tx-scatter-gather-fraglist tx-vlan-hw-insert rx-vlan-hw-parse rx-vlan-filter
+    vlan-challenged tx-generic-segmentation tx-lockless netns-local rx-gro rx-lro
+    tx-tcp-segmentation tx-gso-robust tx-tcp-ecn-segmentation tx-tcp-mangleid-segmentation
+    tx-tcp6-segmentation tx-fcoe-segmentation tx-gre-segmentation tx-gre-csum-segmentation
+    tx-ipxip4-segmentation tx-ipxip6-segmentation tx-udp_tnl-segmentation
+    tx-udp_tnl-csum-segmentation tx-gso-partial tx-tunnel-remcsum-segmentation
+    tx-sctp-segmentation tx-esp-segmentation tx-udp-segmentation tx-gso-list
+    tx-checksum-fcoe-crc tx-checksum-sctp fcoe-mtu rx-ntuple-filter rx-hashing rx-checksum
+    tx-nocache-copy loopback rx-fcs rx-all tx-vlan-stag-hw-insert rx-vlan-stag-hw-parse
+    rx-vlan-stag-filter l2-fwd-offload hw-tc-offload esp-hw-offload esp-tx-csum-hw-offload
+    rx-udp_tunnel-port-offload tls-hw-tx-offload tls-hw-rx-offload rx-gro-hw tls-hw-record
+    rx-gro-list macsec-hw-offload rx-udp-gro-forwarding hsr-tag-ins-offload
+    hsr-tag-rm-offload hsr-fwd-offload hsr-dup-offload
+    """.split()  # noqa: SIM905 (one line per name would be 60 lines)
+)
+# ethtool.c off_flag_def: long name and the kernel names it covers (fnmatch patterns)
+LEGACY_FLAGS = (
+    ("rx-checksumming", "rx-checksum"),
+    ("tx-checksumming", "tx-checksum-*"),
+    ("scatter-gather", "tx-scatter-gather*"),
+    ("tcp-segmentation-offload", "tx-tcp*-segmentation"),
+    ("udp-fragmentation-offload", "tx-udp-fragmentation"),
+    ("generic-segmentation-offload", "tx-generic-segmentation"),
+    ("generic-receive-offload", "rx-gro"),
+    ("large-receive-offload", "rx-lro"),
+    ("rx-vlan-offload", "rx-vlan-hw-parse"),
+    ("tx-vlan-offload", "tx-vlan-hw-insert"),
+    ("ntuple-filters", "rx-ntuple-filter"),
+    ("receive-hashing", "rx-hashing"),
+)
+# What the core gives every device (net/core/dev.c register_netdevice): GSO and GRO on and
+# changeable, the soft-off ones and tx-nocache-copy changeable and off.
+SOFT_FEATURES = {
+    "tx-generic-segmentation": "on", "rx-gro": "on", "tx-nocache-copy": "off",
+    "rx-gro-list": "off", "rx-udp-gro-forwarding": "off",
+}  # fmt: skip
+
+
+def ethtool_k(dev: str, states: Dict[str, str], names: Sequence[str] = FEATURE_BITS) -> str:
+    """`ethtool -k`: `states` maps kernel names to "on", "off", "on [fixed]",
+    "off [requested on]" ...; a name not given is "off [fixed]"."""
+    import fnmatch
+
+    def state(n: str) -> str:
+        return {**SOFT_FEATURES, **states}.get(n, "off [fixed]")
+
+    out = [f"Features for {dev}:"]
+    grouped = set()
+    for long, pattern in LEGACY_FLAGS:
+        members = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        grouped.update(members)
+        if len(members) == 1:
+            out.append(f"{long}: {state(members[0])}")
+        elif members:
+            on = any(state(n).startswith("on") for n in members)
+            out.append(f"{long}: {'on' if on else 'off'}")
+            out += [f"\t{n}: {state(n)}" for n in members]
+    out += [f"{n}: {state(n)}" for n in names if n not in grouped]
+    return "\n".join(out) + "\n"
+
+
+def ethtool_c(dev: str, v: Dict[str, object]) -> str:
+    """`ethtool -c` (netlink, 6.1): parameters not in `v` are "n/a" (the driver does not
+    support them); adaptive-*/cqe-mode-* take "on"/"off"."""
+
+    def g(n: str) -> str:
+        return str(v.get(n, "n/a"))
+
+    rows = [f"Coalesce parameters for {dev}:",
+            f"Adaptive RX: {g('adaptive-rx')}  TX: {g('adaptive-tx')}"]  # fmt: skip
+    rows += [f"{n}: {g(n)}" for n in words("stats-block-usecs sample-interval pkt-rate-low "
+                                           "pkt-rate-high")]  # fmt: skip
+    for d in ("rx", "tx"):
+        rows += [""] + [f"{d}-{k}: {g(f'{d}-{k}')}" for k in words("usecs frames usecs-irq "
+                                                                   "frames-irq")]  # fmt: skip
+    for lvl in ("low", "high"):
+        rows.append("")
+        for d in ("rx", "tx"):
+            rows += [f"{d}-usecs-{lvl}: {g(f'{d}-usecs-{lvl}')}",
+                     f"{d}-frame-{lvl}: {g(f'{d}-frames-{lvl}')}"]  # fmt: skip
+    rows += ["", f"CQE mode RX: {g('cqe-mode-rx')}  TX: {g('cqe-mode-tx')}", ""]
+    return "\n".join(rows) + "\n"
+
+
+def ethtool_a(dev: str, autoneg: bool, rx: bool, tx: bool) -> str:
+    """`ethtool -a` (netlink, 6.1) without the negotiated lines (the driver reports no link
+    partner pause bits)."""
+
+    def oo(b: bool) -> str:
+        return "on" if b else "off"
+
+    return (
+        f"Pause parameters for {dev}:\nAutonegotiate:\t{oo(autoneg)}\n"
+        f"RX:\t\t{oo(rx)}\nTX:\t\t{oo(tx)}\n"
+    )
+
+
+def write_nic_params(t: Tree, dev: str, c: str, k: str, a: str) -> None:
+    d = "/sos_commands/networking"
+    for flag, text in (("c", c), ("k", k), ("a", a)):
+        t.write(f"{d}/ethtool_-{flag}_{dev}", text, newline=False)
+
+
+IXGBE_X550_K = {
+    "rx-checksum": "on", "tx-checksum-ip-generic": "on", "tx-checksum-sctp": "on",
+    "tx-scatter-gather": "on", "tx-tcp-segmentation": "on", "tx-tcp-mangleid-segmentation": "off",
+    "tx-tcp6-segmentation": "on", "rx-lro": "off", "rx-vlan-hw-parse": "on",
+    "tx-vlan-hw-insert": "on", "rx-ntuple-filter": "off", "rx-hashing": "on",
+    "highdma": "on [fixed]", "rx-vlan-filter": "on", "tx-gre-segmentation": "on",
+    "tx-gre-csum-segmentation": "on", "tx-ipxip4-segmentation": "on",
+    "tx-ipxip6-segmentation": "on", "tx-udp_tnl-segmentation": "on",
+    "tx-udp_tnl-csum-segmentation": "on", "tx-gso-partial": "on", "tx-udp-segmentation": "on",
+    "rx-all": "off", "l2-fwd-offload": "off", "hw-tc-offload": "off",
+    "rx-udp_tunnel-port-offload": "on",
+}  # fmt: skip
+MLX5_CX6DX_K = {
+    "rx-checksum": "on", "tx-checksum-ipv4": "on", "tx-checksum-ipv6": "on",
+    "tx-scatter-gather": "on", "tx-tcp-segmentation": "on", "tx-tcp-ecn-segmentation": "off",
+    "tx-tcp-mangleid-segmentation": "off", "tx-tcp6-segmentation": "on", "rx-lro": "off",
+    "rx-vlan-hw-parse": "on", "tx-vlan-hw-insert": "on", "rx-ntuple-filter": "off",
+    "rx-hashing": "on", "highdma": "on [fixed]", "rx-vlan-filter": "on",
+    "tx-gre-segmentation": "on", "tx-gre-csum-segmentation": "on",
+    "tx-ipxip4-segmentation": "on", "tx-ipxip6-segmentation": "on",
+    "tx-udp_tnl-segmentation": "on", "tx-udp_tnl-csum-segmentation": "on",
+    "tx-gso-partial": "on", "tx-udp-segmentation": "on", "rx-fcs": "off", "rx-all": "off",
+    "tx-vlan-stag-hw-insert": "on", "hw-tc-offload": "off",
+    "rx-udp_tunnel-port-offload": "on [fixed]",
+}  # fmt: skip
+
+
+def write_r750_nic_params(t: Tree) -> None:
+    """ixgbe X550 (eno1) and the two mlx5 ConnectX-6 Dx ports (Ubuntu 22.04, 5.15)."""
+    ixgbe_c = {"rx-usecs": 1, "tx-usecs": 0, "tx-frames-irq": 256}
+    write_nic_params(t, "eno1", ethtool_c("eno1", ixgbe_c), ethtool_k("eno1", IXGBE_X550_K),
+                     ethtool_a("eno1", True, True, True))  # fmt: skip
+    mlx5_c = {
+        "adaptive-rx": "on", "adaptive-tx": "on", "rx-usecs": 8, "rx-frames": 128,
+        "tx-usecs": 8, "tx-frames": 128, "cqe-mode-rx": "on", "cqe-mode-tx": "off",
+    }  # fmt: skip
+    for dev in ("ens1f0np0", "ens1f1np1"):
+        write_nic_params(t, dev, ethtool_c(dev, mlx5_c), ethtool_k(dev, MLX5_CX6DX_K),
+                         ethtool_a(dev, False, True, True))  # fmt: skip
+
+
+VIRTIO_K = {
+    "rx-checksum": "on [fixed]", "tx-checksum-ip-generic": "on", "tx-scatter-gather": "on",
+    "tx-tcp-segmentation": "on", "tx-tcp-ecn-segmentation": "on",
+    "tx-tcp-mangleid-segmentation": "off", "tx-tcp6-segmentation": "on",
+    "highdma": "on [fixed]", "rx-vlan-filter": "on [fixed]", "tx-gso-robust": "on [fixed]",
+    "rx-gro-hw": "on",
+}  # fmt: skip
+
+
+def write_kvm_nic_params(t: Tree) -> None:
+    """virtio_net on a KVM host without VIRTIO_NET_F_NOTF_COAL (6.1): frames 1 each way."""
+    c = {"rx-usecs": 0, "rx-frames": 1, "tx-usecs": 0, "tx-frames": 1}
+    write_nic_params(t, "ens3", ethtool_c("ens3", c), ethtool_k("ens3", VIRTIO_K), NOT_SUPPORTED)
+
+
+ENA_K = {
+    "rx-checksum": "off [fixed]", "tx-checksum-ipv4": "on", "tx-scatter-gather": "on",
+    "rx-hashing": "on", "highdma": "on",
+}  # fmt: skip
+
+
+def write_aws_nic_params(t: Tree) -> None:
+    """ENA: adaptive rx (DIM) on, tx-usecs 64; no pause (`ethtool -a` unsupported)."""
+    c = {"adaptive-rx": "on", "adaptive-tx": "n/a", "rx-usecs": 0, "tx-usecs": 64}
+    write_nic_params(t, "ens5", ethtool_c("ens5", c), ethtool_k("ens5", ENA_K), NOT_SUPPORTED)
+
+
+E1000_K = {
+    "rx-checksum": "off", "tx-checksum-ip-generic": "on", "tx-scatter-gather": "on",
+    "tx-tcp-segmentation": "on", "tx-tcp-mangleid-segmentation": "off",
+    "rx-vlan-hw-parse": "on", "tx-vlan-hw-insert": "on [fixed]", "highdma": "on [fixed]",
+    "rx-vlan-filter": "on [fixed]", "rx-fcs": "off", "rx-all": "off",
+}  # fmt: skip
+# `ethtool -k` of a veth as ethtool 6.1 printed it on this project's build machine, less the
+# features of kernels after 6.6 (tx-tcp-accecn-segmentation) and with the 6.6 ones back in
+# (tx-lockless, netns-local, fcoe-mtu are gone from later kernels).
+VETH_K = {
+    "rx-checksum": "on", "tx-checksum-ip-generic": "on", "tx-checksum-sctp": "on",
+    "tx-scatter-gather": "on", "tx-scatter-gather-fraglist": "on", "tx-tcp-segmentation": "on",
+    "tx-tcp-ecn-segmentation": "on", "tx-tcp-mangleid-segmentation": "on",
+    "tx-tcp6-segmentation": "on", "rx-gro": "off", "rx-vlan-hw-parse": "on",
+    "tx-vlan-hw-insert": "on", "highdma": "on", "tx-lockless": "on [fixed]",
+    "tx-gre-segmentation": "on", "tx-gre-csum-segmentation": "on",
+    "tx-ipxip4-segmentation": "on", "tx-ipxip6-segmentation": "on",
+    "tx-udp_tnl-segmentation": "on", "tx-udp_tnl-csum-segmentation": "on",
+    "tx-sctp-segmentation": "on", "tx-udp-segmentation": "on", "tx-gso-list": "on",
+    "tx-vlan-stag-hw-insert": "on", "rx-vlan-stag-hw-parse": "on",
+}  # fmt: skip
+
+
+def write_tiny_nic_params(t: Tree) -> None:
+    """e1000 under qemu (InterruptThrottleRate 3: rx-usecs 3; flow control full) and a veth
+    (no coalescing, no pause)."""
+    write_nic_params(t, "eth0", ethtool_c("eth0", {"rx-usecs": 3}), ethtool_k("eth0", E1000_K),
+                     ethtool_a("eth0", True, True, True))  # fmt: skip
+    write_nic_params(t, "veth0", NOT_SUPPORTED, ethtool_k("veth0", VETH_K), NOT_SUPPORTED)
+
+
 def lo_dev(txql: int = 1000) -> NetDev:
     return NetDev(
         name="lo",
@@ -1354,6 +1567,7 @@ def gen_r750(out: Path) -> None:
             ethtool_S(stats[dev]),
         )
 
+    write_r750_nic_params(t)
     r750_counters(t, stats, devs)
 
     # irqbalance 1.8 (Ubuntu 22.04): running, enabled, bans the isolated CPUs and eno1's link IRQ
@@ -2021,6 +2235,7 @@ def gen_kvm(out: Path) -> None:
         ethtool_l("ens3", 4, 4),
         ethtool_S(rows),
     )
+    write_kvm_nic_params(t)
     kvm_counters(t, v, devs)
     # irqbalance is not installed: no config file, no process, no unit; systemd is there.
     units = "/usr/lib/systemd/system"
@@ -2141,6 +2356,7 @@ def gen_aws(out: Path) -> None:
         ethtool_l("ens5", 8, 8),
         ethtool_S(rows),
     )
+    write_aws_nic_params(t)
     aws_counters(t, q, devs)
     # irqbalance installed (config present) but disabled and not running.
     t.write("/etc/sysconfig/irqbalance", RHEL_IRQBALANCE)
@@ -2267,6 +2483,7 @@ def gen_tiny(out: Path) -> None:
         ethtool_l("veth0", 0, 0, rx=4, rx_max=4, tx=4, tx_max=4),
         ethtool_S(rows),
     )
+    write_tiny_nic_params(t)
     tiny_counters(t, e1000_v, devs)
 
 
