@@ -9,7 +9,8 @@ coalescing too low for the packet rate, pause frames.
 - Coalescing: without it (rx-usecs near 0, adaptive off) a NIC raises an interrupt per few
   packets; at tens of thousands a second per queue the interrupt work itself eats the cores
   that must run the receive softirq, which then runs out of budget (time squeeze).
-  e1000/e1000e report their dynamic interrupt throttling modes as rx-usecs 1, 3 and 4.
+  e1000/e1000e (1, 3, 4), igb (1, 3) and ixgbe (1) report their dynamic interrupt
+  throttling modes as small rx-usecs values.
 - Pause frames (IEEE 802.3x): a NIC that sends them asks the switch to hold traffic because
   its own buffer is filling; the loss then happens in the switch, where this host's drop
   counters never see it. One that receives them is told to stop sending: congestion
@@ -84,7 +85,7 @@ def lro_on_forwarding_host(ctx: Context) -> Iterator[Finding]:
         return
     why = "net.ipv4.ip_forward = 1" if forward else ""
     if ipvs > 0:
-        why += (" and " if why else "") + f"IPVS forwarded {ipvs} packets {since(ctx)}"
+        why += (" and " if why else "") + f"IPVS forwarded {ipvs:,} packets {since(ctx)}"
     for d in ctx.window.nics():
         s = ctx.nic_settings.get(d.dev)
         lro = lro_feature(s) if s else None
@@ -98,7 +99,7 @@ def lro_on_forwarding_host(ctx: Context) -> Iterator[Finding]:
             Level.FAIL,
             d.dev,
             f"{d.dev} has large-receive-offload on ({LRO}), and this host forwards ({why}): "
-            f"LRO merges the {received} packets it received {since(ctx)} into buffers that "
+            f"LRO merges the {received:,} packets it received {since(ctx)} into buffers that "
             "cannot be sent on as they are; the kernel drops them in ip_forward and IPVS sends "
             "them on oversized. GRO gives the same saving and can be undone.",
             received,
@@ -133,7 +134,9 @@ def lro_on_forwarding_host(ctx: Context) -> Iterator[Finding]:
 STORM_PER_SECOND = 20_000  # interrupts a second on one queue vector: every 50 us
 LOW_RX_USECS = 10  # rx-usecs below this is (nearly) an interrupt per packet
 FIX_RX_USECS = 50  # at most 20,000 interrupts a second per queue, 50 us added latency
-_DYNAMIC_ITR = {"e1000": (1, 3, 4), "e1000e": (1, 3, 4)}  # rx-usecs values that are modes
+# rx-usecs values that name a driver's interrupt throttling mode, not microseconds: e1000(e)
+# 1 dynamic, 3 dynamic conservative, 4 simplified; igb 1 and 3 likewise; ixgbe 1 dynamic.
+_DYNAMIC_ITR = {"e1000": (1, 3, 4), "e1000e": (1, 3, 4), "igb": (1, 3), "ixgbe": (1,)}
 
 
 def _low_coalescing(s: NicSettings, driver: Optional[str]) -> Optional[int]:
@@ -206,11 +209,11 @@ def coalescing(ctx: Context) -> Iterator[Finding]:
             "coalescing off",
             Level.WARN,
             f"{nic.name} irqs",
-            f"{len(storms)} queue vector(s) of {nic.name} took {total} interrupts {since(ctx)} "
+            f"{len(storms)} queue vector(s) of {nic.name} took {total:,} interrupts {since(ctx)} "
             f"(up to {worst / secs:,.0f} a second on one) with rx-usecs = {usecs} and no "
             f"adaptive coalescing (ethtool -c {nic.name}); their CPU(s) "
             f"{format_cpulist(frozenset(cpus))} ran out of softirq budget "
-            f"{sum(squeezed_cpus[c].time_squeeze for c in cpus)} times: interrupt work eats "
+            f"{sum(squeezed_cpus[c].time_squeeze for c in cpus):,} times: interrupt work eats "
             "the cores the receive path needs.",
             total,
             "interrupts",

@@ -101,7 +101,7 @@ def rss_hash_l3_only(ctx: Context) -> Iterator[Finding]:
             f"{d.dev}: rx queue {queue} takes {top / total:.0%} of the packets, RSS ignores ports",
             Level.WARN,
             f"{d.dev} rx-queue {queue}",
-            f"rx queue {queue} of {d.dev} received {top} of the {total} packets {since(ctx)} "
+            f"rx queue {queue} of {d.dev} received {top:,} of the {total:,} packets {since(ctx)} "
             f"over its {len(counts)} rx queues, and the RSS hash leaves out the ports for "
             f"{hashes} (ethtool -n {d.dev} rx-flow-hash): every flow between the same two "
             "addresses (one client and a VIP: DNS, QUIC, a proxy's connections) lands on one "
@@ -222,7 +222,7 @@ def rss_indirection_gap(ctx: Context) -> Iterator[Finding]:
             title,
             Level.WARN,
             f"{d.dev} rss",
-            "; ".join(problems) + f". {d.dev} received {received} packets {since(ctx)}.",
+            "; ".join(problems) + f". {d.dev} received {received:,} packets {since(ctx)}.",
             len(unused) + len(on_control),
             "rx queues misfed by RSS",
             evidence,

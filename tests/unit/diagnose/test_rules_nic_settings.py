@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+import pytest
+
 from lbtune.diagnose.finding import Finding
 from lbtune.diagnose.nicsettings import NicSettings
 from lbtune.host.kernel.interrupts import IrqLine
@@ -17,6 +19,7 @@ from lbtune.host.net.nicparams import Coalesce, Feature, Features, Pause
 from lbtune.host.net.rss import NtupleRule, Rxfh
 from lbtune.observe.model import IpvsStats, NicCounters, QueueCounters, Sample, SoftnetCpu
 from lbtune.vocab import Level
+from tests.conftest import AWS, DELL, HOSTS, KVM, TINY, run_cli
 from tests.unit.diagnose.test_rules import config, run, sample
 
 NIC_RULES = (
@@ -286,3 +289,14 @@ def test_every_nic_rule_is_quiet_on_a_healthy_busy_host() -> None:
     a, b = SPREAD
     for rule in NIC_RULES:
         assert found(rule, (a, b), healthy, net__ipv4__ip_forward="1") == [], rule
+
+
+@pytest.mark.parametrize("host", [DELL, KVM, AWS, TINY])
+def test_every_nic_rule_is_quiet_on_every_healthy_fixture_tree(host: str) -> None:
+    """The recorded ethtool -c/-k/-a (and -x/-n where recorded) of real drivers, read
+    through `--root`: no finding (their faults are made on copies in test_fix_profiles)."""
+    rules = [a for r in NIC_RULES for a in ("--rule", r)]
+    res = run_cli("--root", str(HOSTS / host), "diagnose", "--json", *rules)
+    assert res.exit_code == 0, res.stdout + res.stderr
+    assert res.json["findings"] == []
+    assert not [k for k in res.json.get("missing", {}) if k.startswith("ethtool")]
