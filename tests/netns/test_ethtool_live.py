@@ -76,3 +76,37 @@ def test_stats_names_follow_a_channel_change(veth4):
     first, after, fresh = in_netns(veth4, _stats_across_a_channel_change, veth4)
     assert "rx_queue_3_drops" in first and "rx_queue_3_drops" not in after
     assert after == fresh and after == list(parse_ethtool_S(ethtool(veth4, "-S", "v0")))
+
+
+def test_rss_and_rules_on_a_device_without_them(veth4):
+    """veth has neither an indirection table, hash fields nor a rule table: the live source
+    reads None (unsupported) and refuses a write with the driver's EOPNOTSUPP."""
+    import errno
+    import json
+    import sys
+
+    code = (
+        "import json, errno\n"
+        "from lbtune.host.net.netns import enter_netns\n"
+        "from lbtune.host.net.ethtool import LiveEthtool\n"
+        "from lbtune.host.net.rss import NtupleRule\n"
+        f"enter_netns({veth4!r})\n"
+        "e = LiveEthtool()\n"
+        "out = [e.rxfh('v0'), e.rx_flow_hash('v0', 'udp4'), e.ntuple_rules('v0'),\n"
+        "       e.ntuple_table_size('v0')]\n"
+        "codes = []\n"
+        "rule = NtupleRule(-1, 'tcp4', (('dst-port', '22'),), 0)\n"
+        "for f in (lambda: e.set_rxfh('v0', [0] * 128),\n"
+        "          lambda: e.set_rx_flow_hash('v0', 'udp4', 'sd'),\n"
+        "          lambda: e.add_ntuple_rule('v0', rule)):\n"
+        "    try:\n"
+        "        f()\n"
+        "        codes.append(0)\n"
+        "    except OSError as x:\n"
+        "        codes.append(x.errno)\n"
+        "print(json.dumps([out, codes]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    values, codes = json.loads(out.stdout)
+    assert values == [None, None, None, None]
+    assert codes == [errno.EOPNOTSUPP] * 3

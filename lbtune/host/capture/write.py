@@ -22,7 +22,7 @@ import re
 import tarfile
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from lbtune import __version__
 from lbtune.host.capture.manifest import MANIFEST
@@ -34,8 +34,10 @@ from lbtune.host.identity import MACHINE_ID, machine_hash
 from lbtune.host.kernel.cputopology import CPU_SYS
 from lbtune.host.kernel.irqbalance import CONFIG_FILES as IRQBALANCE_CONFIG
 from lbtune.host.kernel.irqbalance import UNIT_WANTS as IRQBALANCE_WANTS
+from lbtune.host.net import rss
 from lbtune.host.net.ethtool import (
     RECORD_DIR,
+    EthtoolSource,
     format_ethtool_g,
     format_ethtool_i,
     format_ethtool_l,
@@ -188,6 +190,23 @@ def _capture_etc(t: CaptureTree) -> None:
         t.dirs.add("/etc/systemd/system")  # "systemd is used here" for irqbalance detection
 
 
+def _record_rss(
+    record: Callable[[str, Optional[str], str], None], eth: EthtoolSource, dev: str, why: str
+) -> None:
+    """`ethtool -x DEV`, `ethtool -n DEV` and `ethtool -n DEV rx-flow-hash FLOW` (the flow
+    types profiles set) as ethtool 6.1 prints them."""
+    rxfh = eth.rxfh(dev)
+    record(f"ethtool -x {dev}", None if rxfh is None else rss.format_ethtool_x(dev, rxfh), why)
+    rules = eth.ntuple_rules(dev)
+    rings = None if rxfh is None else rxfh.rings
+    text = None if rules is None and rings is None else rss.format_ethtool_n(rings, rules)
+    record(f"ethtool -n {dev}", text, why)
+    for flow in rss.CAPTURED_FLOWS:
+        fields = eth.rx_flow_hash(dev, flow)
+        text = None if fields is None else rss.format_rx_flow_hash(flow, fields)
+        record(f"ethtool -n {dev} rx-flow-hash {flow}", text, why)
+
+
 def _record_commands(t: CaptureTree, host: Host, names: list[str]) -> list[dict[str, Any]]:
     """ethtool, ss, tc and ip recordings in sosreport's layout; returns what was recorded."""
     done: list[dict[str, Any]] = []
@@ -216,6 +235,7 @@ def _record_commands(t: CaptureTree, host: Host, names: list[str]) -> list[dict[
         stats = eth.stats(dev)
         # ethtool prints "no stats available" (an error) for a device with no statistics.
         record(f"ethtool -S {dev}", format_ethtool_S(stats) if stats else None, unsupported)
+        _record_rss(record, eth, dev, unsupported)
     try:
         listen, udp = host.listen_sockets(), host.udp_sockets()
         if listen is None and udp is None:

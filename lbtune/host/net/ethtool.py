@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Protocol, Sequence
 
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
-from lbtune.host.net import nicio
+from lbtune.host.net import nicio, rss
 from lbtune.host.net.nicparams import (
     COALESCE_FLAGS,
     U32_MAX,
@@ -108,9 +108,14 @@ class EthtoolSource(Protocol):
     def set_rx_flow_hash(self, dev: str, flow_type: str, fields: str) -> None: ...
     def rxfh(self, dev: str) -> Optional[Rxfh]: ...
     def set_rxfh(
-        self, dev: str, indir: Optional[Sequence[int]] = None, key: Optional[bytes] = None
+        self,
+        dev: str,
+        indir: Optional[Sequence[int]] = None,
+        key: Optional[bytes] = None,
+        default: bool = False,
     ) -> None: ...
     def ntuple_rules(self, dev: str) -> Optional[tuple[NtupleRule, ...]]: ...
+    def ntuple_table_size(self, dev: str) -> Optional[int]: ...
     def add_ntuple_rule(self, dev: str, rule: NtupleRule) -> int: ...
     def delete_ntuple_rule(self, dev: str, location: int) -> None: ...
 
@@ -400,7 +405,146 @@ def parse_ethtool_S(text: str, source: str = "ethtool -S") -> dict[str, int]:
 _VALUE_LINE = re.compile(r"^(\s*)([A-Za-z][A-Za-z ]*?)(:\s*)(\S+)(\s*)$", re.DOTALL)
 
 
-class RecordedEthtool(_RecordedNicParams, _NotYet):
+class RecordedRss:
+    """RSS hash fields, indirection table and key, and ntuple rules from recorded ethtool
+    text: `ethtool_-x_DEV`, `ethtool_-n_DEV_rx-flow-hash_FLOW` and `ethtool_-n_DEV` (the
+    rule listing). Setters rewrite the text as the kernel would change it (lbtune.host.net.rss
+    formats it in ethtool 6.1's layout) and refuse as the kernel does, so a host tree
+    behaves like a host under plan/apply/rollback."""
+
+    fs: HostFS
+    # a recording does not carry the rule table's size (ETHTOOL_GRXCLSRLCNT data); this is
+    # mlx5's (MAX_NUM_OF_ETHTOOL_RULES), the location lbtune picks is its last free slot
+    RULE_TABLE_SIZE = 1024
+
+    def _text(self, flag: str, dev: str) -> tuple[Optional[str], str]:
+        raise NotImplementedError
+
+    def _rewrite_rss(self, name: str, text: str) -> None:
+        self.fs.write_file(f"{RECORD_DIR}/ethtool_-{name}", text.encode())
+
+    def rx_flow_hash(self, dev: str, flow_type: str) -> Optional[str]:
+        if flow_type not in rss.FLOW_TYPES:
+            return None
+        text, src = self._text("n", f"{dev}_rx-flow-hash_{flow_type}")
+        return None if text is None else rss.parse_rx_flow_hash(text, flow_type, src)
+
+    def set_rx_flow_hash(self, dev: str, flow_type: str, fields: str) -> None:
+        if self.rx_flow_hash(dev, flow_type) is None:
+            raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
+        try:
+            letters = rss.canonical_letters(fields)
+        except ValueError:
+            raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument") from None
+        if not rss.hash_fields_fit(flow_type, letters):
+            raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument")
+        self._rewrite_rss(
+            f"n_{dev}_rx-flow-hash_{flow_type}", rss.format_rx_flow_hash(flow_type, letters)
+        )
+
+    def _rxfh_text(self, dev: str) -> tuple[Optional[str], str]:
+        kpath = f"{RECORD_DIR}/ethtool_-x_{dev}"
+        text = self.fs.read(kpath)
+        # sosreport records a failing `ethtool -x` as its error ("Cannot get RX ring count")
+        if text is not None and (not text.strip() or text.startswith("Cannot ")):
+            text = None
+        return text, self.fs.path(kpath)
+
+    def rxfh(self, dev: str) -> Optional[Rxfh]:
+        text, src = self._rxfh_text(dev)
+        return None if text is None else rss.parse_ethtool_x(text, src)
+
+    def set_rxfh(
+        self,
+        dev: str,
+        indir: Optional[Sequence[int]] = None,
+        key: Optional[bytes] = None,
+        default: bool = False,
+    ) -> None:
+        cur = self.rxfh(dev)
+        if cur is None or (not cur.indir and (indir is not None or default)):
+            raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
+        new_indir = cur.indir
+        if default:
+            new_indir = rss.equal_table(len(cur.indir), cur.rings or 1)
+        elif indir is not None:
+            rings = cur.rings or 0
+            if len(indir) != len(cur.indir) or any(not 0 <= q < rings for q in indir):
+                raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument")
+            new_indir = tuple(indir)
+        new_key = cur.key
+        if key is not None:
+            if cur.key is None:
+                raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
+            if len(key) != len(cur.key):
+                raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument")
+            new_key = bytes(key)
+        new = Rxfh(new_indir, new_key, cur.hfunc, cur.rings, cur.hfuncs)
+        self._rewrite_rss(f"x_{dev}", rss.format_ethtool_x(dev, new))
+
+    def _rxfh_follow_channels(self, dev: str, rings: int, write: bool) -> None:
+        """A channel change as the kernel sees the table: refused (EINVAL) when the table
+        points at a queue the new count removes and was set by hand (not the default
+        spread), re-spread when it was the default; the ring count follows."""
+        cur = self.rxfh(dev)
+        if cur is None or cur.rings == rings:
+            return
+        table = cur.indir
+        if table and cur.rings and table == rss.equal_table(len(table), cur.rings):
+            table = rss.equal_table(len(table), rings)
+        elif table and max(table) >= rings:
+            raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument")
+        if write:
+            new = Rxfh(table, cur.key, cur.hfunc, rings, cur.hfuncs)
+            self._rewrite_rss(f"x_{dev}", rss.format_ethtool_x(dev, new))
+
+    def _rules(self, dev: str) -> tuple[Optional[int], Optional[tuple[NtupleRule, ...]], str]:
+        text, src = self._text("n", dev)
+        if text is None:
+            return None, None, src
+        rings, rules = rss.parse_ethtool_n(text, src)
+        return rings, rules, src
+
+    def ntuple_rules(self, dev: str) -> Optional[tuple[NtupleRule, ...]]:
+        return self._rules(dev)[1]
+
+    def ntuple_table_size(self, dev: str) -> Optional[int]:
+        return None if self.ntuple_rules(dev) is None else self.RULE_TABLE_SIZE
+
+    def add_ntuple_rule(self, dev: str, rule: NtupleRule) -> int:
+        rings, rules, _ = self._rules(dev)
+        if rules is None:
+            raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
+        if rings is None:
+            r = self.rxfh(dev)
+            rings = None if r is None else r.rings
+        if rule.action >= (rings or 0) or rule.flow_type not in rss.RULE_FLOW_TYPES:
+            raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument")
+        loc = rule.location
+        if loc < 0:
+            free = rss.free_location(self.RULE_TABLE_SIZE, [r.location for r in rules])
+            if free is None:
+                raise EthtoolIoctlError(errno.ENOSPC, f"{dev}: No space left on device")
+            loc = free
+        if loc >= self.RULE_TABLE_SIZE:
+            raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument")
+        # at a taken location the new rule replaces the old, as mlx5 and ixgbe do
+        new = [r for r in rules if r.location != loc]
+        new.append(NtupleRule(loc, rule.flow_type, rule.match, rule.action))
+        self._rewrite_rss(f"n_{dev}", rss.format_ethtool_n(rings, new))
+        return loc
+
+    def delete_ntuple_rule(self, dev: str, location: int) -> None:
+        rings, rules, _ = self._rules(dev)
+        if rules is None:
+            raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
+        if location not in {r.location for r in rules}:
+            raise EthtoolIoctlError(errno.ENOENT, f"{dev}: No such file or directory")
+        rest = [r for r in rules if r.location != location]
+        self._rewrite_rss(f"n_{dev}", rss.format_ethtool_n(rings, rest))
+
+
+class RecordedEthtool(_RecordedNicParams, RecordedRss, _NotYet):
     """ethtool output recorded under `<root>/sos_commands/networking/ethtool_-X_DEV`."""
 
     def __init__(self, fs: HostFS) -> None:
@@ -451,7 +595,24 @@ class RecordedEthtool(_RecordedNicParams, _NotYet):
         combined: Optional[int] = None,
         other: Optional[int] = None,
     ) -> None:
-        self._set("l", dev, {"RX": rx, "TX": tx, "Combined": combined, "Other": other})
+        wanted = {"RX": rx, "TX": tx, "Combined": combined, "Other": other}
+        rings = self._rx_rings_after(dev, combined, rx)
+        if rings is not None:
+            self._rxfh_follow_channels(dev, rings, write=False)  # refuse before any write
+        self._set("l", dev, wanted)
+        if rings is not None:
+            self._rxfh_follow_channels(dev, rings, write=True)
+
+    def _rx_rings_after(
+        self, dev: str, combined: Optional[int], rx: Optional[int]
+    ) -> Optional[int]:
+        """The receive ring count (GRXRINGS: combined + rx queues) after a channel change."""
+        cur = self.channels(dev)
+        if cur is None:
+            return None
+        c = combined if combined is not None else cur.combined or 0
+        r = rx if rx is not None else cur.rx or 0
+        return c + r or None
 
     def _set(self, flag: str, dev: str, wanted: dict[str, Optional[int]]) -> None:
         text, src = self._text(flag, dev)
@@ -536,7 +697,59 @@ def _opt(value: int, maximum: int) -> Optional[int]:
     return value if maximum else None
 
 
-class LiveEthtool(_LiveNicParams, _NotYet):
+class LiveRss:
+    """RSS and ntuple rules through SIOCETHTOOL (lbtune.host.net.rss has the structures)."""
+
+    def rx_flow_hash(self, dev: str, flow_type: str) -> Optional[str]:
+        if flow_type not in rss.FLOW_TYPES:
+            return None
+        try:
+            return rss.live_rx_flow_hash(ethtool_ioctl, dev, flow_type)
+        except OSError:
+            return None
+
+    def set_rx_flow_hash(self, dev: str, flow_type: str, fields: str) -> None:
+        try:
+            bits = rss.canonical_letters(fields)
+        except ValueError:
+            raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument") from None
+        rss.live_set_rx_flow_hash(ethtool_ioctl, dev, flow_type, bits)
+
+    def rxfh(self, dev: str) -> Optional[Rxfh]:
+        try:
+            return rss.live_rxfh(ethtool_ioctl, dev)
+        except OSError:
+            return None
+
+    def set_rxfh(
+        self,
+        dev: str,
+        indir: Optional[Sequence[int]] = None,
+        key: Optional[bytes] = None,
+        default: bool = False,
+    ) -> None:
+        rss.live_set_rxfh(ethtool_ioctl, dev, indir, key, default)
+
+    def ntuple_rules(self, dev: str) -> Optional[tuple[NtupleRule, ...]]:
+        try:
+            return rss.live_ntuple_rules(ethtool_ioctl, dev)
+        except OSError:
+            return None
+
+    def ntuple_table_size(self, dev: str) -> Optional[int]:
+        try:
+            return rss.live_rule_table(ethtool_ioctl, dev)[1]
+        except OSError:
+            return None
+
+    def add_ntuple_rule(self, dev: str, rule: NtupleRule) -> int:
+        return rss.live_add_ntuple_rule(ethtool_ioctl, dev, rule)
+
+    def delete_ntuple_rule(self, dev: str, location: int) -> None:
+        rss.live_delete_ntuple_rule(ethtool_ioctl, dev, location)
+
+
+class LiveEthtool(_LiveNicParams, LiveRss, _NotYet):
     """The running kernel's ethtool interface, in the current network namespace."""
 
     def __init__(self) -> None:

@@ -2983,7 +2983,150 @@ def gen_broken(out: Path) -> None:
     t.write("/sys/devices/virtual/net/eth0/mtu", "1500 bytes")  # not an integer
 
 
-GENERATORS = [gen_r750, gen_kvm, gen_aws, gen_tiny, gen_broken]
+# ------------------------------------------------------------------ RSS and flow rules (6.1)
+#
+# `ethtool -x DEV`, `ethtool -n DEV rx-flow-hash FLOW` and `ethtool -n DEV` as ethtool 6.1
+# prints them (ethtool.c do_grxfh/print_indir_table/print_rss_hkey, dump_rxfhash and
+# unparse_rxfhashopts; rxclass.c rxclass_print_all_rules/rxclass_print_nfc_rule). Written
+# into the trees above after they are built (gen_rss), each driver's table size, key size,
+# default spread, hash fields and rule support as its 6.1 source has them; the README of
+# each tree says where each value comes from.
+
+RSS_FUNCS = ("toeplitz", "xor", "crc32")  # ETH_SS_RSS_HASH_FUNCS in 6.1
+FLOW_HASH_TITLES = {
+    "tcp4": "TCP over IPV4 flows",
+    "udp4": "UDP over IPV4 flows",
+    "tcp6": "TCP over IPV6 flows",
+    "udp6": "UDP over IPV6 flows",
+}
+HASH_FIELD_LINES = {
+    "s": "IP SA",
+    "d": "IP DA",
+    "f": "L4 bytes 0 & 1 [TCP/UDP src port]",
+    "n": "L4 bytes 2 & 3 [TCP/UDP dst port]",
+}
+
+
+def ethtool_x(dev: str, rings: int, indir: Sequence[int], key: Optional[bytes], hfunc: str) -> str:
+    out = f"RX flow hash indirection table for {dev} with {rings} RX ring(s):\n"
+    if not indir:
+        out += "Operation not supported\n"
+    for i, q in enumerate(indir):
+        if i % 8 == 0:
+            out += f"{i:5d}: "
+        out += f" {q:5d}"
+        if i % 8 == 7 or i == len(indir) - 1:
+            out += "\n"
+    out += "RSS hash key:\n"
+    out += ":".join(f"{b:02x}" for b in key) + "\n" if key else "Operation not supported\n"
+    out += "RSS hash function:\n"
+    out += "".join(f"    {h}: {'on' if h == hfunc else 'off'}\n" for h in RSS_FUNCS)
+    return out
+
+
+def ethtool_flow_hash(flow: str, fields: str) -> str:
+    lines = "".join(HASH_FIELD_LINES[c] + "\n" for c in "sdfn" if c in fields) or "None"
+    return f"{FLOW_HASH_TITLES[flow]} use these fields for computing Hash flow key:\n{lines}\n"
+
+
+def ethtool_n_udp4_rule(loc: int, dport: int, queue: int) -> str:
+    """One rxclass_print_nfc_rule() block: a UDP/IPv4 rule on the destination port only
+    (the masks print inverted: 0 = compared)."""
+    return (
+        f"Filter: {loc}\n\tRule Type: UDP over IPv4\n"
+        "\tSrc IP addr: 0.0.0.0 mask: 255.255.255.255\n"
+        "\tDest IP addr: 0.0.0.0 mask: 255.255.255.255\n"
+        "\tTOS: 0x0 mask: 0xff\n"
+        "\tSrc port: 0 mask: 0xffff\n"
+        f"\tDest port: {dport} mask: 0x0\n"
+        f"\tAction: Direct to queue {queue}\n\n"
+    )
+
+
+def ethtool_n(rings: int, rules: Optional[Sequence[str]]) -> str:
+    """`ethtool -n DEV`; rules None: the driver has no rule table (ETHTOOL_GRXCLSRLCNT
+    fails), and sosreport records ethtool's stderr after its (buffered) stdout."""
+    if rules is None:
+        return (
+            f"{rings} RX rings available\n"
+            "rxclass: Cannot get RX class rule count: Operation not supported\n"
+            "RX classification rule retrieval failed\n"
+        )
+    return f"{rings} RX rings available\nTotal {len(rules)} rules\n\n" + "".join(rules)
+
+
+def write_rss(t: Tree, dev: str, x: str, hashes: Optional[Dict[str, str]], n: str) -> None:
+    d = "/sos_commands/networking"
+    t.write(f"{d}/ethtool_-x_{dev}", x, newline=False)
+    t.write(f"{d}/ethtool_-n_{dev}", n, newline=False)
+    for flow in FLOW_HASH_TITLES:
+        text = (
+            "Cannot get RX network flow hashing options: Operation not supported\n"
+            if hashes is None
+            else ethtool_flow_hash(flow, hashes[flow])
+        )
+        t.write(f"{d}/ethtool_-n_{dev}_rx-flow-hash_{flow}", text, newline=False)
+
+
+def existing_tree(out: Path, name: str) -> Tree:
+    """A tree built above, to add to without clearing it."""
+    t = Tree.__new__(Tree)
+    t.root = out / name
+    return t
+
+
+def gen_rss(out: Path) -> None:
+    rng = random.Random(2901)  # noqa: S311 - fixture data, not security
+
+    def key(n: int) -> bytes:  # netdev_rss_key_fill(): random per boot
+        return bytes(rng.randrange(256) for _ in range(n))
+
+    # Dell R750: X550 (ixgbe, 512-entry table on X550, 40-byte key, UDP hashed on addresses
+    # only until `rx-flow-hash udp4 sdfn`; Flow Director perfect filters, none set) and
+    # ConnectX-6 Dx (mlx5, 256 entries in 6.1, 40-byte key, UDP on the 4-tuple; port 0
+    # carries one rule an administrator added, which lbtune must leave alone).
+    t = existing_tree(out, "dell-r750-mlx5-ixgbe")
+    write_rss(
+        t, "eno1", ethtool_x("eno1", 16, [i % 16 for i in range(512)], key(40), "toeplitz"),
+        {"tcp4": "sdfn", "udp4": "sd", "tcp6": "sdfn", "udp6": "sd"}, ethtool_n(16, []),
+    )  # fmt: skip
+    l4 = {"tcp4": "sdfn", "udp4": "sdfn", "tcp6": "sdfn", "udp6": "sdfn"}
+    for dev, nch, rules in (
+        ("ens1f0np0", 24, [ethtool_n_udp4_rule(1023, 4789, 3)]),
+        ("ens1f1np1", 48, []),
+    ):
+        x = ethtool_x(dev, nch, [i % nch for i in range(256)], key(40), "toeplitz")
+        write_rss(t, dev, x, l4, ethtool_n(nch, rules))
+    # OpenStack guest without the virtio RSS feature: no table, no key, no hash fields.
+    t = existing_tree(out, "kvm-virtio-4vcpu")
+    none = {"tcp4": "", "udp4": "", "tcp6": "", "udp6": ""}
+    write_rss(t, "ens3", ethtool_x("ens3", 4, [], None, "toeplitz"), none, ethtool_n(4, None))
+    # c5n: ENA, 128 entries, the 40-byte key a c5n.4xlarge printed (amzn-ec2-ena-utilities#1),
+    # UDP and TCP on the 4-tuple, no flow rules.
+    ena_key = bytes.fromhex(
+        "0759955a3fe0cff0b52fcd669f3de5118ba6c45408d3484973cbe25643fa4cadf16e9dd2df6dd15e"
+    )
+    t = existing_tree(out, "aws-ena-c5n")
+    write_rss(
+        t, "ens5", ethtool_x("ens5", 8, [i % 8 for i in range(128)], ena_key, "toeplitz"),
+        l4, ethtool_n(8, None),
+    )  # fmt: skip
+    # e1000: no RSS at all; ethtool stops at the ring count.
+    t = existing_tree(out, "tiny-veth-bond")
+    d = "/sos_commands/networking"
+    t.write(
+        f"{d}/ethtool_-x_eth0", "Cannot get RX ring count: Operation not supported\n", newline=False
+    )
+    t.write(
+        f"{d}/ethtool_-n_eth0",
+        "Cannot get RX rings: Operation not supported\n"
+        "rxclass: Cannot get RX class rule count: Operation not supported\n"
+        "RX classification rule retrieval failed\n",
+        newline=False,
+    )
+
+
+GENERATORS = [gen_r750, gen_kvm, gen_aws, gen_tiny, gen_broken, gen_rss]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
