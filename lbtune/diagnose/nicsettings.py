@@ -44,15 +44,49 @@ class NicSettings:
         """The hash letters of `flow_type`, None when the driver does not report them."""
         return dict(self.flow_hash).get(flow_type)
 
+    @property
+    def rss_off(self) -> bool:
+        """The driver says it spreads nothing by RSS: an indirection table of size 0
+        (virtio-net without VIRTIO_NET_F_RSS: the hash fields it reports, none, mean nothing)."""
+        return self.rxfh is not None and not self.rxfh.indir
+
     def l3_only(self) -> tuple[str, ...]:
-        """The L4 flow types whose hash leaves out a port (no `f` or no `n`)."""
+        """The L4 flow types whose hash leaves out a port (no `f` or no `n`); none when the
+        NIC does no RSS. A type with no hash fields at all counts where RSS is on (its flows
+        all hash alike), and is left out where the table is not known."""
+        if self.rss_off:
+            return ()
         return tuple(
-            ft for ft, letters in self.flow_hash if not all(c in letters for c in PORT_LETTERS)
+            ft
+            for ft, letters in self.flow_hash
+            if (letters or self.rxfh is not None)
+            and not all(c in letters for c in PORT_LETTERS)
         )
 
     def control_queues(self) -> frozenset[int]:
-        """Queues that flow rules steer traffic to (the control-plane queues)."""
-        return frozenset(r.action for r in self.ntuple or () if r.action >= 0)
+        """Queues that flow rules reserve for control-plane traffic (VRRP, BGP, BFD, ssh:
+        `CONTROL_PLANE`); a queue other rules steer to (VXLAN to one queue) is a data queue."""
+        return frozenset(
+            r.action for r in self.ntuple or () if r.action >= 0 and control_plane(r)
+        )
+
+
+# What a control-plane flow rule matches: VRRP (IP protocol 112), BGP (TCP 179 either way),
+# BFD (UDP 3784/4784), ssh (TCP 22). The lb-dr data/control split steers these to a queue
+# whose IRQ runs on a housekeeping CPU.
+CONTROL_PLANE: tuple[tuple[str, str], ...] = (
+    ("l4proto", "112"),
+    ("dst-port", "179"),
+    ("src-port", "179"),
+    ("dst-port", "3784"),
+    ("dst-port", "4784"),
+    ("dst-port", "22"),
+)
+
+
+def control_plane(rule: NtupleRule) -> bool:
+    """The rule steers control-plane traffic (it matches one of `CONTROL_PLANE`)."""
+    return any(m in CONTROL_PLANE for m in rule.match)
 
 
 def read_nic_settings(

@@ -131,6 +131,47 @@ COALESCING_OFF = lambda: {  # noqa: E731
     **irq_on_cpu(DELL, 101, 41, 9_000_000_000),
 }
 
+def via_setters(host: str, change: Callable[[Any], None]) -> dict[str, str]:
+    """The recorded ethtool files of fixture `host` as its recorded setters rewrite them
+    (`change(ethtool)` on a scratch copy): the kernel's own layout, as `lbtune apply` would
+    leave a host tree."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp) / host
+        shutil.copytree(HOSTS / host, root, symlinks=True)
+        h = Host.open(str(root))
+        try:
+            change(h.ethtool)
+        finally:
+            h.close()
+        out = {}
+        for f in sorted((root / NET.lstrip("/")).iterdir()):
+            orig = HOSTS / host / NET.lstrip("/") / f.name
+            if not orig.exists() or orig.read_text() != f.read_text():
+                out[f"{NET}/{f.name}"] = f.read_text()
+        return out
+
+
+def _skewed_eno1() -> dict[str, str]:
+    """eno1 (ixgbe, udp4/udp6 hashed on `sd`) with rx queue 0 at 90 % of its packets."""
+    return recorded(DELL, "ethtool_-S_eno1", rx_queue_0_packets="80000000000")
+
+
+def _table_from_before_ethtool_l(eth: Any) -> None:
+    # ens1f0np0's table set with `ethtool -X equal 12` (a user table), then `ethtool -L
+    # combined 24`: the driver keeps a user's table, and queues 12-23 get nothing
+    eth.set_rxfh("ens1f0np0", indir=[i % 12 for i in range(256)])
+
+
+def _ssh_to_queue_23_also_in_the_table(eth: Any) -> None:
+    # the control queue of ens1f0np0 (ssh steered to queue 23) is in the RSS table too
+    from lbtune.host.net.rss import NtupleRule
+
+    eth.add_ntuple_rule("ens1f0np0", NtupleRule(-1, "tcp4", (("dst-port", "22"),), 23))
+
+
 PFIFO_FAST = {
     "/sos_commands/networking/tc_-s_qdisc_show": (
         "qdisc noqueue 0: dev lo root refcnt 2 \n"
@@ -230,6 +271,11 @@ CASES: dict[str, list[tuple[str, Files]]] = {
     "pause-frames": [(DELL, PAUSE_SENT)],
     "lro-on-forwarding-host": [(DELL, LRO_FORWARDING)],
     "coalescing": [(DELL, COALESCING_OFF)],
+    "rss-hash-l3-only": [(DELL, _skewed_eno1)],
+    "rss-indirection-gap": [
+        (DELL, lambda: via_setters(DELL, _table_from_before_ethtool_l)),
+        (DELL, lambda: via_setters(DELL, _ssh_to_queue_23_also_in_the_table)),
+    ],
 }
 
 

@@ -103,6 +103,16 @@ def test_rss_hash_l3_only_quiet_when_hashed_on_ports_spread_idle_or_unknown() ->
     assert found("rss-hash-l3-only", ONE_QUEUE, None) == []  # settings not read
 
 
+def test_no_rss_means_no_hash_to_blame() -> None:
+    # virtio-net without VIRTIO_NET_F_RSS: a table of size 0 and no hash fields ("None")
+    virtio = NicSettings("eth0", flow_hash=(("udp4", ""), ("tcp4", "")), rxfh=Rxfh(indir=()))
+    assert virtio.l3_only() == ()
+    assert found("rss-hash-l3-only", ONE_QUEUE, virtio) == []
+    # with RSS on, a flow type hashed on nothing at all puts every such flow on one queue
+    unhashed = dataclasses.replace(virtio, rxfh=Rxfh(indir=(0, 1, 2, 3) * 32))
+    assert unhashed.l3_only() == ("udp4", "tcp4")
+
+
 def test_two_queues_are_skewed_only_well_above_half() -> None:
     two = nic(queues=2)
     even_ish = window(counters([0, 0]), counters([70_000, 30_000]))
@@ -136,6 +146,16 @@ def test_indirection_feeding_the_control_queue_is_found_and_the_fix_skips_it() -
     # the data queues only: the control queue left out on purpose is no gap
     data_only = dataclasses.replace(fed_all, rxfh=Rxfh(indir=(0, 1, 2) * 42 + (0, 1)))
     assert found("rss-indirection-gap", BUSY, data_only) == []
+
+
+def test_a_queue_other_rules_steer_to_is_a_data_queue() -> None:
+    # an administrator's VXLAN rule (the dell fixture's) is not control-plane traffic
+    vxlan = NtupleRule(1023, "udp4", (("dst-port", "4789"),), 3)
+    s = NicSettings("eth0", rxfh=Rxfh(indir=(0, 1, 2, 3) * 32), ntuple=(vxlan,))
+    assert s.control_queues() == frozenset()
+    assert found("rss-indirection-gap", BUSY, s) == []
+    vrrp = NtupleRule(1022, "ip4", (("l4proto", "112"),), 3)
+    assert dataclasses.replace(s, ntuple=(vxlan, vrrp)).control_queues() == {3}
 
 
 def test_indirection_quiet_when_every_queue_is_fed_or_the_nic_is_idle() -> None:
