@@ -46,9 +46,10 @@ def _named(name: str, r: CheckResult) -> CheckResult:
 
 def check_rss_hash(c: Ctx) -> CheckResult:
     name = "nic-rss-hash"
-    nics = [(n, s) for n, s in _data_nics(c) if s.flow_hash]
+    nics = [(n, s) for n, s in _data_nics(c) if s.flow_hash and not s.rss_off]
     if not nics:
-        return _named(name, _skip(c, "RSS hash fields (ethtool -n IF rx-flow-hash)"))
+        what = "RSS hash fields (ethtool -n IF rx-flow-hash), or it does no RSS"
+        return _named(name, _skip(c, what))
     narrow = [(n.name, ft, s.hash_fields(ft)) for n, s in nics for ft in s.l3_only()]
     if narrow:
         return result(

@@ -209,8 +209,8 @@ def rss_indirection_gap(ctx: Context) -> Iterator[Finding]:
         if on_control:
             problems.append(
                 f"control queue(s) {_queues(on_control)}, which flow rules reserve for "
-                "control traffic, are also in the indirection table: data flows land on the "
-                "housekeeping CPU that serves them"
+                "control-plane traffic (VRRP, BGP, BFD, ssh), are also in the indirection "
+                "table: data flows land on the housekeeping CPU that serves them"
             )
         title = (
             f"{d.dev}: {len(unused)} rx queue(s) get no RSS traffic"

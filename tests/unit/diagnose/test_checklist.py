@@ -395,3 +395,38 @@ def test_nic_settings_checks_skip_where_the_driver_reports_none() -> None:
     cl = run(TINY, "web")  # veth and a bond over an e1000: no RSS at all
     assert check(cl, "nic-rss-hash").level is Level.SKIP
     assert check(cl, "nic-rss-indirection").level is Level.SKIP
+
+
+def test_rss_hash_on_addresses_only_warns_for_the_ixgbe() -> None:
+    assert check(run(DELL, "lb-dr"), "nic-rss-hash").level is Level.PASS  # mlx5: sdfn
+    c = check(run(DELL, "lb-dr", iface="eno1"), "nic-rss-hash")
+    assert c.level is Level.WARN and "eno1 udp4 sd, eno1 udp6 sd" in c.reason
+    assert c.fix == "ethtool -N eno1 rx-flow-hash udp4 sdfn; ethtool -N eno1 rx-flow-hash udp6 sdfn"
+    # virtio-net without RSS: nothing to hash, nothing to blame
+    c = check(run(KVM, "web"), "nic-rss-hash")
+    assert c.level is Level.SKIP and "does no RSS" in c.reason
+
+
+def test_rss_indirection_with_a_control_queue(tmp_path) -> None:
+    from tests.unit.diagnose.test_fix_profiles import via_setters
+
+    # the VXLAN rule of the fixture steers data: queue 3 in the table is right
+    assert check(run(DELL, "lb-dr"), "nic-rss-indirection").level is Level.PASS
+
+    def ssh_to_23(eth) -> None:  # type: ignore[no-untyped-def]
+        from lbtune.host.net.rss import NtupleRule
+
+        eth.add_ntuple_rule("ens1f0np0", NtupleRule(-1, "tcp4", (("dst-port", "22"),), 23))
+
+    root = copy_host(tmp_path, DELL, via_setters(DELL, ssh_to_23), "ssh")
+    c = check(run(root, "lb-dr"), "nic-rss-indirection")
+    assert c.level is Level.WARN and "control queue(s) 23" in c.reason
+    assert c.fix == "ethtool -X ens1f0np0 weight " + " ".join(["1"] * 23 + ["0"])
+
+    def table_over_12(eth) -> None:  # type: ignore[no-untyped-def]
+        eth.set_rxfh("ens1f0np0", indir=[i % 12 for i in range(256)])
+
+    root = copy_host(tmp_path, DELL, via_setters(DELL, table_over_12), "gap")
+    c = check(run(root, "lb-dr"), "nic-rss-indirection")
+    assert c.level is Level.WARN and "queue(s) 12-23 get no RSS traffic" in c.reason
+    assert c.fix == "ethtool -X ens1f0np0 equal 24"
