@@ -275,6 +275,28 @@ def test_pause_frames_are_summed_per_direction_from_the_driver_s_own_names(tmp_p
     assert "lbtune_nic_pause_frames_total" not in parse(_export(HOSTS / AWS))
 
 
+def test_rss_spread_gauges_from_the_recorded_tables(tmp_path):
+    m = parse(_export(HOSTS / DELL))
+    queues = {dict(k)["device"]: v for k, v in m["lbtune_nic_rss_queues"].items()}
+    assert queues == {"eno1": 16, "ens1f0np0": 24, "ens1f1np1": 48}
+    ratio = m["lbtune_nic_rss_busiest_queue_ratio"][frozenset({("device", "eno1")})]
+    assert ratio == 1 / 16  # 512 entries, i % 16
+    # a table kept over half the queues: the busiest queue holds twice the even share
+    from tests.unit.diagnose.test_fix_profiles import via_setters
+
+    def half(eth) -> None:  # type: ignore[no-untyped-def]
+        eth.set_rxfh("ens1f0np0", indir=[i % 12 for i in range(256)])
+
+    m = parse(_export(copy_host(tmp_path, DELL, via_setters(DELL, half))))
+    key = frozenset({("device", "ens1f0np0")})
+    assert m["lbtune_nic_rss_queues"][key] == 12
+    assert m["lbtune_nic_rss_busiest_queue_ratio"][key] == round(22 / 256, 6)
+    # virtio-net without RSS (a table of size 0): no gauge
+    from tests.conftest import KVM
+
+    assert "lbtune_nic_rss_queues" not in parse(_export(HOSTS / KVM))
+
+
 def test_rss_spread_of_an_indirection_table() -> None:
     from lbtune.exporter.series import rss_spread
     from lbtune.host.net.rss import Rxfh
