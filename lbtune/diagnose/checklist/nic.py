@@ -12,7 +12,7 @@ from typing import Optional
 from lbtune.diagnose.checklist.model import CheckResult, Ctx, result, sysctl_int
 from lbtune.diagnose.checklist.system import ring_nics
 from lbtune.diagnose.nicsettings import NicSettings, read_nic_settings
-from lbtune.diagnose.rules.nicparams import LRO, lro_feature
+from lbtune.diagnose.rules.nicparams import LRO, dynamic_itr, lro_feature
 from lbtune.diagnose.rules.rss import FULL_HASH
 from lbtune.host.kernel.cpulist import format_cpulist
 from lbtune.host.net.nic import Nic
@@ -169,7 +169,8 @@ def check_coalescing(c: Ctx) -> CheckResult:
         assert s.coalesce is not None
         usecs = s.coalesce.get("rx-usecs")
         adaptive = s.coalesce.get("adaptive-rx") == 1
-        shown.append(f"{n.name} rx-usecs {usecs}" + (" adaptive" if adaptive else ""))
+        mode = " (dynamic throttling)" if dynamic_itr(n.driver, usecs) else ""
+        shown.append(f"{n.name} rx-usecs {usecs}{mode}" + (" adaptive" if adaptive else ""))
         if usecs is not None and usecs > HIGH_RX_USECS and not adaptive:
             high.append((n.name, usecs))
     if high:

@@ -139,13 +139,18 @@ FIX_RX_USECS = 50  # at most 20,000 interrupts a second per queue, 50 us added l
 _DYNAMIC_ITR = {"e1000": (1, 3, 4), "e1000e": (1, 3, 4), "igb": (1, 3), "ixgbe": (1,)}
 
 
+def dynamic_itr(driver: Optional[str], usecs: Optional[int]) -> bool:
+    """`usecs` is the driver's name for a dynamic interrupt throttling mode, not a time."""
+    return usecs is not None and usecs in _DYNAMIC_ITR.get(driver or "", ())
+
+
 def _low_coalescing(s: NicSettings, driver: Optional[str]) -> Optional[int]:
     """The rx-usecs when it is low and nothing adapts it, else None."""
     co = s.coalesce
     usecs = co.get("rx-usecs") if co else None
     if co is None or usecs is None or co.get("adaptive-rx") == 1:
         return None
-    if usecs in _DYNAMIC_ITR.get(driver or "", ()):
+    if dynamic_itr(driver, usecs):
         return None
     return usecs if usecs < LOW_RX_USECS else None
 

@@ -430,3 +430,8 @@ def test_rss_indirection_with_a_control_queue(tmp_path) -> None:
     c = check(run(root, "lb-dr"), "nic-rss-indirection")
     assert c.level is Level.WARN and "queue(s) 12-23 get no RSS traffic" in c.reason
     assert c.fix == "ethtool -X ens1f0np0 equal 24"
+
+
+def test_ixgbe_rx_usecs_1_is_its_dynamic_mode() -> None:
+    c = check(run(DELL, "lb-dr", iface="eno1"), "nic-coalescing")
+    assert c.level is Level.PASS and c.reason == "eno1 rx-usecs 1 (dynamic throttling)"
