@@ -86,8 +86,10 @@ def bounded(current: str, wanted: str, mode: Mode, what: str) -> str:
 
 
 # Apply order by kind: irqbalance must stop (or stop touching the CPUs) before IRQs are placed;
-# channels change the set of queues and IRQs, so they go before anything per queue; the
-# kernel command line only matters at the next boot and goes last. Sorting is stable, so a
+# channels change the set of queues and IRQs, so they go before anything per queue; features
+# (LRO, hw GRO re-create the queues on some drivers) before coalescing, which they can reset;
+# pause after them (it renegotiates the link); the kernel command line only matters at the
+# next boot and goes last. Sorting is stable, so a
 # profile's own order is kept within a kind.
 KIND_ORDER = (
     "irqbalance",
@@ -95,6 +97,9 @@ KIND_ORDER = (
     "irqbalance_banirq",
     "channels",
     "ring",
+    "feature",
+    "coalesce",
+    "pause",
     "txqueuelen",
     "irq_affinity",
     "rps_cpus",

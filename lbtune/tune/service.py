@@ -172,9 +172,10 @@ def _management_guard(host: Host, plan: Plan) -> Optional[NeedsConfirmation]:
         return None
     what = ", ".join(hit)
     return NeedsConfirmation(
-        question=f"Ring/channel changes reset the link on {what}, which carries the default "
-        "route or this SSH session. Continue?",
-        refusal=f"ring/channel changes would reset the management link {what}: pass --yes",
+        question=f"Ring, channel or pause changes reset the link on {what}, which carries the "
+        "default route or this SSH session. Continue?",
+        refusal=f"ring, channel or pause changes would reset the management link {what}: "
+        "pass --yes",
         interfaces=hit,
     )
 

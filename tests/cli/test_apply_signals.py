@@ -48,6 +48,26 @@ def temps(*dirs: pathlib.Path) -> list[str]:
     return [str(p) for d in dirs for p in d.rglob("*.lbtune-tmp-*")]
 
 
+def nic_faults() -> dict[str, str]:
+    """The data port as a director someone tuned by hand: LRO on and adaptive interrupt
+    moderation off, so lb-dr changes a feature and a coalescing value there too (and pause,
+    which the fixture has on)."""
+    from tests.conftest import HOSTS
+
+    rec = HOSTS / DELL / "sos_commands" / "networking"
+    k = (rec / f"ethtool_-k_{IFACE}").read_text()
+    c = (rec / f"ethtool_-c_{IFACE}").read_text()
+    assert "large-receive-offload: off\n" in k and "Adaptive RX: on  TX: on\n" in c
+    return {
+        f"/sos_commands/networking/ethtool_-k_{IFACE}": k.replace(
+            "large-receive-offload: off\n", "large-receive-offload: on\n"
+        ),
+        f"/sos_commands/networking/ethtool_-c_{IFACE}": c.replace(
+            "Adaptive RX: on  TX: on\n", "Adaptive RX: off  TX: on\n"
+        ),
+    }
+
+
 def diff(a: pathlib.Path, b: pathlib.Path) -> str:
     p = subprocess.run(["diff", "-r", "--no-dereference", str(a), str(b)],
                        capture_output=True, text=True, check=False)  # fmt: skip
@@ -57,13 +77,15 @@ def diff(a: pathlib.Path, b: pathlib.Path) -> str:
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory):  # type: ignore[no-untyped-def]
     base = tmp_path_factory.mktemp("signals")
-    pristine = copy_host(base, DELL, dest="pristine")
-    work = copy_host(base, DELL, dest="work")
+    pristine = copy_host(base, DELL, nic_faults(), dest="pristine")
+    work = copy_host(base, DELL, nic_faults(), dest="work")
     state = base / "state"
     plan = subprocess.run(lbtune(work, "plan", "lb-dr", "--iface", IFACE, "--json"),
                           capture_output=True, text=True, env=env(state), check=True)  # fmt: skip
-    n = sum(1 for c in json.loads(plan.stdout)["changes"] if c["action"] == "change")
-    return pristine, work, state, n
+    changes = [c for c in json.loads(plan.stdout)["changes"] if c["action"] == "change"]
+    # the NIC families are among the change points (every one is killed at below)
+    assert {"feature", "coalesce", "pause"} <= {c["kind"] for c in changes}, changes
+    return pristine, work, state, len(changes)
 
 
 def start_paused(work: pathlib.Path, state: pathlib.Path, point: str, *args: str

@@ -186,10 +186,14 @@ class _RecordedNicParams:
         fs.write_file(f"{RECORD_DIR}/ethtool_-{flag}_{dev}", text.encode(errors="surrogateescape"))
 
     def _recorded(self, flag: str, dev: str) -> tuple[str, str]:
+        """The recorded text as it is on disk (HostFS.read strips the last newline; a
+        rewrite keeps every byte), and its path for messages."""
         text, src = self._text(flag, dev)
         if text is None:
             raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
-        return text, src
+        fs: HostFS = self.fs  # type: ignore[attr-defined]
+        raw = fs.read_bytes(f"{RECORD_DIR}/ethtool_-{flag}_{dev}") or b""
+        return raw.decode(errors="surrogateescape"), src
 
     def coalesce(self, dev: str) -> Optional[Coalesce]:
         text, src = self._text("c", dev)

@@ -150,6 +150,15 @@ def feature_members(name: str, available: Sequence[str]) -> tuple[str, ...]:
     return ()
 
 
+def canonical_feature(name: str) -> str:
+    """The kernel name of an ethtool alias that stands for exactly one feature (`gro` ->
+    `rx-gro`, `large-receive-offload` -> `rx-lro`); any other name as it is."""
+    for short, long, pattern in OFF_FLAGS:
+        if name in (short, long) and not any(c in pattern for c in "*?["):
+            return pattern
+    return name
+
+
 def alias_of(name: str) -> Optional[str]:
     """The short ethtool alias whose group holds kernel feature `name`, if any."""
     for short, _, pattern in OFF_FLAGS:

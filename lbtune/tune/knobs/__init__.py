@@ -1,7 +1,8 @@
 """Every knob kind, one module per family (see docs/architecture.md "Where things go").
 
 - `sysctl`: `/proc/sys` values (knobs/sysctl.py)
-- NIC: ring sizes, channels, txqueuelen (knobs/nic.py)
+- NIC: ring sizes, channels, txqueuelen (knobs/nic.py); interrupt coalescing
+  (knobs/coalesce.py), features/offloads (knobs/features.py), pause frames (knobs/pause.py)
 - IRQ and steering: IRQ affinity, RPS, XPS, irqbalance state, banned CPUs and
   banned IRQs (knobs/irq.py)
 - boot: kernel command line, CPU governor (knobs/boot.py)
@@ -22,7 +23,9 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from lbtune.tune.knob import Knob
     from lbtune.tune.knobs.boot import CmdlineKnob, GovernorKnob
+    from lbtune.tune.knobs.coalesce import CoalesceKnob
     from lbtune.tune.knobs.common import parse_cpuset
+    from lbtune.tune.knobs.features import FeatureKnob
     from lbtune.tune.knobs.irq import (
         IrqAffinityKnob,
         IrqbalanceBanIrqKnob,
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
         XpsCpusKnob,
     )
     from lbtune.tune.knobs.nic import ChannelsKnob, RingKnob, TxqueuelenKnob
+    from lbtune.tune.knobs.pause import PauseKnob
     from lbtune.tune.knobs.sysctl import SysctlKnob
 
     ALL_KINDS: tuple[type[Knob], ...]
@@ -43,6 +47,9 @@ FAMILY_OF_KIND: dict[str, str] = {
     "ring": "nic",
     "channels": "nic",
     "txqueuelen": "nic",
+    "feature": "features",
+    "coalesce": "coalesce",
+    "pause": "pause",
     "irq_affinity": "irq",
     "rps_cpus": "irq",
     "rps_flow_cnt": "irq",
@@ -65,6 +72,9 @@ _EXPORTS = {
     "RingKnob": "nic",
     "ChannelsKnob": "nic",
     "TxqueuelenKnob": "nic",
+    "CoalesceKnob": "coalesce",
+    "FeatureKnob": "features",
+    "PauseKnob": "pause",
     "IrqAffinityKnob": "irq",
     "RpsCpusKnob": "irq",
     "RpsFlowCntKnob": "irq",
@@ -82,11 +92,14 @@ __all__ = [
     "FAMILY_OF_KIND",
     "ChannelsKnob",
     "CmdlineKnob",
+    "CoalesceKnob",
+    "FeatureKnob",
     "GovernorKnob",
     "IrqAffinityKnob",
     "IrqbalanceBanIrqKnob",
     "IrqbalanceBanKnob",
     "IrqbalanceKnob",
+    "PauseKnob",
     "RingKnob",
     "RpsCpusKnob",
     "RpsFlowCntKnob",

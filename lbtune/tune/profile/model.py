@@ -15,7 +15,14 @@ SECTIONS = ("profile", "sysctl", "nic", "cpu", "irqbalance", "cmdline", "governo
 PROFILE_KEYS = ("name", "description", "include", "role", "notes")
 ROLES = ("generic", "web", "realserver", "lb-dr", "lb-proxy", "loadgen", "reference")
 LB_ROLES = frozenset({"lb-dr", "lb-proxy"})
-NIC_KEYS = ("txqueuelen", "channels", "rings", "irq_affinity", "rps", "xps")
+NIC_KEYS = (
+    "txqueuelen", "channels", "rings", "irq_affinity", "rps", "xps",
+    "coalesce", "features", "pause",
+)  # fmt: skip
+# NIC keys that are tables of named values, each with its own reason (`features.lro = {
+# value = "off", reason = "..." }`); a section holds them as "features.lro".
+NIC_GROUPS = ("coalesce", "features", "pause")
+PAUSE_FIELDS = ("autoneg", "rx", "tx")
 NIC_ROLES = ("data",)  # selectors that name a role, bound on the command line (--iface)
 GOVERNORS = ("performance", "powersave", "schedutil", "ondemand", "conservative", "userspace")
 STRATEGIES = ("local", "list", "isolated")

@@ -17,6 +17,7 @@ from lbtune.tune.profile.cpuexpr import NODE_NAME, eval_cpu_expr, parse_cpu_expr
 from lbtune.tune.profile.limits import FORWARDING
 
 if TYPE_CHECKING:
+    from lbtune.host.host import Host
     from lbtune.host.kernel.cputopology import CpuTopology
     from lbtune.host.net.nic import Nic
 from lbtune.tune.profile.model import DATA, LB_ROLES, NIC_ROLES, Profile, Setting, show_value
@@ -194,9 +195,15 @@ class _Resolver:
                     f"{self.p.name}: nic.{seen[nic.name]} and nic.{sel} both name {nic.name}"
                 )
             seen[nic.name] = sel
-            self.nic(sel, nic, {**defaults, **section})
+            # A value the profile names for this very interface is explicit: one its driver
+            # cannot take is refused. Role sections and [nic] defaults are portable: such a
+            # value is planned as unsettable ("missing") and the rest goes on.
+            own = frozenset(section) if sel not in NIC_ROLES else frozenset()
+            self.nic(sel, nic, {**defaults, **section}, own)
 
-    def nic(self, sel: str, nic: Nic, sec: Mapping[str, Setting]) -> None:
+    def nic(
+        self, sel: str, nic: Nic, sec: Mapping[str, Setting], own: frozenset[str] = frozenset()
+    ) -> None:
         """The targets of one `[nic.SEL]` section, in apply order. Channels decide how many
         rx queues RPS covers and which tx queues XPS keeps; the IRQ placement decides the
         channel count (`channels = "cpus"`), RPS "same" and XPS "match-irqs"."""
@@ -215,6 +222,7 @@ class _Resolver:
                 queues = tx_after = count
         if "rings" in sec:
             self.nic_rings(prefix, nic, sec["rings"])
+        self.nic_params(prefix, nic, sec, own)
         irq_map: Optional[dict[int, int]] = None
         if "irq_affinity" in sec:
             assert placed is not None
@@ -284,6 +292,60 @@ class _Resolver:
                 if rings is not None and cur is None and limit is None:
                     continue
             self.add(k.RingKnob(f"{name}:{d}"), str(value), s, f"{prefix}.rings")
+
+    def nic_params(
+        self, prefix: str, nic: Nic, sec: Mapping[str, Setting], own: frozenset[str]
+    ) -> None:
+        """Features, coalescing and pause (`features.lro`, `coalesce.rx-usecs`,
+        `pause.autoneg` keys), in the order they are applied: features, then coalescing with
+        adaptive-rx/-tx first (a fixed rx-usecs matters only with adaptive off), then pause
+        with autoneg first (some drivers keep rx/tx on while it is on)."""
+        from lbtune.host.net.nicparams import COALESCE_ORDER, canonical_feature, feature_members
+        from lbtune.tune.knobs.coalesce import CoalesceKnob, coalesce_unsupported
+        from lbtune.tune.knobs.features import FeatureKnob
+        from lbtune.tune.knobs.pause import PauseKnob
+
+        host: Optional[Host] = getattr(self.inv, "host", None)  # LazyInventory's host
+        name = nic.name
+
+        def refuse(key: str, why: str) -> None:
+            raise BadInput(f"{self.p.name}: {prefix}.{key}: {why}")
+
+        feats = host.ethtool.features(name) if host is not None else None
+        available = [f.name for f in feats.entries] if feats is not None else []
+        for key in [x for x in sec if x.startswith("features.")]:
+            s, feature = sec[key], key.split(".", 1)[1]
+            members = feature_members(feature, available)
+            if not members:
+                if key in own and host is not None:
+                    refuse(key, f"{name} ({nic.driver or 'no driver'}) has no feature {feature}")
+                # portable: planned as unsettable (the knob names what the device lacks)
+                members = (canonical_feature(feature),)
+            if len(members) > 1 and feats is not None:
+                # a group alias (tso, tx, sg): as ethtool does, only the members the driver
+                # can change; all fixed: the first, whose check refuses a change
+                fixed = {f.name for f in feats.entries if f.fixed}
+                changeable = tuple(m for m in members if m not in fixed)
+                members = changeable or members[:1]
+            for m in members:
+                self.add(FeatureKnob(f"{name}:{m}"), str(s.value), s, f"{prefix}.{key}")
+        params = [x for x in sec if x.startswith("coalesce.")]
+        params.sort(key=lambda k: COALESCE_ORDER.index(k.split(".", 1)[1]))
+        for key in params:
+            s, param = sec[key], key.split(".", 1)[1]
+            if key in own and host is not None:
+                why = coalesce_unsupported(host, name, param)
+                if why is not None:
+                    refuse(key, why)
+            self.add(CoalesceKnob(f"{name}:{param}"), str(s.value), s, f"{prefix}.{key}")
+        for field in ("autoneg", "rx", "tx"):
+            key = f"pause.{field}"
+            if key not in sec:
+                continue
+            if key in own and host is not None and host.ethtool.pause(name) is None:
+                refuse(key, f"{name} ({nic.driver or 'no driver'}) has no pause frame settings")
+            s = sec[key]
+            self.add(PauseKnob(f"{name}:{field}"), str(s.value), s, f"{prefix}.{key}")
 
     def nic_irq_affinity(
         self, prefix: str, nic: Nic, s: Setting, placed: frozenset[int]

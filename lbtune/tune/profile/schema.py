@@ -19,8 +19,10 @@ from lbtune.tune.profile.model import (
     CMDLINE_KEYS,
     DATA,
     GOVERNORS,
+    NIC_GROUPS,
     NIC_KEYS,
     NIC_ROLES,
+    PAUSE_FIELDS,
     PROFILE_KEYS,
     ROLES,
     SECTIONS,
@@ -275,12 +277,70 @@ def _parse_nickey_text(key: str, raw: object, where: _Where, wkey: str) -> Setti
     )
 
 
+def _on_off(v: object, where: _Where, key: str) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, str) and v in ("on", "off"):
+        return v
+    raise where.bad(key, f"expected on/off (or true/false), got {show_value(v)}")
+
+
+def _parse_nic_group(group: str, raw: object, where: _Where, wkey: str) -> dict[str, Setting]:
+    """`coalesce`, `features` or `pause`: a table of names, each `{ value, reason }`.
+
+    Coalescing parameters are ethtool's names (adaptive-rx, rx-usecs, ...), values a count
+    or on/off for the adaptive and CQE flags; features the kernel's names or ethtool's
+    aliases (lro, gro, tso, ...), checked against the device when the profile resolves;
+    pause autoneg, rx, tx. Held as `"features.lro"` in the section."""
+    from lbtune.host.net.nicparams import COALESCE_ATTRS, COALESCE_FLAGS, U32_MAX, is_feature_name
+
+    tbl = _table(raw, where, wkey)
+    if not tbl:
+        raise where.bad(wkey, f"empty: name at least one {group} value")
+    out: dict[str, Setting] = {}
+    for name, spec in tbl.items():
+        key = f"{wkey}.{key_text(name)}"
+        values, reason, _ = _setting(spec, where, key)
+        v = values["value"]
+        if group == "coalesce":
+            if name not in COALESCE_ATTRS:
+                raise where.bad(
+                    key,
+                    f"not a coalescing parameter (ethtool's names: {', '.join(COALESCE_ATTRS)})",
+                )
+            value: object = (
+                _on_off(v, where, key)
+                if name in COALESCE_FLAGS
+                else _int(v, where, key, 0, U32_MAX)
+            )
+        elif group == "features":
+            if not is_feature_name(name):
+                raise where.bad(
+                    key,
+                    "not a feature name (the kernel's, as `ethtool -k` prints them, or "
+                    "ethtool's alias: lro, gro, tso, ...)",
+                )
+            value = _on_off(v, where, key)
+        else:
+            if name not in PAUSE_FIELDS:
+                raise where.bad(key, f"unknown pause field (allowed: {', '.join(PAUSE_FIELDS)})")
+            value = _on_off(v, where, key)
+        out[f"{group}.{name}"] = Setting(value, reason, Mode.SET, where.source)
+    return out
+
+
+def _parse_nic_key(key: str, raw: object, where: _Where, wkey: str) -> dict[str, Setting]:
+    if key in NIC_GROUPS:
+        return _parse_nic_group(key, raw, where, wkey)
+    return {key: _parse_nickey_text(key, raw, where, wkey)}
+
+
 def _parse_nic(raw: object, where: _Where) -> dict[str, dict[str, Setting]]:
     out: dict[str, dict[str, Setting]] = {}
     defaults: dict[str, Setting] = {}
     for k, v in _table(raw, where, "nic").items():
         if k in NIC_KEYS:
-            defaults[k] = _parse_nickey_text(k, v, where, f"nic.{k}")
+            defaults.update(_parse_nic_key(k, v, where, f"nic.{k}"))
             continue
         if k not in NIC_ROLES and not is_ifname(k):
             raise where.bad(
@@ -294,7 +354,7 @@ def _parse_nic(raw: object, where: _Where) -> dict[str, dict[str, Setting]]:
                 raise where.bad(
                     f"nic.{k}.{key_text(nk)}", f"unknown key (allowed: {', '.join(NIC_KEYS)})"
                 )
-            section[nk] = _parse_nickey_text(nk, nv, where, f"nic.{k}.{nk}")
+            section.update(_parse_nic_key(nk, nv, where, f"nic.{k}.{nk}"))
         out[k] = section
     if defaults:
         out = {"": defaults, **out}
