@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # imported where used: planning a sysctl-only profile reads n
     from lbtune.host.kernel.cputopology import CpuTopology
     from lbtune.host.kernel.interrupts import IrqLine
     from lbtune.host.kernel.irqbalance import IrqbalanceState
+    from lbtune.host.net.ethtool import EthtoolSource
     from lbtune.host.net.nic import Nic
 
 
@@ -78,6 +79,12 @@ class LazyInventory:
         self._nics: dict[str, Nic] = {}
         self._all: Optional[tuple[Nic, ...]] = None
         self._interrupts: Optional[dict[int, IrqLine]] = None
+
+    @property
+    def ethtool(self) -> EthtoolSource:
+        """The NICs' ethtool settings: RSS tables and flow rules are planned against them
+        (an inventory without this attribute plans as if no NIC had them)."""
+        return self.host.ethtool
 
     @property
     def cpus(self) -> CpuTopology:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import enum
 import posixpath
 from dataclasses import dataclass
@@ -175,6 +176,9 @@ def apply_plan(
 # (virtio_net re-sets every queue IRQ's affinity on a channel change): restored before every
 # other knob, so the per-queue values (IRQ affinity, RPS/XPS) restored after them stay.
 REQUEUE_KINDS = ("channels", "ring")
+# Kinds with a step before any knob is restored (Knob.prepare_restore): an RSS table lbtune
+# set goes back to the driver's default first, so the channel count can come back.
+PREPARE_KINDS = ("rss_indir",)
 
 
 def restore_order(knobs: Sequence[KnobRecord]) -> list[KnobRecord]:
@@ -205,7 +209,12 @@ def _restore(host: Host, journal: Journal, knobs: Sequence[KnobRecord]) -> list[
             host.fs.remove_dir(d)  # only when empty: something else may have been put there
         except (OSError, BadInput) as e:  # the knobs below are restored all the same
             failures.append(f"{d} ({getattr(e, 'strerror', None) or e})")
-    for rec in restore_order(knobs):
+    order = restore_order(knobs)
+    for rec in order:
+        if rec.kind in PREPARE_KINDS:
+            with contextlib.suppress(BadInput, KnobError, OSError):  # its restore says so
+                knob_from_record(rec.kind, rec.obj).prepare_restore(host, rec.original)
+    for rec in order:
         try:
             knob = knob_from_record(rec.kind, rec.obj)
         except BadInput as e:  # a damaged or foreign journal entry must not stop the rest

@@ -8,7 +8,7 @@ was there; `normalize` says when two texts mean the same value.
 from __future__ import annotations
 
 import abc
-from typing import ClassVar, Optional
+from typing import ClassVar, Mapping, Optional
 
 from lbtune.host.host import Host
 
@@ -87,6 +87,18 @@ class Knob(abc.ABC):
 
         Raises lbtune.errors.BadInput. The default accepts anything the kind can parse.
         """
+        return None
+
+    def check_planned(
+        self, host: Host, value: str, planned: Mapping[tuple[str, str], int]
+    ) -> None:
+        """`check` with the queue counts the plan's channel changes leave, by (device,
+        "rx"|"tx"): for knobs that point at queues (an RSS table, a flow rule)."""
+        self.check(host, value)
+
+    def prepare_restore(self, host: Host, original: Optional[str]) -> None:
+        """Called for every knob of a rollback before any is restored (before the channel
+        counts come back): undo what would make the kernel refuse those (rss_indir)."""
         return None
 
     def restore(self, host: Host, original: Optional[str]) -> None:

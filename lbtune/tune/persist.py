@@ -4,7 +4,9 @@
   right), so the values hold whatever else changes them at boot.
 - `/etc/systemd/system/lbtune-boot.service`: a oneshot re-applying the profile at boot
   (`lbtune apply PROFILE --boot --yes`) for what has no configuration file: rings, channels,
-  txqueuelen, IRQ affinity, RPS/XPS, governors. It is pulled in by the drop-in
+  txqueuelen, RSS (hash fields, indirection table, key), flow rules (the table is empty at
+  boot: the profile resolves its locations again), IRQ affinity, RPS/XPS, governors. It is
+  pulled in by the drop-in
   `/etc/systemd/system/multi-user.target.d/60-lbtune.conf` (`Wants=`), a regular file,
   rather than a `multi-user.target.wants/` symlink: the journal restores regular files, and
   restoring a symlink through HostFS.remove_file would follow the link.
@@ -48,6 +50,10 @@ BOOT_KINDS = frozenset(
         "rps_cpus",
         "rps_flow_cnt",
         "xps_cpus",
+        "rss_indir",
+        "rss_key",
+        "rss_hash",
+        "ntuple",
         "governor",
     }
 )

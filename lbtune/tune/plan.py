@@ -101,6 +101,12 @@ KIND_ORDER = (
     "coalesce",
     "pause",
     "txqueuelen",
+    # the table after the channels (it may point at the queues they make), the key and hash
+    # fields with it, then the rules (their queues exist by then)
+    "rss_indir",
+    "rss_key",
+    "rss_hash",
+    "ntuple",
     "irq_affinity",
     "rps_cpus",
     "rps_flow_cnt",
@@ -143,11 +149,17 @@ def make_plan(host: Host, profile: str, targets: Sequence[Target]) -> Plan:
     """
     targets = sorted(targets, key=_order)
     seen: dict[str, Target] = {}
+    # queue counts the plan's channel changes leave: what an indirection table or a flow
+    # rule later in the plan may point at
+    planned: dict[tuple[str, str], int] = {}
+    for t in targets:
+        if t.mode is Mode.SET:
+            planned.update(t.knob.queues_after(t.value))
     for t in targets:
         if t.knob.ident in seen:
             raise BadInput(f"{t.knob.ident}: set twice ({seen[t.knob.ident].key} and {t.key})")
         seen[t.knob.ident] = t
-        t.knob.check(host, t.value)
+        t.knob.check_planned(host, t.value, planned)
     rows: list[Change] = []
     created: dict[tuple[str, str], int] = {}  # (device, "rx"|"tx") -> queues after the plan
     for t in targets:

@@ -501,6 +501,9 @@ class RecordedRss:
         if write:
             new = Rxfh(table, cur.key, cur.hfunc, rings, cur.hfuncs)
             self._rewrite_rss(f"x_{dev}", rss.format_ethtool_x(dev, new))
+            old_rings, rules, _ = self._rules(dev)
+            if rules is not None and old_rings is not None:  # "N RX rings available"
+                self._rewrite_rss(f"n_{dev}", rss.format_ethtool_n(rings, rules))
 
     def _rules(self, dev: str) -> tuple[Optional[int], Optional[tuple[NtupleRule, ...]], str]:
         text, src = self._text("n", dev)
@@ -519,9 +522,9 @@ class RecordedRss:
         rings, rules, _ = self._rules(dev)
         if rules is None:
             raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
-        if rings is None:
-            r = self.rxfh(dev)
-            rings = None if r is None else r.rings
+        r = self.rxfh(dev)  # its ring count follows channel changes
+        if r is not None and r.rings:
+            rings = r.rings
         if rule.action >= (rings or 0) or rule.flow_type not in rss.RULE_FLOW_TYPES:
             raise EthtoolIoctlError(errno.EINVAL, f"{dev}: Invalid argument")
         loc = rule.location

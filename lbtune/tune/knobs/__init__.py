@@ -3,6 +3,8 @@
 - `sysctl`: `/proc/sys` values (knobs/sysctl.py)
 - NIC: ring sizes, channels, txqueuelen (knobs/nic.py); interrupt coalescing
   (knobs/coalesce.py), features/offloads (knobs/features.py), pause frames (knobs/pause.py)
+- RSS: hash fields per flow type, indirection table, hash key (knobs/rss.py)
+- flow steering: ntuple rules at the locations lbtune adds them (knobs/ntuple.py)
 - IRQ and steering: IRQ affinity, RPS, XPS, irqbalance state, banned CPUs and
   banned IRQs (knobs/irq.py)
 - boot: kernel command line, CPU governor (knobs/boot.py)
@@ -36,7 +38,9 @@ if TYPE_CHECKING:
         XpsCpusKnob,
     )
     from lbtune.tune.knobs.nic import ChannelsKnob, RingKnob, TxqueuelenKnob
+    from lbtune.tune.knobs.ntuple import NtupleKnob
     from lbtune.tune.knobs.pause import PauseKnob
+    from lbtune.tune.knobs.rss import RssHashKnob, RssIndirKnob, RssKeyKnob
     from lbtune.tune.knobs.sysctl import SysctlKnob
 
     ALL_KINDS: tuple[type[Knob], ...]
@@ -50,6 +54,10 @@ FAMILY_OF_KIND: dict[str, str] = {
     "feature": "features",
     "coalesce": "coalesce",
     "pause": "pause",
+    "rss_indir": "rss",
+    "rss_key": "rss",
+    "rss_hash": "rss",
+    "ntuple": "ntuple",
     "irq_affinity": "irq",
     "rps_cpus": "irq",
     "rps_flow_cnt": "irq",
@@ -75,6 +83,10 @@ _EXPORTS = {
     "CoalesceKnob": "coalesce",
     "FeatureKnob": "features",
     "PauseKnob": "pause",
+    "RssHashKnob": "rss",
+    "RssIndirKnob": "rss",
+    "RssKeyKnob": "rss",
+    "NtupleKnob": "ntuple",
     "IrqAffinityKnob": "irq",
     "RpsCpusKnob": "irq",
     "RpsFlowCntKnob": "irq",
@@ -99,10 +111,14 @@ __all__ = [
     "IrqbalanceBanIrqKnob",
     "IrqbalanceBanKnob",
     "IrqbalanceKnob",
+    "NtupleKnob",
     "PauseKnob",
     "RingKnob",
     "RpsCpusKnob",
     "RpsFlowCntKnob",
+    "RssHashKnob",
+    "RssIndirKnob",
+    "RssKeyKnob",
     "SysctlKnob",
     "TxqueuelenKnob",
     "XpsCpusKnob",

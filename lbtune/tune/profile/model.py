@@ -18,6 +18,7 @@ LB_ROLES = frozenset({"lb-dr", "lb-proxy"})
 NIC_KEYS = (
     "txqueuelen", "channels", "rings", "irq_affinity", "rps", "xps",
     "coalesce", "features", "pause",
+    "rss_hash", "rss_indir", "rss_key", "flow_rules",
 )  # fmt: skip
 # NIC keys that are tables of named values, each with its own reason (`features.lro = {
 # value = "off", reason = "..." }`); a section holds them as "features.lro".

@@ -216,27 +216,41 @@ class _Resolver:
             placed = self.placement_cpus(sec["irq_affinity"].value, f"{prefix}.irq_affinity", nic)
         queues = len(nic.rx_queues)
         tx_after: Optional[int] = None  # tx queues left by a planned channel count
+        # flow_rules' "control" queue: one channel beyond the data cores, its IRQ on a
+        # housekeeping CPU, kept out of the RSS table (see control_cpu)
+        control: Optional[int] = None
+        hk = self.control_cpu(sec, nic, placed)
         if "channels" in sec:
-            count = self.nic_channels(prefix, nic, sec["channels"], placed)
+            count = self.nic_channels(prefix, nic, sec["channels"], placed, int(hk is not None))
             if sec["channels"].mode is Mode.SET:
                 queues = tx_after = count
+            if hk is not None and placed is not None and count > len(placed):
+                control = count - 1
         if "rings" in sec:
             self.nic_rings(prefix, nic, sec["rings"])
         self.nic_params(prefix, nic, sec, own)
         irq_map: Optional[dict[int, int]] = None
         if "irq_affinity" in sec:
             assert placed is not None
-            irq_map = self.nic_irq_affinity(prefix, nic, sec["irq_affinity"], placed)
+            cq = None if control is None else (control, hk)
+            irq_map = self.nic_irq_affinity(prefix, nic, sec["irq_affinity"], placed, cq)
+        self.nic_rss(prefix, nic, sec, queues, control)
         if "rps" in sec:
             self.nic_rps(prefix, nic, sec["rps"], queues, irq_map)
         if "xps" in sec:
             self.nic_xps(prefix, nic, sec["xps"], tx_after, irq_map)
 
     def nic_channels(
-        self, prefix: str, nic: Nic, s: Setting, placed: Optional[frozenset[int]]
+        self,
+        prefix: str,
+        nic: Nic,
+        s: Setting,
+        placed: Optional[frozenset[int]],
+        extra: int = 0,
     ) -> int:
         """Plan the channel count; returns it. "cpus" is one per placement CPU (or nic-local
-        CPU), capped by what the driver supports; a number above that is refused."""
+        CPU), plus `extra` (the control queue), capped by what the driver supports; a number
+        above that is refused."""
         name = nic.name
         ch = nic.channels
         kind = "combined" if ch is None or ch.combined_max else "rx/tx"
@@ -246,7 +260,7 @@ class _Resolver:
             else None
         )
         if s.value == "cpus":
-            count = len(placed if placed is not None else self._nic_local(nic))
+            count = len(placed if placed is not None else self._nic_local(nic)) + extra
             if limit:
                 count = min(count, limit)
         else:
@@ -348,13 +362,23 @@ class _Resolver:
             self.add(PauseKnob(f"{name}:{field}"), str(s.value), s, f"{prefix}.{key}")
 
     def nic_irq_affinity(
-        self, prefix: str, nic: Nic, s: Setting, placed: frozenset[int]
+        self,
+        prefix: str,
+        nic: Nic,
+        s: Setting,
+        placed: frozenset[int],
+        control: Optional[tuple[int, Optional[int]]] = None,
     ) -> dict[int, int]:
-        """Pin each queue IRQ to one of the `placed` CPUs; returns IRQ -> CPU."""
+        """Pin each queue IRQ to one of the `placed` CPUs; returns IRQ -> CPU. `control`
+        (queue, CPU): that queue's IRQs go to the housekeeping CPU instead."""
         from lbtune.tune.placement import irq_cpus  # see placement_cpus
 
         spec = s.value
         irq_map = irq_cpus(self.inv, nic, "list", cpus=placed, use_hint=spec["use_hint"])
+        if control is not None and control[1] is not None:
+            for q in nic.irqs:
+                if q.queue == control[0] and q.irq in irq_map:
+                    irq_map[q.irq] = control[1]
         for irq, cpu in sorted(irq_map.items()):
             if cpu not in self.online:
                 raise BadInput(
@@ -364,6 +388,137 @@ class _Resolver:
                 k.IrqAffinityKnob(str(irq)), format_cpulist({cpu}), s, f"{prefix}.irq_affinity"
             )
         return irq_map
+
+    def _eth(self) -> Any:
+        """The ethtool source planning reads RSS and rules from (an inventory without one:
+        a source where no NIC has them)."""
+        eth = getattr(self.inv, "ethtool", None)
+        return _NoRss() if eth is None else eth
+
+    def control_cpu(
+        self, sec: Mapping[str, Setting], nic: Nic, placed: Optional[frozenset[int]]
+    ) -> Optional[int]:
+        """The housekeeping CPU a control queue's IRQ goes to, when the section wants one:
+        `flow_rules.queue = "control"` with `channels = "cpus"` and `irq_affinity`, on a NIC
+        whose driver has a rule table. The lowest online CPU outside the data placement
+        (nic-local ones first); None when any of that is missing."""
+        fr = sec.get("flow_rules")
+        ch = sec.get("channels")
+        if fr is None or fr.value["queue"] != "control" or placed is None:
+            return None
+        if ch is None or ch.value != "cpus" or self._eth().ntuple_rules(nic.name) is None:
+            return None
+        rest = self.online - placed
+        if not rest:
+            return None
+        local = rest & self._nic_local(nic)
+        return min(local or rest)
+
+    def nic_rss(
+        self,
+        prefix: str,
+        nic: Nic,
+        sec: Mapping[str, Setting],
+        queues: int,
+        control: Optional[int],
+    ) -> None:
+        """RSS hash fields, the indirection table ("data-queues": every queue the plan leaves
+        but the control queue), the key, and the flow rules (to the control queue or a given
+        one), in lbtune.tune.knobs.rss / ntuple's words."""
+        from lbtune.host.net import rss as r
+        from lbtune.tune.knobs.ntuple import NtupleKnob, rule_value
+        from lbtune.tune.knobs.rss import RssHashKnob, RssIndirKnob, RssKeyKnob
+
+        name = nic.name
+        eth = self._eth()
+        if "rss_hash" in sec:
+            s = sec["rss_hash"]
+            for flow, letters in s.value.items():
+                self.add(RssHashKnob(f"{name}:{flow}"), letters, s, f"{prefix}.rss_hash")
+        if "rss_indir" in sec:
+            s = sec["rss_indir"]
+            value = s.value
+            if value == "data-queues":
+                n = max(queues, 1)
+                value = f"equal {n}"
+                if control is not None and control < n:
+                    value = "weight " + " ".join("0" if q == control else "1" for q in range(n))
+            cur = eth.rxfh(name)
+            if cur is not None and cur.indir:  # as the knob reads it back (shortest form)
+                try:
+                    value = r.table_text(r.table_of(value, len(cur.indir)))
+                except ValueError as e:
+                    raise BadInput(f"{self.p.name}: {prefix}.rss_indir: {e}") from None
+            self.add(RssIndirKnob(name), value, s, f"{prefix}.rss_indir")
+        if "rss_key" in sec:
+            s = sec["rss_key"]
+            self.add(RssKeyKnob(name), s.value, s, f"{prefix}.rss_key")
+        if "flow_rules" in sec:
+            s = sec["flow_rules"]
+            self.nic_flow_rules(prefix, nic, s, control, NtupleKnob, rule_value)
+
+    def nic_flow_rules(
+        self,
+        prefix: str,
+        nic: Nic,
+        s: Setting,
+        control: Optional[int],
+        knob: Any,
+        rule_value: Any,
+    ) -> None:
+        """One `ntuple` target per rule, at the location it has (the same rule already
+        there) or gets (the last free slot, as ethtool picks): the journal then holds the
+        locations lbtune adds, and rollback deletes those only. A rule of someone else with
+        the same match but another queue is refused, never replaced."""
+        from lbtune.host.net import rss as r
+
+        name = nic.name
+        eth = self._eth()
+        key = f"{prefix}.flow_rules"
+        queue = control if s.value["queue"] == "control" else s.value["queue"]
+        existing = eth.ntuple_rules(name)
+        skip: Optional[str] = None
+        if existing is None:
+            skip = None  # the knob says "no ntuple flow rules" (unsettable)
+        elif queue is None:
+            skip = (
+                f'{name}: no control queue (flow_rules.queue = "control" needs channels = '
+                f'"cpus", irq_affinity and a free channel and CPU for it)'
+            )
+        else:
+            feats = eth.features(name)
+            f = None if feats is None else feats.get("rx-ntuple-filter")
+            if f is not None and not f.active:
+                skip = f"{name}: ntuple filters are off (ethtool -K {name} ntuple on)"
+        size = eth.ntuple_table_size(name) or 0
+        used = {x.location for x in existing or ()}
+        for i, text in enumerate(s.value["rules"]):
+            flow, match, _ = r.parse_rule_text(f"{text} action 0")
+            if existing is None or skip is not None or queue is None:
+                k = knob(f"{name}:{i}")
+                k.skip = skip
+                self.add(k, f"{text} action {queue if queue is not None else 0}", s, key)
+                continue
+            value = r.rule_text(flow, match, queue)
+            same = [x for x in existing if x.flow_type == flow and x.match == match]
+            if same and rule_value(same[0]) == value:
+                loc = same[0].location
+            elif same:
+                raise BadInput(
+                    f"{self.p.name}: {key}: {name} rule {same[0].location} already steers "
+                    f"{text} elsewhere ({rule_value(same[0])}); lbtune leaves rules it did not "
+                    f"add alone: delete it (ethtool -N {name} delete {same[0].location}) or "
+                    "drop the rule from the profile"
+                )
+            else:
+                free = r.free_location(size, sorted(used))
+                if free is None:
+                    raise BadInput(
+                        f"{self.p.name}: {key}: {name}'s rule table ({size} rules) is full"
+                    )
+                loc = free
+            used.add(loc)
+            self.add(knob(f"{name}:{loc}"), value, s, key)
 
     def nic_rps(
         self,
@@ -466,6 +621,11 @@ class _Resolver:
         self.ban_pinned_irqs()
         self.cmdline()
         return self.targets
+
+
+class _NoRss:
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: None
 
 
 def resolve(

@@ -268,6 +268,8 @@ def _parse_nickey_text(key: str, raw: object, where: _Where, wkey: str) -> Setti
                 raise where.bad(f"{wkey}.flow_cnt", f"{n} is not 0 or a power of two")
             rps["flow_cnt"] = n
         return Setting(rps, reason, Mode.SET, where.source)
+    if key in ("rss_hash", "rss_indir", "rss_key", "flow_rules"):
+        return _parse_rss_key(key, raw, where, wkey)
     values, reason, _ = _setting(raw, where, wkey)  # xps
     return Setting(
         _choice(values["value"], where, wkey, ("match-irqs", "none")),
@@ -333,6 +335,62 @@ def _parse_nic_key(key: str, raw: object, where: _Where, wkey: str) -> dict[str,
     if key in NIC_GROUPS:
         return _parse_nic_group(key, raw, where, wkey)
     return {key: _parse_nickey_text(key, raw, where, wkey)}
+
+
+def _parse_rss_key(key: str, raw: object, where: _Where, wkey: str) -> Setting:
+    """rss_hash = { udp4 = "sdfn", ... }, rss_indir = { value = "data-queues" | "equal N" |
+    "weight W0 W1 ..." }, rss_key = { value = "6d:5a:..." }, flow_rules = { rules = ["flow-type
+    tcp4 dst-port 179", ...], queue = "control" | N } (see lbtune.tune.knobs.rss / ntuple)."""
+    from lbtune.host.net import rss
+
+    if key == "rss_hash":
+        values, reason, _ = _setting(raw, where, wkey, rss.FLOW_TYPES)
+        if not values:
+            raise where.bad(wkey, f"name at least one flow type ({', '.join(rss.FLOW_TYPES)})")
+        fields: dict[str, str] = {}
+        for flow, v in values.items():
+            text = _str(v, where, f"{wkey}.{flow}", 16)
+            try:
+                letters = rss.canonical_letters(text)
+            except ValueError as e:
+                raise where.bad(f"{wkey}.{flow}", str(e)) from None
+            if len(letters) != len(text) or not rss.hash_fields_fit(flow, letters):
+                raise where.bad(f"{wkey}.{flow}", f"{text!r}: not hash fields {flow} can take")
+            fields[flow] = letters
+        return Setting(fields, reason, Mode.SET, where.source)
+    if key == "rss_indir":
+        values, reason, _ = _setting(raw, where, wkey)
+        text = " ".join(_str(values["value"], where, wkey, 4096).split())
+        if text != "data-queues":
+            try:
+                rss.table_of(text, 4096 if not text.startswith("table") else len(text.split()) - 1)
+            except ValueError as e:
+                raise where.bad(wkey, f'{e} (or "data-queues")') from None
+        return Setting(text, reason, Mode.SET, where.source)
+    if key == "rss_key":
+        values, reason, _ = _setting(raw, where, wkey)
+        text = _str(values["value"], where, wkey, 1024).strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2})*", text):
+            raise where.bad(wkey, "expected hex bytes separated by ':' (6d:5a:...)")
+        return Setting(text, reason, Mode.SET, where.source)
+    values, reason, _ = _setting(raw, where, wkey, ("rules", "queue"))
+    rules = values.get("rules")
+    if not isinstance(rules, list) or not rules or len(rules) > 64:
+        raise where.bad(wkey, 'rules: a list of 1 to 64 rules ("flow-type tcp4 dst-port 179")')
+    texts = []
+    for i, r in enumerate(rules):
+        text = " ".join(_str(r, where, f"{wkey}.rules[{i}]", 200).split())
+        if " action " in f" {text} ":
+            raise where.bad(f"{wkey}.rules[{i}]", "no action: the queue comes from `queue`")
+        try:
+            rss.parse_rule_text(f"{text} action 0")
+        except ValueError as e:
+            raise where.bad(f"{wkey}.rules[{i}]", str(e)) from None
+        texts.append(text)
+    queue = values.get("queue", "control")
+    if queue != "control":
+        queue = _int(queue, where, f"{wkey}.queue", 0, 4095)
+    return Setting({"rules": texts, "queue": queue}, reason, Mode.SET, where.source)
 
 
 def _parse_nic(raw: object, where: _Where) -> dict[str, dict[str, Setting]]:

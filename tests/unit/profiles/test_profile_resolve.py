@@ -62,21 +62,23 @@ def test_lb_dr_sysctl_targets(dell: HostInventory) -> None:
 
 def test_lb_dr_nic_and_irq_targets(dell: HostInventory) -> None:
     targets = resolve(load_profile("lb-dr"), dell, "ens1f0np0")
+    # one channel per data CPU, and one more for flow_rules' control queue (mlx5 has rules)
     assert {k: t.value for k, t in _by_kind(targets, "channels").items()} == {
-        "ens1f0np0:combined": "24"
+        "ens1f0np0:combined": "25"
     }
     assert {k: t.value for k, t in _by_kind(targets, "ring").items()} == {
         "ens1f0np0:rx": "8192",
         "ens1f0np0:tx": "8192",
     }
     irqs = _by_kind(targets, "irq_affinity")
-    # every completion vector of the port, dealt over the 24 data CPUs in order
-    assert {int(k): t.value for k, t in irqs.items()} == {
-        96 + i: str(DATA_CPUS[i % 24]) for i in range(48)
-    }
+    # every completion vector of the port, dealt over the 24 data CPUs in order, but the
+    # control queue's (queue 24: IRQ 120) on a housekeeping CPU
+    want = {96 + i: str(DATA_CPUS[i % 24]) for i in range(48)}
+    want[120] = "0"
+    assert {int(k): t.value for k, t in irqs.items()} == want
     assert all(t.key == "nic.data.irq_affinity" for t in irqs.values())
     assert {k: t.value for k, t in _by_kind(targets, "rps_cpus").items()} == {
-        f"ens1f0np0:rx-{q}": "" for q in range(24)
+        f"ens1f0np0:rx-{q}": "" for q in range(25)
     }
     assert {k: t.value for k, t in _by_kind(targets, "xps_cpus").items()} == {
         f"ens1f0np0:tx-{q}": str(DATA_CPUS[q]) for q in range(24)
