@@ -26,7 +26,7 @@ from typing import Iterator, Optional
 from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import MANUAL, Evidence, Finding, Fix
 from lbtune.diagnose.nicsettings import NicSettings
-from lbtune.diagnose.rules.base import finding, moved, nic_setting, shown, since
+from lbtune.diagnose.rules.base import finding, moved, nic_group_setting, shown, since
 from lbtune.diagnose.rules.cpu import squeezed
 from lbtune.diagnose.rules.registry import rule
 from lbtune.host.kernel.cpulist import format_cpulist
@@ -110,7 +110,7 @@ def lro_on_forwarding_host(ctx: Context) -> Iterator[Finding]:
                     knob=f"feature {d.dev} {LRO}",
                     current="on",
                     desired="off",
-                    settings=(nic_setting(d.dev, "features", ("lro", False)),),
+                    settings=(nic_group_setting(d.dev, "features", "lro", "off"),),
                     command=f"ethtool -K {d.dev} lro off",
                     note="keep GRO (rx-gro) on",
                 )
@@ -162,7 +162,7 @@ def _coalesce_fix(dev: str, s: NicSettings, usecs: int) -> Fix:
             knob=f"coalesce {dev} adaptive-rx",
             current="off",
             desired="on",
-            settings=(nic_setting(dev, "coalesce", ("adaptive-rx", True)),),
+            settings=(nic_group_setting(dev, "coalesce", "adaptive-rx", "on"),),
             command=f"ethtool -C {dev} adaptive-rx on",
             note="the driver raises rx-usecs as the packet rate rises and lowers it when idle",
         )
@@ -170,7 +170,7 @@ def _coalesce_fix(dev: str, s: NicSettings, usecs: int) -> Fix:
         knob=f"coalesce {dev} rx-usecs",
         current=str(usecs),
         desired=str(FIX_RX_USECS),
-        settings=(nic_setting(dev, "coalesce", ("rx-usecs", FIX_RX_USECS)),),
+        settings=(nic_group_setting(dev, "coalesce", "rx-usecs", FIX_RX_USECS),),
         command=f"ethtool -C {dev} rx-usecs {FIX_RX_USECS}",
         note=f"at most {1_000_000 // FIX_RX_USECS:,} interrupts a second per queue; "
         f"{FIX_RX_USECS} us is the latency it adds at low rates",
@@ -269,12 +269,18 @@ def _pause_fix(dev: str, s: Optional[NicSettings], direction: str) -> list[Fix]:
     if not on:
         return [manual]
     field = "tx" if direction == TX_PAUSE else "rx"
+    # With pause autonegotiation on, some drivers (e1000e) keep the negotiated directions
+    # whatever is asked: autoneg goes off with it (as the lb-dr profile does).
+    autoneg = pause is not None and pause.autoneg
+    settings = (nic_group_setting(dev, "pause", field, "off"),)
+    if autoneg:
+        settings = (nic_group_setting(dev, "pause", "autoneg", "off"), *settings)
     fix = Fix(
         knob=f"pause {dev} {field}",
         current="on",
         desired="off",
-        settings=(nic_setting(dev, "pause", (field, False)),),
-        command=f"ethtool -A {dev} {field} off",
+        settings=settings,
+        command=f"ethtool -A {dev} {'autoneg off ' if autoneg else ''}{field} off",
         note="drops then happen where this host counts them, and one slow port no longer "
         "stalls the switch's other traffic"
         if direction == TX_PAUSE

@@ -64,18 +64,19 @@ def _queue_packets(ctx: Context, dev: str, queue: int, packets: int) -> Evidence
     )
 
 
-def _hash_fixes(dev: str, narrow: Sequence[str], s: NicSettings) -> list[Fix]:
-    return [
-        Fix(
-            knob=f"rx-flow-hash {dev} {ft}",
-            current=s.hash_fields(ft),
-            desired=FULL_HASH,
-            settings=(nic_setting(dev, "rx_flow_hash", (ft, FULL_HASH)),),
-            command=f"ethtool -N {dev} rx-flow-hash {ft} {FULL_HASH}",
-            note="hash on addresses and ports, so the flows of one client spread over the queues",
-        )
-        for ft in narrow
-    ]
+def _hash_fix(dev: str, narrow: Sequence[str], s: NicSettings) -> Fix:
+    """One fix for every flow type that leaves out a port: one profile line (`rss_hash`
+    takes them together), the command of the first and the others' in the note."""
+    others = "; ".join(f"ethtool -N {dev} rx-flow-hash {ft} {FULL_HASH}" for ft in narrow[1:])
+    return Fix(
+        knob=f"rx-flow-hash {dev} {', '.join(narrow)}",
+        current=", ".join(f"{ft} {s.hash_fields(ft) or 'none'}" for ft in narrow),
+        desired=FULL_HASH,
+        settings=(nic_setting(dev, "rss_hash", *((ft, FULL_HASH) for ft in narrow)),),
+        command=f"ethtool -N {dev} rx-flow-hash {narrow[0]} {FULL_HASH}",
+        note="hash on addresses and ports, so the flows of one client spread over the queues"
+        + (f"; and {others}" if others else ""),
+    )
 
 
 @rule(
@@ -109,7 +110,7 @@ def rss_hash_l3_only(ctx: Context) -> Iterator[Finding]:
             top,
             "packets",
             [_queue_packets(ctx, d.dev, q, p) for q, p in counts if q == queue or p == 0][:8],
-            _hash_fixes(d.dev, narrow, s),
+            [_hash_fix(d.dev, narrow, s)],
         )
 
 
@@ -138,14 +139,13 @@ def _irq_queues(ctx: Context, dev: str, n: int) -> frozenset[int]:
 def _indir_fix(dev: str, n: int, control: frozenset[int], current: str) -> Fix:
     data = [q for q in range(n) if q not in control]
     if control:
-        weights = " ".join("0" if q in control else "1" for q in range(n))
-        command = f"ethtool -X {dev} weight {weights}"
-        settings = (nic_setting(dev, "rss_indirection", ("value", "data")),)
+        table = "weight " + " ".join("0" if q in control else "1" for q in range(n))
         desired = f"queues {_queues(data)} (not control queue(s) {_queues(sorted(control))})"
     else:
-        command = f"ethtool -X {dev} equal {n}"
-        settings = (nic_setting(dev, "rss_indirection", ("value", "equal")),)
+        table = f"equal {n}"
         desired = f"queues {_queues(data)}"
+    command = f"ethtool -X {dev} {table}"
+    settings = (nic_setting(dev, "rss_indir", ("value", table)),)
     return Fix(
         knob=f"rss indirection {dev}",
         current=current,

@@ -87,12 +87,13 @@ def test_rss_hash_l3_only_fires_on_one_queue_with_ports_left_out() -> None:
     (f,) = found("rss-hash-l3-only", ONE_QUEUE, HASH_SD)
     assert f.object == "eth0 rx-queue 0" and f.count == 90_000 and f.level is Level.WARN
     assert "udp4 sd" in f.cause and "udp6 sd" in f.cause and "tcp4" not in f.cause
-    assert [(x.knob, x.current, x.desired) for x in f.fixes] == [
-        ("rx-flow-hash eth0 udp4", "sd", "sdfn"),
-        ("rx-flow-hash eth0 udp6", "sd", "sdfn"),
-    ]
-    assert f.fixes[0].command == "ethtool -N eth0 rx-flow-hash udp4 sdfn"
-    assert f.fixes[0].settings[0].table == ("nic", "eth0")
+    (fix,) = f.fixes  # one profile line takes both flow types
+    assert (fix.knob, fix.current, fix.desired) == (
+        "rx-flow-hash eth0 udp4, udp6", "udp4 sd, udp6 sd", "sdfn")  # fmt: skip
+    assert fix.command == "ethtool -N eth0 rx-flow-hash udp4 sdfn"
+    assert "ethtool -N eth0 rx-flow-hash udp6 sdfn" in fix.note
+    (line,) = fix.profile_lines
+    assert line.startswith('nic."eth0".rss_hash = { udp4 = "sdfn", udp6 = "sdfn", reason = ')
 
 
 def test_rss_hash_l3_only_quiet_when_hashed_on_ports_spread_idle_or_unknown() -> None:
@@ -279,13 +280,17 @@ def test_pause_frames_sent_by_the_host() -> None:
     assert {e.counter for e in f.evidence} == {
         "ethtool eth0 tx_flow_control_xoff", "ethtool eth0 tx_flow_control_xon"}  # fmt: skip
     profile, manual = f.fixes
-    assert (profile.command, profile.scope) == ("ethtool -A eth0 tx off", "profile")
+    # autonegotiated pause: autoneg goes off with it (e1000e keeps the negotiated values)
+    assert (profile.command, profile.scope) == ("ethtool -A eth0 autoneg off tx off", "profile")
+    assert [s.path for s in profile.settings] == ["nic.eth0.pause.autoneg", "nic.eth0.pause.tx"]
     assert manual.scope == "manual"
 
 
 def test_pause_frames_received_per_driver_names() -> None:
     (f,) = found("pause-frames", pause("mlx5_core", rx_pause_ctrl_phy=5000), PAUSE_ON)
     assert f.title == "eth0 received 5,000 pause frames"
+    no_autoneg = NicSettings("eth0", pause=Pause(autoneg=False, rx=True, tx=True))
+    (f,) = found("pause-frames", pause("mlx5_core", rx_pause_ctrl_phy=5000), no_autoneg)
     assert f.fixes[0].command == "ethtool -A eth0 rx off"
     (f,) = found("pause-frames", pause("i40e", **{"port.link_xoff_rx": 80}), None)
     assert [x.scope for x in f.fixes] == ["manual"]  # pause settings unknown: no profile line
