@@ -40,6 +40,11 @@ def _skip(c: Ctx, what: str) -> CheckResult:
     return result("", Level.SKIP, f"{where} reports no {what}")
 
 
+def _profile(c: Ctx, key: str) -> str:
+    """The profile key that makes the fix, as the checklist names them (`nic.data.rings`)."""
+    return f"nic.data.{key} (profile {c.profile_name})"
+
+
 def _named(name: str, r: CheckResult) -> CheckResult:
     return CheckResult(name, r.level, r.reason, r.fix)
 
@@ -58,7 +63,8 @@ def check_rss_hash(c: Ctx) -> CheckResult:
             "RSS hashes on the addresses only: "
             + ", ".join(f"{dev} {ft} {fields}" for dev, ft, fields in narrow)
             + " (every flow between one client and the VIP lands on one queue and one CPU)",
-            "; ".join(f"ethtool -N {dev} rx-flow-hash {ft} {FULL_HASH}" for dev, ft, _ in narrow),
+            f"{_profile(c, 'rss_hash')}, or "
+            + "; ".join(f"ethtool -N {dev} rx-flow-hash {ft} {FULL_HASH}" for dev, ft, _ in narrow),
         )
     types = sorted({ft for _, s in nics for ft, _ in s.flow_hash})
     return result(
@@ -105,7 +111,8 @@ def check_rss_indirection(c: Ctx) -> CheckResult:
             else:
                 fixes.append(f"ethtool -X {n.name} equal {count}")
     if problems:
-        return result(name, Level.WARN, "; ".join(problems), "; ".join(fixes))
+        fix = f"{_profile(c, 'rss_indir')}, or " + "; ".join(fixes)
+        return result(name, Level.WARN, "; ".join(problems), fix)
     return result(
         name,
         Level.PASS,
@@ -135,7 +142,8 @@ def check_offloads(c: Ctx) -> CheckResult:
             Level.FAIL,
             f"LRO ({LRO}) on {', '.join(lro_on)} while {forwards}: forwarded LRO packets are "
             "dropped (ip_forward) or sent on oversized (IPVS)",
-            "; ".join(f"ethtool -K {dev} lro off" for dev in lro_on),
+            f"{_profile(c, 'features.lro')}, or "
+            + "; ".join(f"ethtool -K {dev} lro off" for dev in lro_on),
         )
     gro_off = [
         n.name
@@ -149,7 +157,8 @@ def check_offloads(c: Ctx) -> CheckResult:
             Level.WARN,
             f"GRO off on {', '.join(gro_off)}: every segment of a connection ending here "
             "takes its own trip up the stack",
-            "; ".join(f"ethtool -K {dev} gro on" for dev in gro_off),
+            f"{_profile(c, 'features.gro')}, or "
+            + "; ".join(f"ethtool -K {dev} gro on" for dev in gro_off),
         )
     return result(
         name,
@@ -181,7 +190,8 @@ def check_coalescing(c: Ctx) -> CheckResult:
             + ", ".join(f"{dev} rx-usecs {u}" for dev, u in high)
             + f" (> {HIGH_RX_USECS} us, not adaptive): every request waits that long on the "
             "way in, and the run measures it as latency",
-            "; ".join(f"ethtool -C {dev} adaptive-rx on (or rx-usecs 50)" for dev, _ in high),
+            f"{_profile(c, 'coalesce.adaptive-rx')}, or "
+            + "; ".join(f"ethtool -C {dev} adaptive-rx on (or rx-usecs 50)" for dev, _ in high),
         )
     return result(name, Level.PASS, "; ".join(shown))
 
@@ -213,7 +223,8 @@ def check_pause(c: Ctx) -> CheckResult:
             Level.WARN,
             f"flow control on ({'; '.join(on)}) and in use: {'; '.join(counted)} (drops "
             "hide in the switch while this host's counters look clean)",
-            "; ".join(f"ethtool -A {n.name} rx off tx off" for n, _ in known),
+            f"{_profile(c, 'pause.rx')}, {_profile(c, 'pause.tx')}, or "
+            + "; ".join(f"ethtool -A {n.name} rx off tx off" for n, _ in known),
         )
     if not known:
         return _named(name, _skip(c, "pause settings (ethtool -a)"))
