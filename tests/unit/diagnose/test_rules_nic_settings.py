@@ -6,6 +6,7 @@ directly (the rules read nothing else); the fixture-tree cases are in test_fix_p
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from typing import Any, Optional
 
 import pytest
@@ -19,7 +20,7 @@ from lbtune.host.net.nicparams import Coalesce, Feature, Features, Pause
 from lbtune.host.net.rss import NtupleRule, Rxfh
 from lbtune.observe.model import IpvsStats, NicCounters, QueueCounters, Sample, SoftnetCpu
 from lbtune.vocab import Level
-from tests.conftest import AWS, DELL, HOSTS, KVM, TINY, run_cli
+from tests.conftest import AWS, DELL, HOSTS, KVM, TINY, copy_host, run_cli
 from tests.unit.diagnose.test_rules import config, run, sample
 
 NIC_RULES = (
@@ -325,3 +326,34 @@ def test_every_nic_rule_is_quiet_on_every_healthy_fixture_tree(host: str) -> Non
     assert res.exit_code == 0, res.stdout + res.stderr
     assert res.json["findings"] == []
     assert not [k for k in res.json.get("missing", {}) if k.startswith("ethtool")]
+
+
+def test_written_fixes_apply_on_the_tree_silence_the_rules_and_roll_back_exactly(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Every NIC-settings fault at once on a copy of the dell tree; `diagnose
+    --write-profile`, `apply` (the recorded setters rewrite the ethtool files as the kernel
+    would change them), the rules go quiet, and `rollback` gives the recordings back byte for
+    byte. pause-frames stays: its counters count since boot in a capture, and pause off stops
+    new frames, which only a later window (a live host, or --baseline) can show."""
+    from tests.unit.diagnose.test_fix_profiles import CASES
+
+    files: dict[str, str] = {}
+    for rule in ("lro-on-forwarding-host", "coalescing", "pause-frames", "rss-hash-l3-only"):
+        files.update(CASES[rule][0][1]())
+    files.update(CASES["rss-indirection-gap"][1][1]())  # ssh steered to a queue in the table
+    root = copy_host(tmp_path, DELL, files)
+    net = root / "sos_commands" / "networking"
+    before = {p.name: p.read_bytes() for p in net.iterdir()}
+    rules = [a for r in NIC_RULES for a in ("--rule", r)]
+    fix = tmp_path / "fix.toml"
+    res = run_cli("--root", str(root), "diagnose", "--json", *rules, "--write-profile", str(fix))
+    assert res.exit_code == 1, res.stderr
+    assert sorted(f["rule"] for f in res.json["findings"]) == sorted(NIC_RULES)
+    res = run_cli("--root", str(root), "apply", str(fix), "--yes")
+    assert res.exit_code == 0, res.stdout + res.stderr
+    res = run_cli("--root", str(root), "diagnose", "--json", *rules)
+    assert [f["rule"] for f in res.json["findings"]] == ["pause-frames"]
+    res = run_cli("--root", str(root), "rollback")
+    assert res.exit_code == 0, res.stdout + res.stderr
+    assert {p.name: p.read_bytes() for p in net.iterdir()} == before
