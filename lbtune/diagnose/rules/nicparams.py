@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 from lbtune.diagnose.context import Context
-from lbtune.diagnose.finding import MANUAL, Evidence, Finding, Fix
+from lbtune.diagnose.finding import MANUAL, Evidence, Finding, Fix, ProfileSetting
 from lbtune.diagnose.nicsettings import NicSettings
 from lbtune.diagnose.rules.base import finding, moved, nic_group_setting, shown, since
 from lbtune.diagnose.rules.cpu import squeezed
@@ -272,7 +272,7 @@ def _pause_fix(dev: str, s: Optional[NicSettings], direction: str) -> list[Fix]:
     # With pause autonegotiation on, some drivers (e1000e) keep the negotiated directions
     # whatever is asked: autoneg goes off with it (as the lb-dr profile does).
     autoneg = pause is not None and pause.autoneg
-    settings = (nic_group_setting(dev, "pause", field, "off"),)
+    settings: tuple[ProfileSetting, ...] = (nic_group_setting(dev, "pause", field, "off"),)
     if autoneg:
         settings = (nic_group_setting(dev, "pause", "autoneg", "off"), *settings)
     fix = Fix(
