@@ -118,6 +118,8 @@ def _render_nic(out: Any, nic: Any) -> None:
         f"  {rings}  {chans}  queues rx {len(nic.rx_queues)} tx {len(nic.tx_queues)}"
         + (f"  lower {','.join(nic.lower)}" if nic.lower else "")
     )
+    if nic.rss is not None:
+        _render_rss(out, nic.rss)
     if not nic.irqs:
         out.print("  no per-queue IRQs")
         return
@@ -135,6 +137,26 @@ def _render_nic(out: Any, nic: Any) -> None:
             str(q.count),
         )
     out.print(t)
+
+
+def _render_rss(out: Any, v: Any) -> None:
+    """Hash fields per flow type, the indirection table as queue -> share of entries, and the
+    flow rules (`ethtool -n` / `-x` in a line or two)."""
+    from rich.markup import escape
+
+    from lbtune.host.net.rss import rule_text, shares_text
+
+    fields = " ".join(f"{f} {h or 'none'}" for f, h in v.hash_fields.items())
+    line = f"  rss hash {fields or 'n/a'}  table {shares_text(v)}"
+    if v.hfunc:
+        line += f"  {v.hfunc}"
+    out.print(escape(line))
+    if v.rules is None:
+        out.print("  flow rules n/a")
+    elif not v.rules:
+        out.print("  flow rules none")
+    for r in v.rules or ():
+        out.print(escape(f"  flow rule {r.location}: {rule_text(r.flow_type, r.match, r.action)}"))
 
 
 def _render_irqbalance(out: Any, ib: Any) -> None:

@@ -167,6 +167,17 @@ def _nic_values(nic: Nic, inv: HostInventory) -> dict[tuple[str, str], str]:
             out[("channels", nic.name)] = " ".join(parts)
     if nic.txqueuelen is not None:
         out[("txqueuelen", nic.name)] = str(nic.txqueuelen)
+    if nic.rss is not None:
+        from lbtune.host.net.rss import rule_text, shares_text
+
+        for flow, fields in nic.rss.hash_fields.items():
+            out[("rss hash", f"{nic.name} {flow}")] = fields or "none"
+        if nic.rss.table_size:
+            out[("rss table", nic.name)] = shares_text(nic.rss)
+        if nic.rss.rules is not None:
+            out[("flow rules", nic.name)] = "; ".join(
+                rule_text(r.flow_type, r.match, r.action) for r in nic.rss.rules
+            ) or "none"
     node_cpus = nic.local_cpus
     if not node_cpus and nic.numa_node is not None and nic.numa_node >= 0:
         for node in inv.cpus.nodes:

@@ -233,6 +233,7 @@ class _Lint:
             rings = sec.get("rings")
             if rings is not None and isinstance(rings.value, int):
                 self._rings(key, sel, rings.value)
+            self._rss(key, sec)
             rps = sec.get("rps")
             flow = rps.value.get("flow_cnt") if rps is not None else None
             if flow and "net.core.rps_sock_flow_entries" not in self.p.sysctl:
@@ -253,6 +254,68 @@ class _Lint:
                 "irq_affinity is set but irqbalance is neither stopped nor banned from the tuned "
                 "CPUs: it will move the queue IRQs again within seconds",
             )
+
+    def _rss(self, key: str, sec: dict[str, Setting]) -> None:
+        """`ethtool -N rx-flow-hash` / `-X` / `-N flow-type` (`-U`) lines taken apart."""
+        h = sec.get("rss_hash")
+        for flow, fields in (h.value.items() if h is not None else ()):
+            if flow in ("tcp4", "udp4", "tcp6", "udp6", "sctp4", "sctp6") and not (
+                "f" in fields and "n" in fields
+            ):
+                self.add(
+                    WARN,
+                    f"{key}.rss_hash.{flow}",
+                    fields,
+                    f"{flow} hashed without both ports ({fields}): every flow between two "
+                    "addresses lands on one queue, so one client of a VIP (or a NAT pool, or "
+                    "one DNS/QUIC resolver) loads one core while the others idle; use sdfn",
+                )
+        if h is not None and "tcp4" in h.value and "udp4" not in h.value:
+            self.add(
+                WARN,
+                f"{key}.rss_hash",
+                h.value,
+                "sets (or checks) tcp4 only: udp4 stays at the driver's default, which is sd "
+                "(addresses only) on ixgbe (its UDP RSS is off until set) and others, so a UDP "
+                "VIP (DNS, QUIC, syslog) still lands on one queue; set udp4 (and tcp6/udp6) to "
+                "sdfn as well",
+            )
+        indir = sec.get("rss_indir")
+        if indir is not None and indir.value != "data-queues":
+            first = str(indir.value).split()[0]
+            ch = sec.get("channels")
+            self.add(
+                WARN,
+                f"{key}.rss_indir",
+                indir.value,
+                f"a fixed table ({first} ...) names its queues: the kernel then refuses "
+                "`ethtool -L` below the highest one, and queues a later channel change adds "
+                "get no RSS traffic"
+                + (" (this profile changes the channel count too)" if ch is not None else "")
+                + '; "data-queues" follows the channel count',
+            )
+        rules = sec.get("flow_rules")
+        if rules is not None:
+            queue = rules.value["queue"]
+            data_ports = [r for r in rules.value["rules"] if _data_port(r)]
+            if data_ports:
+                self.add(
+                    WARN,
+                    f"{key}.flow_rules",
+                    "; ".join(data_ports),
+                    "a rule on a service port (80, 443, 53, 8080...) sends every flow of that "
+                    "service to one queue and one core: RSS no longer spreads them; steer "
+                    "control traffic (BGP, VRRP, SSH) with rules, let RSS spread the data",
+                )
+            if queue != "control" and "irq_affinity" in sec:
+                self.add(
+                    WARN,
+                    f"{key}.flow_rules.queue",
+                    queue,
+                    "a fixed queue under irq_affinity: its IRQ sits on a data core, so the "
+                    'control traffic still competes with the data plane; queue = "control" '
+                    "gets a queue whose IRQ is on a housekeeping CPU",
+                )
 
     def _rings(self, key: str, sel: str, value: int) -> None:
         if value & (value - 1):
@@ -348,6 +411,21 @@ class _Lint:
         self.isolation()
         self.resolves()
         return self.out
+
+
+SERVICE_PORTS = frozenset({53, 80, 443, 8080, 8443, 3306, 5432, 6379, 11211})
+
+
+def _data_port(rule: str) -> bool:
+    """Whether a flow rule's text matches a destination port that carries service traffic."""
+    words = rule.split()
+    for i, w in enumerate(words[:-1]):
+        if w == "dst-port":
+            try:
+                return int(words[i + 1], 0) in SERVICE_PORTS
+            except ValueError:
+                return False
+    return False
 
 
 def lint_profile(

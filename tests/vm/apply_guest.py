@@ -47,7 +47,8 @@ def _ethtool(*args: str) -> str:
 
 
 def snapshot() -> dict[str, str]:
-    """Every value file above (path -> exact content) and `ethtool -l/-g` of both NICs."""
+    """Every value file above (path -> exact content) and `ethtool -l/-g/-x` and the RSS hash
+    fields (`-n rx-flow-hash`) of both NICs."""
     out: dict[str, str] = {}
     for pattern in SNAPSHOT_GLOBS:
         for path in sorted(glob.glob(pattern)):
@@ -62,6 +63,26 @@ def snapshot() -> dict[str, str]:
     for nic in ("eth0", "eth1"):
         out[f"ethtool -l {nic}"] = _ethtool("-l", nic)
         out[f"ethtool -g {nic}"] = _ethtool("-g", nic)
+        out[f"ethtool -x {nic}"] = _ethtool("-x", nic)
+        for flow in ("tcp4", "udp4", "tcp6", "udp6"):
+            out[f"ethtool -n {nic} rx-flow-hash {flow}"] = _ethtool(
+                "-n", nic, "rx-flow-hash", flow
+            )
+    return out
+
+
+def ethtool(*args: str) -> str:
+    """`ethtool ARGS` in the guest: rc, stdout and stderr (the test reads the kernel's view)."""
+    return _ethtool(*args)
+
+
+def rx_queue_packets(iface: str) -> dict[int, int]:
+    """virtio_net's per-queue receive counters (`ethtool -S`: rx_queue_N_packets)."""
+    out: dict[int, int] = {}
+    for line in _ethtool("-S", iface).splitlines():
+        name, _, value = line.strip().partition(": ")
+        if name.startswith("rx_queue_") and name.endswith("_packets"):
+            out[int(name[len("rx_queue_") : -len("_packets")])] = int(value)
     return out
 
 

@@ -149,10 +149,15 @@ def lb_dr_cycle(
     }
     sysctls = {k: r["desired"] for k, r in rows(applied, "sysctl").items()}
     assert sysctls["net.ipv4.conf.eth0.send_redirects"] == "0"
+    # RSS over the data queues (virtio-net with rss=on: a 128-entry table over 4 rings)
+    assert {k: r["desired"] for k, r in rows(applied, "rss_indir").items()} == {
+        "eth0": f"equal {n}"
+    }
 
     # read back from the kernel
     now = vm.call(f"{G}:snapshot")
     assert f"Combined:\t{n}" in now["ethtool -l eth0"].split("Current hardware settings:")[1]
+    assert set(x_table(now["ethtool -x eth0"])) == set(range(n))
     for q in range(n):
         assert mask(now[f"/sys/class/net/eth0/queues/rx-{q}/rps_cpus"]) == frozenset()
         assert mask(now[f"/sys/class/net/eth0/queues/tx-{q}/xps_cpus"]) == {order[q]}
@@ -185,6 +190,100 @@ def lb_dr_cycle(
         assert q["smp_affinity_list"] == irqs0[irq]["smp_affinity_list"]
         assert cpus(q["effective_affinity_list"]) <= cpus(q["smp_affinity_list"]), (irq, q)
     return {"data": data, "topology": topo, "planned": planned, "fired": fired}
+
+
+def x_table(text: str) -> list[int]:
+    """The indirection table of `ethtool -x` text ("    8:      0     1 ..." rows), parsed
+    here, not by lbtune."""
+    out: list[int] = []
+    for line in text.splitlines():
+        head, sep, rest = line.partition(":")
+        if sep and head.strip().isdigit() and rest.split() and rest.split()[0].isdigit():
+            out += [int(v) for v in rest.split()]
+    return out
+
+
+def flow_hash_lines(text: str) -> list[str]:
+    """The field lines of `ethtool -n DEV rx-flow-hash FLOW` ("IP SA", "IP DA", ...)."""
+    return [ln.strip() for ln in text.splitlines()[2:] if ln.strip()]
+
+
+def _udp_flows(dst: str, port: int, flows: int) -> int:
+    """`flows` UDP datagrams from one address to one port, each from its own source port."""
+    for _ in range(flows):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"x" * 64, (dst, port))
+    return flows
+
+
+def udp_spread(vm: VmGuest, flows: int = 400) -> dict[int, int]:
+    """Per-queue packets eth0 received for `flows` UDP flows of one client to one port."""
+    before = vm.call(f"{G}:rx_queue_packets", ["eth0"])
+    with NetnsThread(vm.netns) as ns:
+        ns.call(_udp_flows, HOST_IP, 5353, flows)
+    time.sleep(1)
+    after = vm.call(f"{G}:rx_queue_packets", ["eth0"])
+    return {int(q): after[q] - before[q] for q in sorted(after, key=int)}
+
+
+def test_rss_as_the_kernel_reports_it(vm: VmGuest) -> None:
+    """lbtune show (SIOCETHTOOL GRSSH/GRXFH/GRXRINGS) against the ethtool binary's view."""
+    x = vm.call(f"{G}:ethtool", ["-x", "eth0"])
+    table = x_table(x)
+    assert len(table) == 128 and set(table) == {0, 1, 2, 3}, x
+    key = x.split("RSS hash key:\n", 1)[1].splitlines()[0]
+    shown = lbtune_json(vm, "show", "--iface", "eth0")["nics"][0]["rss"]
+    assert shown["table_size"] == 128 and shown["rings"] == 4, shown
+    assert {int(q): n for q, n in shown["shares"].items()} == {q: table.count(q) for q in range(4)}
+    assert shown["key"] == key and shown["hfunc"] == "toeplitz"
+    letters = {"IP SA": "s", "IP DA": "d", "L4 bytes 0 & 1 [TCP/UDP src port]": "f",
+               "L4 bytes 2 & 3 [TCP/UDP dst port]": "n"}  # fmt: skip
+    for flow, fields in shown["hash_fields"].items():
+        text = vm.call(f"{G}:ethtool", ["-n", "eth0", "rx-flow-hash", flow])
+        assert "".join(letters[ln] for ln in flow_hash_lines(text)) == fields, (flow, text)
+    assert shown["rules"] is None  # virtio_net has no rule table: "not supported"
+    assert vm.call(f"{G}:ethtool", ["-x", "eth1"]).startswith("rc=")  # e1000e: no RSS
+    e1 = lbtune_json(vm, "show", "--iface", "eth1")["nics"][0]
+    assert e1["rss"] is None or (e1["rss"]["table_size"] == 0 and not e1["rss"]["hash_fields"])
+
+
+def test_udp_hashed_on_addresses_lands_on_one_queue_and_the_profile_spreads_it(
+    vm: VmGuest,
+) -> None:
+    """The fault (udp4 hashed on `sd`: every flow of one client to one port on one queue),
+    the written fix (rss_hash udp4 sdfn, and a table over queues 0-1), read back from the
+    kernel, the flows spread; rollback puts the fault back byte for byte."""
+    r = vm.call(f"{G}:ethtool", ["-N", "eth0", "rx-flow-hash", "udp4", "sd"])
+    assert r.startswith("rc=0"), r
+    try:
+        before = vm.call(f"{G}:snapshot")
+        assert flow_hash_lines(before["ethtool -n eth0 rx-flow-hash udp4"]) == ["IP SA", "IP DA"]
+        faulty = udp_spread(vm)
+        busy = [q for q, n in faulty.items() if n]
+        assert len(busy) == 1 and faulty[busy[0]] >= 400, faulty  # one queue takes them all
+
+        prof = str(PROFILES / "rss-udp-spread.toml")
+        applied = lbtune_json(vm, "apply", prof)
+        changed = {
+            (c["kind"], c["object"]): c["desired"]
+            for c in applied["changes"]
+            if c["action"] == "change"
+        }
+        assert changed == {("rss_indir", "eth0"): "equal 2", ("rss_hash", "eth0:udp4"): "sdfn"}
+        now = vm.call(f"{G}:snapshot")
+        assert len(flow_hash_lines(now["ethtool -n eth0 rx-flow-hash udp4"])) == 4
+        assert x_table(now["ethtool -x eth0"]) == [i % 2 for i in range(128)]
+        fixed = udp_spread(vm)
+        assert fixed[2] == fixed[3] == 0, fixed  # the table sends nothing to queues 2-3
+        assert min(fixed[0], fixed[1]) >= 400 * 0.3, fixed  # the ports spread the flows
+        print(f"udp4 sd: per-queue {faulty}; after the fix: {fixed}")
+        assert lbtune_json(vm, "verify", prof)["in_sync"]
+
+        back = lbtune_json(vm, "rollback")
+        assert back["rolled_back"] == [applied["journal"]]
+        assert vm.call(f"{G}:snapshot") == before
+    finally:
+        vm.call(f"{G}:ethtool", ["-N", "eth0", "rx-flow-hash", "udp4", "sdfn"])
 
 
 def test_lb_dr_on_the_virtio_nic_applies_verifies_and_rolls_back(vm: VmGuest) -> None:

@@ -427,6 +427,16 @@ class RecordedRss:
     def _rewrite_rss(self, name: str, text: str) -> None:
         self.fs.write_file(f"{RECORD_DIR}/ethtool_-{name}", text.encode())
 
+    def tidy(self, dev: str) -> None:
+        """Remove what a run killed inside one of the setters' writes left next to `dev`'s
+        recordings (a rollback that finds the value already right writes nothing, and only a
+        write clears them): called by the RSS knobs' restore."""
+        names = [f"x_{dev}", f"n_{dev}", *(f"n_{dev}_rx-flow-hash_{f}" for f in rss.FLOW_TYPES)]
+        for name in names:
+            kpath = f"{RECORD_DIR}/ethtool_-{name}"
+            if self.fs.exists(kpath):
+                self.fs.remove_stale_temps(kpath)
+
     def rx_flow_hash(self, dev: str, flow_type: str) -> Optional[str]:
         if flow_type not in rss.FLOW_TYPES:
             return None

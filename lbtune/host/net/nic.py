@@ -11,6 +11,7 @@ from lbtune.host.fs import HostFS
 from lbtune.host.kernel.interrupts import IrqLine, read_irq_affinity
 from lbtune.host.kernel.irqnames import match_queue_irq
 from lbtune.host.net.ethtool import Channels, DriverInfo, EthtoolSource, RingSizes
+from lbtune.host.net.rss import RssView, read_rss
 
 NET_SYS = "/sys/class/net"
 _PCI_ADDR = re.compile(r"^[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -70,6 +71,8 @@ class Nic:
     lower: tuple[str, ...]  # bond slaves / lower devices
     # Why ring sizes cannot be changed on this NIC (ring_fixed_reason), None when they can.
     rings_fixed: Optional[str] = None
+    # RSS hash fields, indirection table and flow rules (None: the NIC has none of them)
+    rss: Optional[RssView] = None
 
 
 def _pci_parent(fs: HostFS, devpath: str) -> tuple[Optional[str], Optional[str], Optional[str]]:
@@ -223,6 +226,7 @@ def discover_nic(
         irqs=irqs,
         lower=lower,
         rings_fixed=ring_fixed_reason(fs, name, rings, driver),
+        rss=read_rss(ethtool, name) if has_device else None,
     )
 
 

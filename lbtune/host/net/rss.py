@@ -17,7 +17,7 @@ import ipaddress
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 from lbtune.errors import MalformedHostFile
 
@@ -56,6 +56,76 @@ class NtupleRule:
     flow_type: str
     match: tuple[tuple[str, str], ...]
     action: int
+
+
+@dataclass(frozen=True)
+class RssView:
+    """A NIC's RSS as `show` prints it and `compare` compares it: the hash fields per flow
+    type (ethtool letters, "" for none), the indirection table's size and its queue ->
+    entries shares (the table as its shortest text in `table`), the ring count, hash function
+    and key, and the flow rules (None: the driver has no rule table)."""
+
+    hash_fields: dict[str, str]
+    table_size: int
+    shares: dict[int, int]
+    table: str
+    rings: Optional[int]
+    hfunc: str
+    key: Optional[str]
+    rules: Optional[tuple[NtupleRule, ...]]
+
+
+def read_rss(eth: RssSource, dev: str) -> Optional[RssView]:
+    """The RSS view of `dev`, None when it has neither hash fields nor a table nor rules."""
+    hashes = {f: h for f in CAPTURED_FLOWS if (h := eth.rx_flow_hash(dev, f)) is not None}
+    r = eth.rxfh(dev)
+    rules = eth.ntuple_rules(dev)
+    if r is None and not hashes and rules is None:
+        return None
+    indir = r.indir if r is not None else ()
+    return RssView(
+        hash_fields=hashes,
+        table_size=len(indir),
+        shares=queue_shares(indir),
+        table=table_text(indir),
+        rings=None if r is None else r.rings,
+        hfunc="" if r is None else r.hfunc,
+        key=None if r is None or not r.key else r.key.hex(":"),
+        rules=rules,
+    )
+
+
+class RssSource(Protocol):
+    def rx_flow_hash(self, dev: str, flow_type: str) -> Optional[str]: ...
+    def rxfh(self, dev: str) -> Optional[Rxfh]: ...
+    def ntuple_rules(self, dev: str) -> Optional[tuple[NtupleRule, ...]]: ...
+
+
+def shares_text(view: RssView) -> str:
+    """The table compactly: `16 queues, 32 of 512 entries each` when it spreads evenly over
+    queues 0..N-1 (within one entry), else runs of queue:entries, a queue RSS never feeds
+    (below the highest one fed, or up to the ring count) shown with 0: `0-23:10-11 24:0`."""
+    if not view.table_size:
+        return "no table"
+    top = max(max(view.shares) + 1, view.rings or 0)
+    counts = [view.shares.get(q, 0) for q in range(top)]
+    lo, hi = min(counts), max(counts)
+    if lo and hi - lo <= 1:
+        each = str(lo) if lo == hi else f"{lo}-{hi}"
+        return f"{top} queues, {each} of {view.table_size} entries each"
+    runs: list[str] = []
+    start = 0
+    for q in range(1, top + 1):
+        if (
+            q == top
+            or (counts[q] == 0) != (counts[start] == 0)
+            or abs(counts[q] - counts[start]) > 1
+        ):
+            part = counts[start:q]
+            c = str(part[0]) if min(part) == max(part) else f"{min(part)}-{max(part)}"
+            runs.append(f"{start}:{c}" if q - start == 1 else f"{start}-{q - 1}:{c}")
+            start = q
+    return f"queue:entries {' '.join(runs)} of {view.table_size}"
 
 
 # ------------------------------------------------------------------ kernel numbers

@@ -321,7 +321,9 @@ def qemu_argv(
             "-device",
             f"pxb,id=nicbr,bus=pci.0,bus_nr=64,numa_node={NIC_NODE}",
             "-device",
-            f"virtio-net-pci,netdev=n0,mq=on,vectors={2 * QUEUES + 2},bus=nicbr,addr=0x1",
+            # rss=on,hash=on: an RSS indirection table and hash fields (ethtool -x, -n/-N)
+            f"virtio-net-pci,netdev=n0,mq=on,rss=on,hash=on,vectors={2 * QUEUES + 2},"
+            "bus=nicbr,addr=0x1",
             "-netdev",
             "tap,id=n1,ifname=tap1,script=no,downscript=no,vhost=off",
             "-device",

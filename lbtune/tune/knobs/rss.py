@@ -42,9 +42,20 @@ def _oserror(ident: str, value: str, e: OSError) -> KnobError:
     return KnobError(f"{ident}={text}: {why}")
 
 
+def tidy(host: Host, dev: str) -> None:
+    """A recorded host's leftovers of a killed write (RecordedRss.tidy); nothing live."""
+    clean = getattr(host.ethtool, "tidy", None)
+    if clean is not None:
+        clean(dev)
+
+
 class _RssKnob(Knob):
     per_netns = True  # the device lives in the namespace
     dev: str
+
+    def restore(self, host: Host, original: Optional[str]) -> None:
+        tidy(host, self.dev)
+        super().restore(host, original)
 
     @property
     def interface(self) -> Optional[str]:
@@ -187,6 +198,7 @@ class RssIndirKnob(_RssKnob):
             host.ethtool.set_rxfh(self.dev, default=True)
 
     def restore(self, host: Host, original: Optional[str]) -> None:
+        tidy(host, self.dev)
         if original is not None and not self.same(self.read(host), original):
             self.write(host, original)
 

@@ -102,3 +102,35 @@ def test_lb_role_lowering_forwarding() -> None:
         '[profile]\nrole = "lb-dr"\n[sysctl]\n"net.ipv4.ip_forward" = { value = 0, reason = "r" }\n'
     )
     assert [f.level.value for f in findings] == ["fail"]
+
+
+def test_runbook_rss_check_is_taken_apart() -> None:
+    """The runbook checks `ethtool -n p2p2 rx-flow-hash tcp4` only: udp4 is left as is."""
+    findings = {f.key: f for f in lint_profile(load_profile("l2dsr-bmt-runbook"))}
+    assert "udp4 stays at the driver's default" in findings["nic.data.rss_hash"].reason
+
+
+def test_rss_and_flow_rule_lines_taken_apart() -> None:
+    findings = {f.key: f for f in _lint(
+        '[nic.eth0]\n'
+        'rss_hash = { tcp4 = "sdfn", udp4 = "sd", reason = "r" }\n'
+        'rss_indir = { value = "equal 8", reason = "r" }\n'
+        'channels = { value = 16, reason = "r" }\n'
+        'irq_affinity = { strategy = "local", reason = "r" }\n'
+        'flow_rules = { rules = ["flow-type udp4 dst-port 53", "flow-type tcp4 dst-port 179"],'
+        ' queue = 1, reason = "r" }\n'
+    )}  # fmt: skip
+    assert "every flow between two addresses lands on one queue" in findings[
+        "nic.eth0.rss_hash.udp4"].reason  # fmt: skip
+    assert "nic.eth0.rss_hash.tcp4" not in findings
+    assert "refuses `ethtool -L`" in findings["nic.eth0.rss_indir"].reason
+    assert "changes the channel count too" in findings["nic.eth0.rss_indir"].reason
+    assert findings["nic.eth0.flow_rules"].desired == "flow-type udp4 dst-port 53"
+    assert "housekeeping" in findings["nic.eth0.flow_rules.queue"].reason
+    clean = _lint(
+        '[nic.eth0]\nrss_hash = { tcp4 = "sdfn", udp4 = "sdfn", reason = "r" }\n'
+        'rss_indir = { value = "data-queues", reason = "r" }\n'
+        'flow_rules = { rules = ["flow-type tcp4 dst-port 179"], queue = "control", '
+        'reason = "r" }\n'
+    )
+    assert clean == []
