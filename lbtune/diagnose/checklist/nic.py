@@ -111,7 +111,10 @@ def check_rss_indirection(c: Ctx) -> CheckResult:
             else:
                 fixes.append(f"ethtool -X {n.name} equal {count}")
     if problems:
-        fix = f"{_profile(c, 'rss_indir')}, or " + "; ".join(fixes)
+        fix = "; ".join(fixes)
+        if not any("weight" in f for f in fixes):  # no hand-made control queue in the way
+            fix = f'{_profile(c, "rss_indir")} = "data-queues", or {fix}'
+
         return result(name, Level.WARN, "; ".join(problems), fix)
     return result(
         name,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Iterator, Optional, Sequence
 
 from lbtune.diagnose.context import Context
-from lbtune.diagnose.finding import Evidence, Finding, Fix
+from lbtune.diagnose.finding import MANUAL, Evidence, Finding, Fix
 from lbtune.diagnose.nicsettings import NicSettings
 from lbtune.diagnose.rules.base import finding, moved, nic_setting, reading, since
 from lbtune.diagnose.rules.registry import rule
@@ -137,23 +137,32 @@ def _irq_queues(ctx: Context, dev: str, n: int) -> frozenset[int]:
 
 
 def _indir_fix(dev: str, n: int, control: frozenset[int], current: str) -> Fix:
+    """Every data queue in the table. Without a control queue that is the profile's
+    `rss_indir = "data-queues"` (equal over the queues the channel count leaves; a fixed
+    `equal N` would stop a later `ethtool -L` below N). A control queue that rules made by
+    hand reserve is not one a profile knows: `data-queues` leaves out only the control queue
+    of the profile's own `flow_rules`, so the table is set by hand (or the rules move into
+    the profile, as lb-dr's)."""
     data = [q for q in range(n) if q not in control]
-    if control:
-        table = "weight " + " ".join("0" if q in control else "1" for q in range(n))
-        desired = f"queues {_queues(data)} (not control queue(s) {_queues(sorted(control))})"
-    else:
-        table = f"equal {n}"
-        desired = f"queues {_queues(data)}"
-    command = f"ethtool -X {dev} {table}"
-    settings = (nic_setting(dev, "rss_indir", ("value", table)),)
+    if not control:
+        return Fix(
+            knob=f"rss indirection {dev}",
+            current=current,
+            desired=f"queues {_queues(data)}",
+            settings=(nic_setting(dev, "rss_indir", ("value", "data-queues")),),
+            command=f"ethtool -X {dev} equal {n}",
+            note="spread the hash buckets over every queue the channel count leaves",
+        )
+    weights = " ".join("0" if q in control else "1" for q in range(n))
     return Fix(
         knob=f"rss indirection {dev}",
         current=current,
-        desired=desired,
-        settings=settings,
-        command=command,
-        note="spread the hash buckets over every data queue; flow rules keep control traffic "
-        "on its own queue",
+        desired=f"queues {_queues(data)} (not control queue(s) {_queues(sorted(control))})",
+        command=f"ethtool -X {dev} weight {weights}",
+        note="the control queue's flow rules were added by hand, so no profile value leaves "
+        "it out: set the table by hand, or give the rules to the profile (flow_rules with "
+        'queue = "control" and rss_indir = "data-queues", as lb-dr does)',
+        scope=MANUAL,
     )
 
 
