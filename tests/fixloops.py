@@ -44,14 +44,16 @@ TIERS: dict[str, tuple[str, str]] = {
 }
 
 # Rules with a profile fix that no loop proves: rule -> why, one line. Rendered by the docs.
-_VM_LOOP_TO_COME = "its VM fix loop is not written yet (issue 29)"
-_NO_EMULATED_FAULT = "no emulated NIC sends pause frames: shown on fixture trees only"
 UNPROVEN: dict[str, str] = {
-    "rss-hash-l3-only": _VM_LOOP_TO_COME,
-    "rss-indirection-gap": _VM_LOOP_TO_COME,
-    "lro-on-forwarding-host": _VM_LOOP_TO_COME,
-    "coalescing": _VM_LOOP_TO_COME,
-    "pause-frames": _NO_EMULATED_FAULT,
+    "rss-hash-l3-only": "its VM loop (virtio-net with rss=on) is drafted in "
+    "tests/vm/nic_rule_loops.py, not yet run",
+    "rss-indirection-gap": "no VM loop yet: the fault is a hand-set table kept across "
+    "ethtool -L; shown on fixture trees",
+    "lro-on-forwarding-host": "no VM loop yet (a veth's LRO is fixed off); shown on fixture "
+    "trees",
+    "coalescing": "no VM loop yet (an interrupt storm on a saturated CPU); shown on fixture "
+    "trees",
+    "pause-frames": "no emulated NIC sends pause frames: shown on fixture trees only",
 }
 
 # Rules whose findings carry no profile fix (Rule.profile_fix is False): rule -> why, one line.
