@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import AbstractSet, Mapping, Optional
 
+from lbtune.diagnose.nicsettings import NicSettings
 from lbtune.host.kernel.cputopology import CpuTopology
 from lbtune.host.kernel.sysctl import sysctl_path
 from lbtune.host.net.nic import Nic
@@ -24,15 +25,18 @@ class UndeclaredConfig(Exception):
 
 @dataclass(frozen=True)
 class Context:
-    """Inputs of the rules. `nics` and `topology` may be empty/None (a namespace, a capture
-    without sysfs): rules that need them stay quiet. `allowed` is the set of configuration
-    paths the running rule declared (None: no check)."""
+    """Inputs of the rules. `nics`, `nic_settings` and `topology` may be empty/None (a
+    namespace, a capture without sysfs): rules that need them stay quiet. `allowed` is the
+    set of configuration paths the running rule declared (None: no check)."""
 
     window: Window
     topology: Optional[CpuTopology] = None
     nics: Mapping[str, Nic] = field(default_factory=dict)
     netns: Optional[str] = None
     allowed: Optional[AbstractSet[str]] = None
+    # Each NIC's ethtool settings (coalescing, features, pause, RSS), read with the NICs;
+    # empty where they were not read (the monitor, the exporter): the rules on them stay quiet.
+    nic_settings: Mapping[str, NicSettings] = field(default_factory=dict)
 
     @property
     def config(self) -> Mapping[str, str]:

@@ -61,8 +61,9 @@ class ProfileSetting:
     def line(self) -> str:
         """One self-contained TOML line a profile accepts as written (before any [table]
         header): `sysctl."net.core.somaxconn" = { value = 4096, mode = "raise", ... }`."""
-        # A device name is always quoted (it is data); a sysctl name is because of its dots.
-        parts = [tomltext.key(t, quote=i > 0) for i, t in enumerate(self.table)]
+        # A device name (the table's second part) is always quoted (it is data); a sysctl
+        # name is because of its dots; a NIC group (`pause`, `coalesce`) is a bare key.
+        parts = [tomltext.key(t, quote=i == 1) for i, t in enumerate(self.table)]
         head = ".".join((*parts, tomltext.key(self.name)))
         return f"{head} = {self.inline()}"
 

@@ -75,7 +75,7 @@ class FixProfile:
         for e in sorted(self.entries, key=lambda e: _table_key(e.setting.table)):
             if e.setting.table != table:
                 table = e.setting.table
-                head = ".".join(tomltext.key(t, quote=i > 0) for i, t in enumerate(table))
+                head = ".".join(tomltext.key(t, quote=i == 1) for i, t in enumerate(table))
                 out += ["", f"[{head}]"]
             numbers = ", ".join(str(n) for n in e.findings)
             out.append(f"# finding {numbers}" + (f": {_comment(e.remark)}" if e.remark else ""))

@@ -18,6 +18,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from lbtune.diagnose import probe_evidence as pe
 from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import Finding
+from lbtune.diagnose.nicsettings import NicSettings, read_nic_settings
 from lbtune.diagnose.rules import run_rules, sample_spec, select
 from lbtune.errors import MalformedHostFile
 from lbtune.host.host import Host
@@ -155,7 +156,13 @@ def report_of(
     findings it explains."""
     chosen = select(rules)
     topology, nics, missing = _inventory(host, ifaces)
-    ctx = Context(window=win, topology=topology, nics=nics, netns=host.netns)
+    settings: dict[str, NicSettings] = {}
+    if any(r.nic_settings for r in chosen):
+        settings, unread = read_nic_settings(host.ethtool, nics)
+        missing.update(unread)
+    ctx = Context(
+        window=win, topology=topology, nics=nics, netns=host.netns, nic_settings=settings
+    )
     findings = run_rules(ctx, chosen)
     if sample is not None:
         findings = list(pe.explain(findings, sample))

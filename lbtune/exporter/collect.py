@@ -25,6 +25,7 @@ from typing import Iterator, Optional, Sequence
 from lbtune.diagnose import probe_evidence as pe
 from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import Finding
+from lbtune.diagnose.nicsettings import NicSettings, read_nic_settings
 from lbtune.diagnose.rules import RULES, Rule, run_rules, sample_spec
 from lbtune.errors import BadInput, LbtuneError, NeedsPrivilege
 from lbtune.exporter.series import (
@@ -137,6 +138,8 @@ class Exporter:
         self._previous: Optional[Sample] = None
         self._last: Optional[tuple[float, Result]] = None
         self._checks: tuple[ProfileCheck, ...] = ()
+        self._nic_settings: dict[str, NicSettings] = {}
+        self._nic_settings_at: Optional[float] = None
         self._verified_at: Optional[float] = None
         self.last_error = ""  # why the last collection failed (lbtune_up 0)
         self.topology: Optional[CpuTopology]
@@ -259,9 +262,21 @@ class Exporter:
         self._checks, self._verified_at = tuple(checks), now
         return self._checks
 
+    def _settings(self) -> dict[str, NicSettings]:
+        """The physical NICs' ethtool settings (for the NIC rules and the RSS spread), read
+        again every CONFIG_EVERY seconds as the limits are: an operator changes them by hand,
+        and reading them costs a dozen ethtool requests per NIC."""
+        now = self.clock.monotonic()
+        at = self._nic_settings_at
+        if at is None or now - at >= CONFIG_EVERY:
+            physical = [n.name for n in self.nics.values() if n.kind == "physical"]
+            self._nic_settings, _ = read_nic_settings(self.host.ethtool, physical)
+            self._nic_settings_at = now
+        return self._nic_settings
+
     def _findings(self, window: Window, probes: Optional[ProbeSample]) -> list[Finding]:
         ctx = Context(window=window, topology=self.topology, nics=self.nics,
-                      netns=self.host.netns)  # fmt: skip
+                      netns=self.host.netns, nic_settings=self._settings())  # fmt: skip
         found = run_rules(ctx, exporter_rules())
         if probes is not None:
             found = list(pe.explain(found, probes))
@@ -283,7 +298,8 @@ class Exporter:
         services, ipvs_problem = self._ipvs()
         c = Collection(window, self._findings(window, probes), probes, self.want_probes,
                        self._probe_problem, self._verify(), services, ipvs_problem,
-                       self._absent(), self.host.view_netns is not None)  # fmt: skip
+                       self._absent(), self.host.view_netns is not None,
+                       self._settings())  # fmt: skip
         fams = families(c, self.options, self.totals)
         return self._result(fams, started, up=True)
 

@@ -28,7 +28,8 @@ Rules (docs/fleet.md lists every series):
    capped at `max_locations`, the rest counted under `location="other"`. Per-queue NIC
    series only for the interfaces named in `queues_of` (opt-in); per CPU, three softnet
    counters (processed, dropped, times squeezed; RPS and flow limit with `softnet_all`);
-   per NIC, the driver's own drop counters (or the kernel's `rx_dropped` without them).
+   per NIC, the driver's own drop counters (or the kernel's `rx_dropped` without them),
+   its pause frames per direction and its RSS indirection table's spread (two gauges).
 4. **IPVS per virtual service, not per real server.** Each virtual service gets its
    connections, packets and bytes (the kernel's own totals since the service was created:
    an exception to rule 1, IPVS keeps them per object), active and inactive connections and
@@ -50,8 +51,11 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from lbtune.diagnose.finding import Finding, rank
+from lbtune.diagnose.nicsettings import NicSettings
+from lbtune.host.net.rss import Rxfh
 from lbtune.ipvs.status import ServiceRow
 from lbtune.observe.dropcauses import DROP_CAUSES
+from lbtune.observe.nicmaps import pause_counters
 from lbtune.observe.probes import ProbeSample
 from lbtune.observe.window import Window
 from lbtune.observe.window import counter_delta as cd
@@ -136,6 +140,7 @@ class Collection:
     ipvs_problem: str = ""  # why the table could not be read ("" when it was, or no IPVS)
     absent: frozenset[str] = frozenset()  # sources this host does not have (rule 2)
     in_netns: bool = False  # a namespace's view (rule 6)
+    nic_settings: Mapping[str, NicSettings] = field(default_factory=dict)  # RSS spread
 
     def host_wide_out(self, opts: Options) -> bool:
         """Leave the host-wide series out (rule 6)?"""
@@ -173,6 +178,9 @@ _COUNTER_HELP: dict[str, tuple[str, Labels]] = {
                                   "overflows and other listen drops)", ("listener",)),
     "lbtune_nic_drops_total": ("NIC drops by the driver's or the kernel's counter name",
                                ("device", "counter")),
+    "lbtune_nic_pause_frames_total": ("Pause frames the NIC sent (tx: it asked the switch to "
+                                      "hold traffic) or received (rx), summed over the "
+                                      "driver's counters", ("device", "direction")),
     "lbtune_nic_queue_packets_total": ("Packets per NIC queue (opt-in per interface)",
                                        ("device", "direction", "queue")),
     "lbtune_nic_queue_drops_total": ("Drops per NIC queue (opt-in per interface)",
@@ -235,6 +243,8 @@ def counter_deltas(c: Collection, opts: Options, totals: Totals) -> dict[Key, fl
             out[("lbtune_nic_drops_total", (d.dev, name))] = n
         if not d.nic_drops and NIC_SYSFS_DROP in d.stats:
             out[("lbtune_nic_drops_total", (d.dev, NIC_SYSFS_DROP))] = d.stats[NIC_SYSFS_DROP]
+        for direction, n in pause_frames(w, d.dev, d.driver).items():
+            out[("lbtune_nic_pause_frames_total", (d.dev, direction))] = n
         if d.dev in opts.queues_of:
             for q in d.queues:
                 labels = (d.dev, q.direction, str(q.queue))
@@ -266,6 +276,28 @@ def counter_deltas(c: Collection, opts: Options, totals: Totals) -> dict[Key, fl
     if c.probes is not None:
         _probe_deltas(c.probes, opts, totals, out)
     return out
+
+
+def pause_frames(w: Window, dev: str, driver: Optional[str]) -> dict[str, int]:
+    """Pause frames per direction ("rx", "tx") over the window: the sum of the driver's
+    pause counters that its statistics have (none for a driver without them)."""
+    out: dict[str, int] = {}
+    for pc in pause_counters(driver):
+        n = w.ethtool(dev, pc.name)
+        if n is not None:
+            out[pc.direction] = out.get(pc.direction, 0) + n
+    return out
+
+
+def rss_spread(rxfh: Optional[Rxfh]) -> Optional[tuple[int, float]]:
+    """(queues the RSS indirection table feeds, share of its entries on the most-fed queue),
+    None without a table."""
+    if rxfh is None or not rxfh.indir:
+        return None
+    counts: dict[int, int] = {}
+    for q in rxfh.indir:
+        counts[q] = counts.get(q, 0) + 1
+    return len(counts), max(counts.values()) / len(rxfh.indir)
 
 
 PROBE_FAMILIES = ("lbtune_kernel_drops_total", "lbtune_kernel_drops_by_location_total")
@@ -374,6 +406,16 @@ def _gauges(c: Collection, opts: Options) -> list[Family]:
         if ct.max:
             out.append(_gauge("lbtune_conntrack_entries_limit", "nf_conntrack_max", (),
                               [((), float(ct.max))]))  # fmt: skip
+    spread = [(dev, sp) for dev, s in sorted(c.nic_settings.items())
+              for sp in [rss_spread(s.rxfh)] if sp is not None]  # fmt: skip
+    if spread:
+        out.append(_gauge("lbtune_nic_rss_queues", "Receive queues the NIC's RSS indirection "
+                          "table feeds (ethtool -x)", ("device",),
+                          [((dev,), float(n)) for dev, (n, _) in spread]))  # fmt: skip
+        ratios = [((dev,), round(r, 6)) for dev, (_, r) in spread]
+        out.append(_gauge("lbtune_nic_rss_busiest_queue_ratio", "Share of the RSS indirection "
+                          "table's entries on its most-fed queue (1/queues when even)",
+                          ("device",), ratios))  # fmt: skip
     findings = rank(list(c.findings))
     levels = {lv: 0 for lv in (Level.FAIL, Level.WARN, Level.INFO)}
     for f in findings:

@@ -21,6 +21,7 @@ IRQ = "irq"  # (irq,)  all CPUs
 NIC_QUEUE = "nic-queue"  # (dev, direction, queue, field)  field "drops" or "packets"
 NIC_DROP = "nic-drop"  # (dev, ethtool name)
 NIC_STAT = "nic-stat"  # (dev, statistics name)
+NIC_ETHTOOL = "nic-ethtool"  # (dev, ethtool -S name)  any raw counter (pause frames)
 LISTEN = "listen"  # (family, addr, port)  sk_drops of the listener(s)
 UDP = "udp"  # (family, addr, port)
 RECEIVERS = "receivers"  # (family, addr, port)  drops of connected sockets of that endpoint
@@ -134,6 +135,7 @@ _READ: dict[str, Callable[[CounterRef, Window], Optional[int]]] = {
     NIC_QUEUE: _nic_queue,
     NIC_DROP: _nic_map,
     NIC_STAT: _nic_map,
+    NIC_ETHTOOL: lambda r, w: w.ethtool(_s(r, 0), _s(r, 1)),
     LISTEN: _listen,
     UDP: _udp,
     RECEIVERS: _receivers,

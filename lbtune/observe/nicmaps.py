@@ -419,3 +419,59 @@ def driver_map(driver: Optional[str]) -> Optional[DriverMap]:
     if not driver:
         return None
     return DRIVERS.get(driver)
+
+
+# ---------------------------------------------------------------------------- pause frames
+
+# Direction of a pause-frame counter: RX_PAUSE counts pause frames the NIC received (the switch
+# or the link partner asked this host to stop sending: congestion upstream); TX_PAUSE counts
+# pause frames it sent (its own receive buffer was filling: the host asked the switch to hold
+# traffic, so the loss happens in the switch, where this host's counters do not see it).
+RX_PAUSE = "rx"
+TX_PAUSE = "tx"
+
+
+@dataclass(frozen=True)
+class PauseCounter:
+    """An `ethtool -S` counter of IEEE 802.3x pause frames (XON and XOFF alike)."""
+
+    name: str
+    direction: str  # RX_PAUSE or TX_PAUSE
+
+
+def _pause(rx: tuple[str, ...], tx: tuple[str, ...]) -> tuple[PauseCounter, ...]:
+    return tuple(PauseCounter(n, RX_PAUSE) for n in rx) + tuple(
+        PauseCounter(n, TX_PAUSE) for n in tx
+    )
+
+
+# Link-level pause counters by driver, from the drivers' ethtool string tables (e1000e,
+# igb, igc, ixgbe: *_flow_control_xon/xoff; i40e: port.link_xon/xoff_rx/tx; ice: the
+# same with ".nic" (and without, in older out-of-tree releases); mlx5: the physical port's
+# pause control frames; bnxt_en: rx/tx_pause_frames). ena, virtio_net, veth and vmxnet3
+# have none: no pause frames on their links (or none the guest can see).
+_INTEL_FC = _pause(
+    ("rx_flow_control_xon", "rx_flow_control_xoff"),
+    ("tx_flow_control_xon", "tx_flow_control_xoff"),
+)
+PAUSE_COUNTERS: dict[str, tuple[PauseCounter, ...]] = {
+    "e1000": _INTEL_FC,
+    "e1000e": _INTEL_FC,
+    "igb": _INTEL_FC,
+    "igc": _INTEL_FC,
+    "ixgbe": _INTEL_FC,
+    "i40e": _pause(
+        ("port.link_xon_rx", "port.link_xoff_rx"), ("port.link_xon_tx", "port.link_xoff_tx")
+    ),
+    "ice": _pause(
+        ("link_xon_rx.nic", "link_xoff_rx.nic", "link_xon_rx", "link_xoff_rx"),
+        ("link_xon_tx.nic", "link_xoff_tx.nic", "link_xon_tx", "link_xoff_tx"),
+    ),
+    "mlx5_core": _pause(("rx_pause_ctrl_phy",), ("tx_pause_ctrl_phy",)),
+    "bnxt_en": _pause(("rx_pause_frames",), ("tx_pause_frames",)),
+}
+
+
+def pause_counters(driver: Optional[str]) -> tuple[PauseCounter, ...]:
+    """The pause-frame counters of a driver, () when it has none lbtune knows."""
+    return PAUSE_COUNTERS.get(driver or "", ())

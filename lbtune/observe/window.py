@@ -225,6 +225,15 @@ class Window:
             },
         )
 
+    def ethtool(self, dev: str, name: str) -> Optional[int]:
+        """One raw `ethtool -S` counter of `dev` over the window, None when the latest
+        sample does not have it (another driver, or no ethtool statistics)."""
+        after = self.after.nics.get(dev)
+        if after is None or name not in after.ethtool:
+            return None
+        before = self.before.nics.get(dev) if self.before else None
+        return counter_delta(before.ethtool.get(name) if before else None, after.ethtool[name])
+
     def nics(self) -> list[NicDelta]:
         return [d for d in (self.nic(name) for name in sorted(self.after.nics)) if d]
 

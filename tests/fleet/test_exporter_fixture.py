@@ -243,3 +243,64 @@ def test_host_wide_series_are_left_out_of_a_namespace_unless_asked(tmp_path):
     assert m["lbtune_drops_total"][frozenset({("cause", "cpu_backlog")})] == 94551
     m = parse(_export(HOSTS / DELL))  # the host's own view: always there
     assert len(m["lbtune_softnet_dropped_total"]) == 48
+
+
+def _with_stat(host: str, dev: str, **values: int) -> dict[str, str]:
+    """`ethtool -S DEV` of fixture `host` with the named counters set."""
+    path = f"/sos_commands/networking/ethtool_-S_{dev}"
+    lines = (HOSTS / host / path.lstrip("/")).read_text().splitlines()
+    out = []
+    for line in lines:
+        name = line.split(":", 1)[0].strip()
+        if name in values:
+            line = f"     {name}: {values.pop(name)}"
+        out.append(line)
+    assert not values, f"not in {dev}'s statistics: {values}"
+    return {path: "\n".join(out) + "\n"}
+
+
+def test_pause_frames_are_summed_per_direction_from_the_driver_s_own_names(tmp_path):
+    # ixgbe (eno1): xon + xoff per direction; mlx5 (ens1f0np0): the physical port's counter
+    files = {**_with_stat(DELL, "eno1", tx_flow_control_xon=7, tx_flow_control_xoff=35,
+                          rx_flow_control_xoff=2),
+             **_with_stat(DELL, "ens1f0np0", rx_pause_ctrl_phy=900)}  # fmt: skip
+    m = parse(_export(copy_host(tmp_path, DELL, files)))
+    pause = {(dict(k)["device"], dict(k)["direction"]): v
+             for k, v in m["lbtune_nic_pause_frames_total"].items()}  # fmt: skip
+    assert pause[("eno1", "tx")] == 42 and pause[("eno1", "rx")] == 2
+    assert pause[("ens1f0np0", "rx")] == 900 and pause[("ens1f0np0", "tx")] == 0
+    # a driver without pause counters has no series (the cloud ena fixture)
+    from tests.conftest import AWS
+
+    assert "lbtune_nic_pause_frames_total" not in parse(_export(HOSTS / AWS))
+
+
+def test_rss_spread_gauges_from_the_recorded_tables(tmp_path):
+    m = parse(_export(HOSTS / DELL))
+    queues = {dict(k)["device"]: v for k, v in m["lbtune_nic_rss_queues"].items()}
+    assert queues == {"eno1": 16, "ens1f0np0": 24, "ens1f1np1": 48}
+    ratio = m["lbtune_nic_rss_busiest_queue_ratio"][frozenset({("device", "eno1")})]
+    assert ratio == 1 / 16  # 512 entries, i % 16
+    # a table kept over half the queues: the busiest queue holds twice the even share
+    from tests.unit.diagnose.test_fix_profiles import via_setters
+
+    def half(eth) -> None:  # type: ignore[no-untyped-def]
+        eth.set_rxfh("ens1f0np0", indir=[i % 12 for i in range(256)])
+
+    m = parse(_export(copy_host(tmp_path, DELL, via_setters(DELL, half))))
+    key = frozenset({("device", "ens1f0np0")})
+    assert m["lbtune_nic_rss_queues"][key] == 12
+    assert m["lbtune_nic_rss_busiest_queue_ratio"][key] == round(22 / 256, 6)
+    # virtio-net without RSS (a table of size 0): no gauge
+    from tests.conftest import KVM
+
+    assert "lbtune_nic_rss_queues" not in parse(_export(HOSTS / KVM))
+
+
+def test_rss_spread_of_an_indirection_table() -> None:
+    from lbtune.exporter.series import rss_spread
+    from lbtune.host.net.rss import Rxfh
+
+    assert rss_spread(Rxfh(indir=(0, 1, 2, 3) * 32)) == (4, 0.25)
+    assert rss_spread(Rxfh(indir=(0,) * 96 + (1,) * 32)) == (2, 0.75)
+    assert rss_spread(Rxfh(indir=())) is None and rss_spread(None) is None

@@ -9,7 +9,8 @@ load: its connection count sizes the port, backlog, conntrack and file checks, a
 in docs/checklist.md.
 
 Modules: `model` (values, thresholds, the shared context), `system` (how the host is set up),
-`capacity` (room for the load), `realserver` (IPVS DR real server), `run` (the entry point).
+`nic` (the data NIC's ethtool settings), `capacity` (room for the load), `realserver` (IPVS
+DR real server), `run` (the entry point).
 """
 
 from __future__ import annotations

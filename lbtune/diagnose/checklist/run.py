@@ -26,6 +26,13 @@ from lbtune.diagnose.checklist.model import (
     lowers,
     result,
 )
+from lbtune.diagnose.checklist.nic import (
+    check_coalescing,
+    check_offloads,
+    check_pause,
+    check_rss_hash,
+    check_rss_indirection,
+)
 from lbtune.diagnose.checklist.realserver import check_arp, check_rp_filter, check_vip
 from lbtune.diagnose.checklist.system import (
     check_clock,
@@ -126,6 +133,11 @@ _CHECKS_ALL: tuple[Callable[[Ctx], CheckResult], ...] = (
     check_irqbalance,
     check_isolcpus,
     check_rings,
+    check_rss_hash,
+    check_rss_indirection,
+    check_offloads,
+    check_coalescing,
+    check_pause,
     check_drained,
     check_conntrack,
     check_nofile,

@@ -149,7 +149,9 @@ def check_isolcpus(c: Ctx) -> CheckResult:
     )
 
 
-def _ring_nics(c: Ctx) -> list[Nic]:
+def ring_nics(c: Ctx) -> list[Nic]:
+    """The data interface and the devices below it (a bond's or VLAN's), or every physical
+    interface that is up when there is no data interface."""
     if c.iface is not None:
         names = {c.iface}
         grew = True
@@ -165,7 +167,7 @@ def _ring_nics(c: Ctx) -> list[Nic]:
 
 def check_rings(c: Ctx) -> CheckResult:
     name = "nic-rings"
-    nics = [n for n in _ring_nics(c) if n.rings is not None and n.rings.rx_max]
+    nics = [n for n in ring_nics(c) if n.rings is not None and n.rings.rx_max]
     if not nics:
         what = (
             f"{c.iface} (and the devices below it) reports no"

@@ -74,6 +74,12 @@ def nic_setting(dev: str, name: str, *fields: tuple[str, Scalar]) -> ProfileSett
     return ProfileSetting(("nic", dev), name, tuple(fields))
 
 
+def nic_group_setting(dev: str, group: str, name: str, value: Scalar) -> ProfileSetting:
+    """A named value of a NIC group (`[nic."DEV"] features.lro = { value = "off" }`; groups:
+    coalesce, features, pause)."""
+    return ProfileSetting(("nic", dev, group), name, (("value", value),))
+
+
 def sysctl_fix(
     ctx: Context, key: str, needed: object, note: str = "", mode: Mode = Mode.RAISE
 ) -> Fix:

@@ -17,6 +17,7 @@ from lbtune.host.kernel.cpulist import format_cpulist
 from lbtune.observe import counters as C
 from lbtune.observe.counters import CounterRef
 from lbtune.observe.softnet import SOFTNET
+from lbtune.observe.window import SoftnetDelta
 from lbtune.tune.lint import NETDEV_BUDGET_MAX, NETDEV_MAX_BACKLOG_MAX
 from lbtune.vocab import Level
 
@@ -80,6 +81,12 @@ def _backlog_fix(ctx: Context, current: Optional[int], cpu: int) -> Fix:
 _MIN_SQUEEZE = 10
 
 
+def squeezed(d: SoftnetDelta) -> bool:
+    """The CPU's receive softirq ran out of budget or time with packets waiting, more than
+    scheduling noise: ten or more squeezes, and at least one per 10,000 packets processed."""
+    return d.time_squeeze >= _MIN_SQUEEZE and d.time_squeeze * 10000 >= d.processed
+
+
 @rule(
     "time-squeeze",
     "NAPI ran out of budget or time with work left (per CPU)",
@@ -89,9 +96,7 @@ def time_squeeze(ctx: Context) -> Iterator[Finding]:
     budget = ctx.sysctl_int("net.core.netdev_budget")
     usecs = ctx.sysctl_int("net.core.netdev_budget_usecs")
     for d in ctx.window.softnet():
-        # A rare squeeze is normal scheduling noise: report ten or more, and at least one
-        # per 10,000 packets processed.
-        if d.time_squeeze < _MIN_SQUEEZE or d.time_squeeze * 10000 < d.processed:
+        if not squeezed(d):  # a rare squeeze is normal scheduling noise
             continue
         yield finding(
             ctx,

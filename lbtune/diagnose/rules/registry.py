@@ -4,6 +4,8 @@ A rule is a pure function of a `Context` (a window of samples, the topology and 
 declares the configuration values it judges by (`sysctls`, sysfs `paths`, `*` for every
 entry of a directory) and whether it needs connected TCP sockets (`receivers`), so the
 sampler reads exactly those at sampling time; `sample_spec` collects them for a set of rules.
+A rule that judges the NICs' ethtool settings (coalescing, features, pause, RSS) says
+`nic_settings=True`: they are read (`diagnose.nicsettings`) only when a chosen rule needs them.
 It also declares whether its findings can carry a fix `lbtune apply` makes (`profile_fix`:
 a profile line); a rule whose every fix is the application's, the platform's or made by hand
 says `profile_fix=False` (tests/unit/diagnose/test_fix_profiles.py holds every rule to it).
@@ -42,6 +44,7 @@ class Rule:
     paths: tuple[str, ...] = ()
     receivers: bool = False
     profile_fix: bool = True
+    nic_settings: bool = False
 
     @property
     def config(self) -> tuple[str, ...]:
@@ -59,12 +62,22 @@ def rule(
     paths: Sequence[str] = (),
     receivers: bool = False,
     profile_fix: bool = True,
+    nic_settings: bool = False,
 ) -> Callable[[RuleFn], RuleFn]:
     """Register a rule (see the module docstring for what it declares)."""
 
     def register(fn: RuleFn) -> RuleFn:
         RULES.append(
-            Rule(rule_id, summary, fn, tuple(sysctls), tuple(paths), receivers, profile_fix)
+            Rule(
+                rule_id,
+                summary,
+                fn,
+                tuple(sysctls),
+                tuple(paths),
+                receivers,
+                profile_fix,
+                nic_settings,
+            )
         )
         return fn
 

@@ -343,3 +343,99 @@ def test_summary_and_failed() -> None:
 def test_bad_input(kwargs: dict[str, str], message: str) -> None:
     with pytest.raises(BadInput, match=message):
         run_checklist(Host.open(str(HOSTS / KVM)), **kwargs)
+
+
+# ------------------------------------------------------------------ the data NIC's ethtool settings
+
+
+def _recorded(name: str, **values: str) -> dict[str, str]:
+    from tests.unit.diagnose.test_fix_profiles import recorded
+
+    return recorded(DELL, name, **values)
+
+
+def test_nic_settings_of_the_dell_director_pass_as_recorded() -> None:
+    cl = run(DELL, "lb-dr")
+    assert check(cl, "nic-offloads").level is Level.PASS  # LRO off on the mlx5
+    assert check(cl, "nic-coalescing").reason == "ens1f0np0 rx-usecs 8 adaptive"
+    p = check(cl, "nic-pause")
+    assert p.level is Level.PASS and "rx on tx on; no pause frames" in p.reason
+
+
+def test_lro_on_a_director_fails_and_gro_off_on_a_web_server_warns(tmp_path) -> None:
+    lro = _recorded("ethtool_-k_ens1f0np0", **{"large-receive-offload": "on"})
+    c = check(run(copy_host(tmp_path, DELL, lro, "lro"), "lb-dr"), "nic-offloads")
+    assert c.level is Level.FAIL and "LRO (rx-lro) on ens1f0np0 while role lb-dr" in c.reason
+    assert c.fix.endswith(", or ethtool -K ens1f0np0 lro off")
+    assert c.fix.startswith("nic.data.features.lro (profile lb-dr)")
+    # the same LRO on a web server that does not forward is not this check's business
+    assert check(run(copy_host(tmp_path, DELL, lro, "web"), "web", iface="ens1f0np0"),
+                 "nic-offloads").level is Level.PASS  # fmt: skip
+    gro = _recorded("ethtool_-k_ens1f0np0", **{"generic-receive-offload": "off"})
+    c = check(run(copy_host(tmp_path, DELL, gro, "gro"), "web", iface="ens1f0np0"),
+              "nic-offloads")  # fmt: skip
+    assert c.level is Level.WARN and c.fix.endswith("or ethtool -K ens1f0np0 gro on")
+
+
+def test_high_rx_usecs_without_adaptive_warns(tmp_path) -> None:
+    slow = _recorded("ethtool_-c_ens1f0np0", **{"Adaptive RX": "off  TX: on", "rx-usecs": "256"})
+    c = check(run(copy_host(tmp_path, DELL, slow), "lb-dr"), "nic-coalescing")
+    assert c.level is Level.WARN and "ens1f0np0 rx-usecs 256" in c.reason
+    assert "ethtool -C ens1f0np0 adaptive-rx on" in c.fix
+
+
+def test_pause_frames_counted_with_flow_control_on_warn(tmp_path) -> None:
+    sent = _recorded("ethtool_-S_ens1f0np0", tx_pause_ctrl_phy="184223")
+    c = check(run(copy_host(tmp_path, DELL, sent), "lb-dr"), "nic-pause")
+    assert c.level is Level.WARN
+    assert "ens1f0np0 sent 184223 pause frames since boot" in c.reason
+    assert c.fix.endswith("or ethtool -A ens1f0np0 rx off tx off")
+
+
+def test_nic_settings_checks_skip_where_the_driver_reports_none() -> None:
+    cl = run(TINY, "web")  # veth and a bond over an e1000: no RSS at all
+    assert check(cl, "nic-rss-hash").level is Level.SKIP
+    assert check(cl, "nic-rss-indirection").level is Level.SKIP
+
+
+def test_rss_hash_on_addresses_only_warns_for_the_ixgbe() -> None:
+    assert check(run(DELL, "lb-dr"), "nic-rss-hash").level is Level.PASS  # mlx5: sdfn
+    c = check(run(DELL, "lb-dr", iface="eno1"), "nic-rss-hash")
+    assert c.level is Level.WARN and "eno1 udp4 sd, eno1 udp6 sd" in c.reason
+    assert c.fix == ("nic.data.rss_hash (profile lb-dr), or ethtool -N eno1 rx-flow-hash udp4 "
+                     "sdfn; ethtool -N eno1 rx-flow-hash udp6 sdfn")
+    # virtio-net without RSS: nothing to hash, nothing to blame
+    c = check(run(KVM, "web"), "nic-rss-hash")
+    assert c.level is Level.SKIP and "does no RSS" in c.reason
+
+
+def test_rss_indirection_with_a_control_queue(tmp_path) -> None:
+    from tests.unit.diagnose.test_fix_profiles import via_setters
+
+    # the VXLAN rule of the fixture steers data: queue 3 in the table is right
+    assert check(run(DELL, "lb-dr"), "nic-rss-indirection").level is Level.PASS
+
+    def ssh_to_23(eth) -> None:  # type: ignore[no-untyped-def]
+        from lbtune.host.net.rss import NtupleRule
+
+        eth.add_ntuple_rule("ens1f0np0", NtupleRule(-1, "tcp4", (("dst-port", "22"),), 23))
+
+    root = copy_host(tmp_path, DELL, via_setters(DELL, ssh_to_23), "ssh")
+    c = check(run(root, "lb-dr"), "nic-rss-indirection")
+    assert c.level is Level.WARN and "control queue(s) 23" in c.reason
+    # a control queue of rules made by hand: no profile value leaves it out
+    assert c.fix == "ethtool -X ens1f0np0 weight " + " ".join(["1"] * 23 + ["0"])
+
+    def table_over_12(eth) -> None:  # type: ignore[no-untyped-def]
+        eth.set_rxfh("ens1f0np0", indir=[i % 12 for i in range(256)])
+
+    root = copy_host(tmp_path, DELL, via_setters(DELL, table_over_12), "gap")
+    c = check(run(root, "lb-dr"), "nic-rss-indirection")
+    assert c.level is Level.WARN and "queue(s) 12-23 get no RSS traffic" in c.reason
+    assert c.fix == ('nic.data.rss_indir (profile lb-dr) = "data-queues", or '
+                     "ethtool -X ens1f0np0 equal 24")
+
+
+def test_ixgbe_rx_usecs_1_is_its_dynamic_mode() -> None:
+    c = check(run(DELL, "lb-dr", iface="eno1"), "nic-coalescing")
+    assert c.level is Level.PASS and c.reason == "eno1 rx-usecs 1 (dynamic throttling)"

@@ -82,6 +82,96 @@ def net_rx_on_one_cpu(host: str, cpu: int) -> dict[str, str]:
     return {"/proc/softirqs": "\n".join(out) + "\n"}
 
 
+NET = "/sos_commands/networking"
+
+
+def recorded(host: str, name: str, **values: str) -> dict[str, str]:
+    """A recorded `ethtool` output of fixture `host` (`ethtool_-S_eno1`) with the lines
+    `key: value` of `values` rewritten (keys as ethtool prints them; `__` for a space and
+    `_` kept: pass them as a dict to use other characters)."""
+    lines = (HOSTS / host / NET.lstrip("/") / name).read_text().splitlines()
+    out = []
+    for line in lines:
+        key = line.split(":", 1)[0].strip()
+        if key in values:
+            indent = line[: len(line) - len(line.lstrip())]
+            line = f"{indent}{key}: {values.pop(key)}"
+        out.append(line)
+    assert not values, f"not in {host}'s {name}: {values}"
+    return {f"{NET}/{name}": "\n".join(out) + "\n"}
+
+
+def irq_on_cpu(host: str, irq: int, cpu: int, count: int) -> dict[str, str]:
+    """/proc/interrupts of fixture `host` with IRQ `irq` at `count` on CPU `cpu`."""
+    lines = (HOSTS / host / "proc/interrupts").read_text().splitlines()
+    out = []
+    for line in lines:
+        head, _, rest = line.partition(":")
+        if head.strip() == str(irq):
+            fields = rest.split()
+            n = len(lines[0].split())  # the CPU columns
+            fields[cpu] = str(count)
+            line = f"{head}:" + "".join(f" {f:>10}" for f in fields[:n]) + " " + " ".join(
+                fields[n:])
+        out.append(line)
+    return {"/proc/interrupts": "\n".join(out) + "\n"}
+
+
+# ens1f0np0 (mlx5, flow control on) sent pause frames since boot
+PAUSE_SENT = lambda: recorded(DELL, "ethtool_-S_ens1f0np0", tx_pause_ctrl_phy="184223")  # noqa: E731
+# LRO on ens1f0np0 of a host that forwards
+LRO_FORWARDING = lambda: {  # noqa: E731
+    **recorded(DELL, "ethtool_-k_ens1f0np0", **{"large-receive-offload": "on"}),
+    **sysctls(net__ipv4__ip_forward="1"),
+}
+# ens1f0np0's queue 5 vector (IRQ 101, on CPU 41, which squeezes) at ~25,000 interrupts a
+# second since boot, with adaptive coalescing off and rx-usecs 0
+COALESCING_OFF = lambda: {  # noqa: E731
+    **recorded(DELL, "ethtool_-c_ens1f0np0", **{"Adaptive RX": "off  TX: on", "rx-usecs": "0"}),
+    **irq_on_cpu(DELL, 101, 41, 9_000_000_000),
+}
+
+def via_setters(host: str, change: Callable[[Any], None]) -> dict[str, str]:
+    """The recorded ethtool files of fixture `host` as its recorded setters rewrite them
+    (`change(ethtool)` on a scratch copy): the kernel's own layout, as `lbtune apply` would
+    leave a host tree."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp) / host
+        shutil.copytree(HOSTS / host, root, symlinks=True)
+        h = Host.open(str(root))
+        try:
+            change(h.ethtool)
+        finally:
+            h.close()
+        out = {}
+        for f in sorted((root / NET.lstrip("/")).iterdir()):
+            orig = HOSTS / host / NET.lstrip("/") / f.name
+            if not orig.exists() or orig.read_text() != f.read_text():
+                out[f"{NET}/{f.name}"] = f.read_text()
+        return out
+
+
+def _skewed_eno1() -> dict[str, str]:
+    """eno1 (ixgbe, udp4/udp6 hashed on `sd`) with rx queue 0 at 90 % of its packets."""
+    return recorded(DELL, "ethtool_-S_eno1", rx_queue_0_packets="80000000000")
+
+
+def _table_from_before_ethtool_l(eth: Any) -> None:
+    # ens1f0np0's table set with `ethtool -X equal 12` (a user table), then `ethtool -L
+    # combined 24`: the driver keeps a user's table, and queues 12-23 get nothing
+    eth.set_rxfh("ens1f0np0", indir=[i % 12 for i in range(256)])
+
+
+def _ssh_to_queue_23_also_in_the_table(eth: Any) -> None:
+    # the control queue of ens1f0np0 (ssh steered to queue 23) is in the RSS table too
+    from lbtune.host.net.rss import NtupleRule
+
+    eth.add_ntuple_rule("ens1f0np0", NtupleRule(-1, "tcp4", (("dst-port", "22"),), 23))
+
+
 PFIFO_FAST = {
     "/sos_commands/networking/tc_-s_qdisc_show": (
         "qdisc noqueue 0: dev lo root refcnt 2 \n"
@@ -178,6 +268,14 @@ CASES: dict[str, list[tuple[str, Files]]] = {
     "udp-no-port": [(DELL, lambda: snmp(DELL, Udp__NoPorts=900000))],
     "tcp-no-listener": [(DELL, lambda: snmp(DELL, Tcp__OutRsts=40000000))],
     "addr-not-local": [(DELL, lambda: snmp(DELL, Ip__InAddrErrors=4000000000))],
+    "pause-frames": [(DELL, PAUSE_SENT)],
+    "lro-on-forwarding-host": [(DELL, LRO_FORWARDING)],
+    "coalescing": [(DELL, COALESCING_OFF)],
+    "rss-hash-l3-only": [(DELL, _skewed_eno1)],
+    "rss-indirection-gap": [
+        (DELL, lambda: via_setters(DELL, _table_from_before_ethtool_l)),
+        (DELL, lambda: via_setters(DELL, _ssh_to_queue_23_also_in_the_table)),
+    ],
 }
 
 
