@@ -461,7 +461,15 @@ class _Resolver:
             self.add(RssKeyKnob(name), s.value, s, f"{prefix}.rss_key")
         if "flow_rules" in sec:
             s = sec["flow_rules"]
-            self.nic_flow_rules(prefix, nic, s, control, NtupleKnob, rule_value)
+            from lbtune.host.net.nicparams import canonical_feature
+
+            ntuple_on = any(  # the profile turns ntuple filters on before its rules
+                canonical_feature(x.split(".", 1)[1]) == "rx-ntuple-filter"
+                and sec[x].value == "on"
+                for x in sec
+                if x.startswith("features.")
+            )
+            self.nic_flow_rules(prefix, nic, s, control, NtupleKnob, rule_value, ntuple_on)
 
     def nic_flow_rules(
         self,
@@ -471,6 +479,7 @@ class _Resolver:
         control: Optional[int],
         knob: Any,
         rule_value: Any,
+        ntuple_on: bool = False,
     ) -> None:
         """One `ntuple` target per rule, at the location it has (the same rule already
         there) or gets (the last free slot, as ethtool picks): the journal then holds the
@@ -494,8 +503,11 @@ class _Resolver:
         else:
             feats = eth.features(name)
             f = None if feats is None else feats.get("rx-ntuple-filter")
-            if f is not None and not f.active:
-                skip = f"{name}: ntuple filters are off (ethtool -K {name} ntuple on)"
+            if f is not None and not f.active and not ntuple_on:
+                skip = (
+                    f"{name}: ntuple filters are off (features.ntuple = \"on\" in the "
+                    f"profile, or ethtool -K {name} ntuple on)"
+                )
         size = eth.ntuple_table_size(name) or 0
         used = {x.location for x in existing or ()}
         for i, text in enumerate(s.value["rules"]):
