@@ -45,10 +45,6 @@ TIERS: dict[str, tuple[str, str]] = {
 
 # Rules with a profile fix that no loop proves: rule -> why, one line. Rendered by the docs.
 UNPROVEN: dict[str, str] = {
-    "rss-hash-l3-only": "its VM loop (virtio-net with rss=on) is drafted in "
-    "tests/vm/nic_rule_loops.py, not yet run",
-    "rss-indirection-gap": "no VM loop yet: the fault is a hand-set table kept across "
-    "ethtool -L; shown on fixture trees",
     "lro-on-forwarding-host": "no VM loop yet (a veth's LRO is fixed off); shown on fixture "
     "trees",
     "coalescing": "no VM loop yet (an interrupt storm on a saturated CPU); shown on fixture "

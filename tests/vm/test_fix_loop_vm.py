@@ -520,6 +520,134 @@ def irq_placement_loop(net: VmGuest) -> None:
     assert vm.call(T + "affinities", [nums]) == pinned
 
 
+# --------------------------------------------------------------------------- RSS loops
+
+G = "tests.vm.apply_guest"
+RSS_WINDOW = "10"  # s of host flood in the window: ~8000/s, the rules need 10,000 packets
+
+
+def rss_flood(vm: VmGuest, rule: str, window: bool, *extra: str) -> tuple[Any, dict[int, int]]:
+    """The host's FLOWS UDP flows into eth0 (one address, one port, distinct source ports)
+    around a diagnose window of `rule` (with `extra` options), or for CONTROL_S seconds
+    without one; the packets each rx queue of eth0 received meanwhile (ethtool -S)."""
+    diag = ["diagnose", "--duration", RSS_WINDOW, "--json", "--no-probes", "--rule", rule,
+            "--iface", "eth0", *extra]  # fmt: skip
+    before = vm.call(f"{G}:rx_queue_packets", ["eth0"])
+    res = None
+    with host_flood(vm, GUEST0) as sent:
+        if window:
+            res = lbtune(vm, *diag)
+        else:
+            time.sleep(CONTROL_S)
+    after = vm.call(f"{G}:rx_queue_packets", ["eth0"])
+    assert sent["sent"] > 0, sent
+    return res, {int(q): after[q] - before[q] for q in sorted(after, key=int)}
+
+
+def top_share(per_queue: dict[int, int]) -> float:
+    total = sum(per_queue.values())
+    assert total > 0, per_queue  # the flood arrived
+    return max(per_queue.values()) / total
+
+
+def hash_fields(vm: VmGuest, flow: str) -> list[str]:
+    """`ethtool -n eth0 rx-flow-hash FLOW`'s field lines, read with the ethtool binary."""
+    text = vm.call(f"{G}:ethtool", ["-n", "eth0", "rx-flow-hash", flow])
+    assert text.startswith("rc=0"), text
+    return [ln.strip() for ln in text.splitlines()[3:] if ln.strip()]
+
+
+def x_table(vm: VmGuest) -> list[int]:
+    """eth0's indirection table as `ethtool -x` prints it (parsed here, not by lbtune)."""
+    out: list[int] = []
+    for line in vm.call(f"{G}:ethtool", ["-x", "eth0"]).splitlines():
+        head, sep, rest = line.partition(":")
+        if sep and head.strip().isdigit() and rest.split() and rest.split()[0].isdigit():
+            out += [int(v) for v in rest.split()]
+    return out
+
+
+def rss_hash_l3_only_loop(net: VmGuest) -> None:
+    """udp4 hashed on the addresses only (`sd`) on the virtio NIC with rss=on: the host's
+    FLOWS flows from one address to one port all land on one rx queue. virtio_net (6.1)
+    sends hash fields to the device only while rxhash is on (tests/vm/test_vm_apply.py says
+    why), so the fault is made with rxhash on, and it stays on."""
+    vm, profile = net, "/tmp/rss-hash-fix.toml"
+    for args in (["-K", "eth0", "rxhash", "on"], ["-N", "eth0", "rx-flow-hash", "udp4", "sd"]):
+        r = vm.call(f"{G}:ethtool", args)
+        assert r.startswith("rc=0"), r
+    try:
+        assert hash_fields(vm, "udp4") == ["IP SA", "IP DA"]
+        # 1. the fault: one queue takes the flood (a neighbour packet may land elsewhere),
+        # and the rule names the queue and the hash fix
+        res, q = rss_flood(vm, "rss-hash-l3-only", True, "--write-profile", profile, "--force")
+        assert top_share(q) >= 0.95, q
+        found = rules_found(res, "rss-hash-l3-only")
+        assert found and found[0]["object"].startswith("eth0 rx-queue "), found
+        keys = {fx["key"] for f in found for fx in f["fixes"] if fx["scope"] == "profile"}
+        assert "nic.eth0.rss_hash" in keys, found
+
+        # 2. the control: the same flood without the fix lands on one queue again
+        assert top_share(rss_flood(vm, "rss-hash-l3-only", False)[1]) >= 0.95
+
+        # 3. apply: udp4 hashed on the ports too, read back with the ethtool binary
+        apply_profile(vm, profile)
+        assert len(hash_fields(vm, "udp4")) == 4
+
+        # 4. the same flood: every queue receives, none takes more than half; rule quiet
+        res2, q2 = rss_flood(vm, "rss-hash-l3-only", True)
+        assert all(n > 0 for n in q2.values()) and top_share(q2) <= 0.5, q2
+        assert rules_found(res2, "rss-hash-l3-only") == []
+        print(f"rss-hash-l3-only: per-queue {q}; after the fix {q2}")
+
+        # 5. verify; rollback puts sd back
+        verify_and_rollback(vm, profile)
+        assert hash_fields(vm, "udp4") == ["IP SA", "IP DA"]
+    finally:
+        vm.call(f"{G}:ethtool", ["-N", "eth0", "rx-flow-hash", "udp4", "sdfn"])
+
+
+def rss_indirection_gap_loop(net: VmGuest) -> None:
+    """The indirection table over queues 0-1 of eth0's 4 (`ethtool -X eth0 equal 2`, as a
+    table set by hand before `ethtool -L 4` leaves it): queues 2-3 have their IRQs and get
+    nothing. The written fix spreads the table over every data queue."""
+    vm, profile = net, "/tmp/rss-indir-fix.toml"
+    r = vm.call(f"{G}:ethtool", ["-X", "eth0", "equal", "2"])
+    assert r.startswith("rc=0"), r
+    try:
+        assert set(x_table(vm)) == {0, 1}
+        # 1. the fault: queues 2-3 receive nothing while 0-1 take the flood (the positive
+        # control: it arrived); the rule names the gap and the table fix
+        res, q = rss_flood(vm, "rss-indirection-gap", True, "--write-profile", profile,
+                           "--force")  # fmt: skip
+        total = sum(q.values())
+        assert q[0] > 0 and q[1] > 0 and q[2] + q[3] <= 0.01 * total, q
+        found = rules_found(res, "rss-indirection-gap")
+        assert found and found[0]["object"] == "eth0 rss", found
+        keys = {fx["key"] for f in found for fx in f["fixes"] if fx["scope"] == "profile"}
+        assert "nic.eth0.rss_indir" in keys, found
+
+        # 2. the control: the same flood without the fix leaves queues 2-3 empty again
+        c = rss_flood(vm, "rss-indirection-gap", False)[1]
+        assert c[2] + c[3] <= 0.01 * sum(c.values()), c
+
+        # 3. apply: the table over all four queues, read back with the ethtool binary
+        apply_profile(vm, profile)
+        assert set(x_table(vm)) == {0, 1, 2, 3}
+
+        # 4. the same flood: every queue receives; the rule is quiet
+        res2, q2 = rss_flood(vm, "rss-indirection-gap", True)
+        assert all(n > 0 for n in q2.values()), q2
+        assert rules_found(res2, "rss-indirection-gap") == []
+        print(f"rss-indirection-gap: per-queue {q}; after the fix {q2}")
+
+        # 5. verify; rollback gives the two-queue table back
+        verify_and_rollback(vm, profile)
+        assert set(x_table(vm)) == {0, 1}
+    finally:
+        vm.call(f"{G}:ethtool", ["-X", "eth0", "default"])
+
+
 # --------------------------------------------------------------------------- the loops
 
 
@@ -533,6 +661,8 @@ LOOPS = [
     VmLoop("qdisc-drop", qdisc_drop_loop),
     VmLoop("nic-rx-drop", nic_rx_drop_loop),
     VmLoop("irq-imbalance", irq_imbalance_loop),
+    VmLoop("rss-hash-l3-only", rss_hash_l3_only_loop),
+    VmLoop("rss-indirection-gap", rss_indirection_gap_loop),
     VmLoop("irq-placement", irq_placement_loop),
 ]
 
