@@ -260,9 +260,9 @@ def test_udp_hashed_on_addresses_lands_on_one_queue_and_the_profile_spreads_it(
     virtio_net (6.1) sends new hash fields to the device only while the `rxhash` feature is
     on (virtnet_set_hashflow); with it off the device keeps hashing on all four fields
     whatever `ethtool -n` says, until the next table change sends them along. So the fault
-    is made with rxhash on."""
-    k = vm.call(f"{G}:ethtool", ["-k", "eth0"])
-    rxhash_was = "receive-hashing: on" in k
+    is made with rxhash on, and rxhash stays on after: turning it off sets the device's hash
+    types to none (virtnet_set_features), which is not the state the guest booted with (off,
+    but hashing on all fields): RSS would then send every packet to queue 0."""
     r = vm.call(f"{G}:ethtool", ["-K", "eth0", "rxhash", "on"])
     assert r.startswith("rc=0"), r
     r = vm.call(f"{G}:ethtool", ["-N", "eth0", "rx-flow-hash", "udp4", "sd"])
@@ -271,8 +271,8 @@ def test_udp_hashed_on_addresses_lands_on_one_queue_and_the_profile_spreads_it(
         before = vm.call(f"{G}:snapshot")
         assert flow_hash_lines(before["ethtool -n eth0 rx-flow-hash udp4"]) == ["IP SA", "IP DA"]
         faulty = udp_spread(vm)
-        busy = [q for q, n in faulty.items() if n]
-        assert len(busy) == 1 and faulty[busy[0]] >= 200, faulty  # one queue takes them all
+        # one queue takes them all (an ARP or IPv6 neighbour packet may land elsewhere)
+        assert max(faulty.values()) >= 0.95 * sum(faulty.values()) >= 200, faulty
 
         prof = str(PROFILES / "rss-udp-spread.toml")
         applied = lbtune_json(vm, "apply", prof)
@@ -286,8 +286,9 @@ def test_udp_hashed_on_addresses_lands_on_one_queue_and_the_profile_spreads_it(
         assert len(flow_hash_lines(now["ethtool -n eth0 rx-flow-hash udp4"])) == 4
         assert x_table(now["ethtool -x eth0"]) == [i % 2 for i in range(128)]
         fixed = udp_spread(vm)
-        assert fixed[2] == fixed[3] == 0, fixed  # the table sends nothing to queues 2-3
-        assert min(fixed[0], fixed[1]) >= 0.3 * sum(fixed.values()) > 0, fixed  # spread
+        total = sum(fixed.values())
+        assert fixed[2] + fixed[3] <= 0.05 * total, fixed  # the table feeds queues 0-1 only
+        assert min(fixed[0], fixed[1]) >= 0.3 * total > 0, fixed  # the ports spread the flows
         print(f"udp4 sd: per-queue {faulty}; after the fix: {fixed}")
         assert lbtune_json(vm, "verify", prof)["in_sync"]
 
@@ -296,7 +297,6 @@ def test_udp_hashed_on_addresses_lands_on_one_queue_and_the_profile_spreads_it(
         assert vm.call(f"{G}:snapshot") == before
     finally:
         vm.call(f"{G}:ethtool", ["-N", "eth0", "rx-flow-hash", "udp4", "sdfn"])
-        vm.call(f"{G}:ethtool", ["-K", "eth0", "rxhash", "on" if rxhash_was else "off"])
 
 
 def test_lb_dr_on_the_virtio_nic_applies_verifies_and_rolls_back(vm: VmGuest) -> None:

@@ -181,8 +181,17 @@ class RssIndirKnob(_RssKnob):
             entries = rss.table_of(value, len(table))
         except ValueError as e:
             raise KnobError(f"{self.ident}: {e}") from None
+        # The driver's own spread (entry i -> i % rings) is asked for as the default (an empty
+        # table, as `ethtool -X DEV default`): the kernel then keeps the table unpinned, so a
+        # later `ethtool -L` (or rollback's) may change the queue count and the driver
+        # re-spreads; a table written out in full pins its queues (IFF_RXFH_CONFIGURED).
+        rings = self.rings(host)
+        default = bool(rings) and entries == rss.equal_table(len(table), rings)
         try:
-            host.ethtool.set_rxfh(self.dev, indir=entries)
+            if default:
+                host.ethtool.set_rxfh(self.dev, default=True)
+            else:
+                host.ethtool.set_rxfh(self.dev, indir=entries)
         except OSError as e:
             raise _oserror(self.ident, value, e) from None
 

@@ -61,7 +61,13 @@ def test_lb_dr_sysctl_targets(dell: HostInventory) -> None:
 
 
 def test_lb_dr_nic_and_irq_targets(dell: HostInventory) -> None:
-    targets = resolve(load_profile("lb-dr"), dell, "ens1f0np0")
+    # planned as the CLI plans it: a LazyInventory has the host's ethtool (its rule table)
+    from lbtune.host.host import Host
+    from lbtune.host.inventory import LazyInventory
+    from tests.conftest import DELL, HOSTS
+
+    inv = LazyInventory(Host.open(str(HOSTS / DELL)))
+    targets = resolve(load_profile("lb-dr"), inv, "ens1f0np0")
     # one channel per data CPU, and one more for flow_rules' control queue (mlx5 has rules)
     assert {k: t.value for k, t in _by_kind(targets, "channels").items()} == {
         "ens1f0np0:combined": "25"
