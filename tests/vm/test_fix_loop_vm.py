@@ -554,7 +554,7 @@ def hash_fields(vm: VmGuest, flow: str) -> list[str]:
     """`ethtool -n eth0 rx-flow-hash FLOW`'s field lines, read with the ethtool binary."""
     text = vm.call(f"{G}:ethtool", ["-n", "eth0", "rx-flow-hash", flow])
     assert text.startswith("rc=0"), text
-    return [ln.strip() for ln in text.splitlines()[3:] if ln.strip()]
+    return [ln.strip() for ln in text.splitlines()[2:] if ln.strip()]  # after rc= and the title
 
 
 def x_table(vm: VmGuest) -> list[int]:

@@ -659,7 +659,9 @@ def write_r750_nic_params(t: Tree) -> None:
         "tx-usecs": 8, "tx-frames": 128, "cqe-mode-rx": "on", "cqe-mode-tx": "off",
     }  # fmt: skip
     for dev in ("ens1f0np0", "ens1f1np1"):
-        write_nic_params(t, dev, ethtool_c(dev, mlx5_c), ethtool_k(dev, MLX5_CX6DX_K),
+        # ens1f0np0 carries the administrator's flow rule (gen_rss): ntuple filters are on there
+        k = {**MLX5_CX6DX_K, "rx-ntuple-filter": "on"} if dev == "ens1f0np0" else MLX5_CX6DX_K
+        write_nic_params(t, dev, ethtool_c(dev, mlx5_c), ethtool_k(dev, k),
                          ethtool_a(dev, False, True, True))  # fmt: skip
 
 
