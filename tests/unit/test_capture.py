@@ -45,7 +45,8 @@ def _recordings() -> list[tuple[str, str, str]]:
     out = []
     for tree in TREES:
         src = RecordedEthtool(HostFS(str(HOSTS / tree)))
-        for f in sorted((HOSTS / tree / "sos_commands" / "networking").glob("ethtool_-[iglSkca]_*")):
+        recorded = HOSTS / tree / "sos_commands" / "networking"
+        for f in sorted(recorded.glob("ethtool_-[iglSkca]_*")):
             flag, _, dev = f.name[len("ethtool_-") :].partition("_")
             read = {"i": src.driver_info, "g": src.rings, "l": src.channels, "S": src.stats}
             read.update({"c": src.coalesce, "k": src.features, "a": src.pause})

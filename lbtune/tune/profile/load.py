@@ -69,6 +69,7 @@ def _merge(docs: Sequence[Profile]) -> Profile:
     cmdline: dict[str, Setting] = {}
     governor: dict[str, Setting] = {}
     role: Optional[str] = None
+    iface_optional: Optional[bool] = None
     notes: list[str] = []
     for d in docs:
         sysctl.update(d.sysctl)
@@ -82,10 +83,13 @@ def _merge(docs: Sequence[Profile]) -> Profile:
         cmdline.update(d.cmdline)
         governor.update(d.governor)
         role = d.role or role
+        if d.iface_optional is not None:  # the including profile's word wins
+            iface_optional = d.iface_optional
         notes += [n for n in d.notes if n not in notes]
     return replace(
         top,
         role=role,
+        iface_optional=iface_optional,
         chain=tuple(d.name for d in docs),
         notes=tuple(notes),
         sysctl=sysctl,

@@ -12,7 +12,8 @@ from lbtune.host.kernel.cmdline import CMDLINE_KEYS
 from lbtune.tune.plan import Mode
 
 SECTIONS = ("profile", "sysctl", "nic", "cpu", "irqbalance", "cmdline", "governor")
-PROFILE_KEYS = ("name", "description", "include", "role", "notes")
+PROFILE_KEYS = ("name", "description", "include", "role", "notes", "iface")
+IFACE_MODES = ("required", "optional")  # [profile] iface: must [nic."data"] have --iface
 ROLES = ("generic", "web", "realserver", "lb-dr", "lb-proxy", "loadgen", "reference")
 LB_ROLES = frozenset({"lb-dr", "lb-proxy"})
 NIC_KEYS = (
@@ -88,11 +89,21 @@ class Profile:
     irqbalance: Mapping[str, Setting] = field(default_factory=dict)
     cmdline: Mapping[str, Setting] = field(default_factory=dict)
     governor: Mapping[str, Setting] = field(default_factory=dict)
+    # [profile] iface = "optional": the [nic."data"] sections apply when --iface names the data
+    # interface and are left out without it (None: not said, "required")
+    iface_optional: Optional[bool] = None
+
+    @property
+    def has_data_sections(self) -> bool:
+        return any(sel in NIC_ROLES for sel in self.nic)
 
     @property
     def needs_iface(self) -> bool:
-        """True when resolving needs `--iface` (a `[nic."data"]` section or a `{data}` key)."""
-        return any(sel in NIC_ROLES for sel in self.nic) or any(DATA in k for k in self.sysctl)
+        """True when resolving needs `--iface` (a `[nic."data"]` section, unless the profile
+        says `iface = "optional"`, or a `{data}` key)."""
+        return (self.has_data_sections and not self.iface_optional) or any(
+            DATA in k for k in self.sysctl
+        )
 
     def settings(self) -> list[tuple[str, Setting]]:
         """Every value as (profile key path, setting), in file order by section."""
@@ -117,6 +128,7 @@ class Profile:
             "include": list(self.include),
             "chain": list(self.chain),
             "needs_iface": self.needs_iface,
+            "iface": "optional" if self.iface_optional else "required",
             "notes": list(self.notes),
             "settings": [
                 {

@@ -186,7 +186,8 @@ class _Resolver:
             if sel == "":
                 continue
             if sel in NIC_ROLES:
-                assert self.data is not None
+                if self.data is None:  # iface = "optional" and no --iface: left out
+                    continue
                 nic = self.data
             else:
                 nic = self._nic(sel, f"nic.{sel}:")

@@ -19,6 +19,7 @@ from lbtune.tune.profile.model import (
     CMDLINE_KEYS,
     DATA,
     GOVERNORS,
+    IFACE_MODES,
     NIC_GROUPS,
     NIC_KEYS,
     NIC_ROLES,
@@ -540,6 +541,9 @@ def parse_profile_data(
     role = None
     if "role" in meta:
         role = _choice(meta["role"], where, "profile.role", ROLES)
+    iface_optional = None
+    if "iface" in meta:
+        iface_optional = _choice(meta["iface"], where, "profile.iface", IFACE_MODES) == "optional"
     return Profile(
         name=pname,
         description=_str(meta["description"], where, "profile.description", 300)
@@ -550,6 +554,7 @@ def parse_profile_data(
         include=tuple(include),
         chain=(pname,),
         notes=tuple(notes),
+        iface_optional=iface_optional,
         sysctl=_parse_sysctl(data["sysctl"], where) if "sysctl" in data else {},
         nic=_parse_nic(data["nic"], where) if "nic" in data else {},
         cpu=_parse_cpu(data["cpu"], where) if "cpu" in data else {},

@@ -300,3 +300,63 @@ def test_lb_dr_keeps_queue_irqs_off_isolated_cpus(tmp_path) -> None:
     assert got["rps_cpus"] == {"ens3:rx-0": ""}
     assert got["xps_cpus"] == {"ens3:tx-0": "2"}
     assert got["irqbalance_ban"] == {"banned_cpus": "2-3"}  # data core + isolated
+
+
+# -- [profile] iface = "optional" ------------------------------------------------------------
+
+OPTIONAL = (
+    '[profile]\niface = "optional"\n[sysctl]\n'
+    '"net.core.somaxconn" = { value = 8192, reason = "r" }\n'
+    '[nic."data"]\nfeatures.gro = { value = "on", reason = "r" }\n'
+    'rss_hash = { udp4 = "sdfn", reason = "r" }\n'
+)
+
+
+def test_optional_iface_leaves_the_data_sections_out_without_iface(tmp_path, dell):
+    (tmp_path / "t.toml").write_text(OPTIONAL)
+    p = load_profile("t", search=[tmp_path])
+    assert p.iface_optional and p.has_data_sections and not p.needs_iface
+    targets = resolve(p, dell, None)
+    assert {t.knob.kind for t in targets} == {"sysctl"}
+
+
+def test_optional_iface_tunes_the_data_nic_when_given(tmp_path, dell):
+    targets = _resolve_text(tmp_path, OPTIONAL, "eno1", dell)
+    kinds = {(t.knob.kind, t.knob.obj): t.value for t in targets}
+    assert kinds[("feature", "eno1:rx-gro")] == "on"
+    assert kinds[("rss_hash", "eno1:udp4")] == "sdfn"
+
+
+def test_optional_iface_is_inherited_and_an_including_profile_can_require_it(tmp_path, dell):
+    base2 = OPTIONAL.replace("[profile]\n", '[profile]\nname = "base2"\n')
+    (tmp_path / "base2.toml").write_text(base2)
+    (tmp_path / "t.toml").write_text('[profile]\ninclude = ["base2"]\n')
+    assert not load_profile("t", search=[tmp_path]).needs_iface
+    (tmp_path / "t.toml").write_text('[profile]\ninclude = ["base2"]\niface = "required"\n')
+    p = load_profile("t", search=[tmp_path])
+    assert p.needs_iface
+    with pytest.raises(BadInput, match="pass --iface IF"):
+        resolve(p, dell, None)
+
+
+def test_a_data_key_in_a_sysctl_still_needs_iface(tmp_path, dell):
+    text = OPTIONAL.replace(
+        '"net.core.somaxconn"', '"net.ipv4.conf.{data}.rp_filter" = { value = 2, reason = "r" }\n'
+        '"net.core.somaxconn"'
+    )
+    (tmp_path / "t.toml").write_text(text)
+    assert load_profile("t", search=[tmp_path]).needs_iface
+
+
+def test_iface_takes_required_or_optional_only(tmp_path):
+    (tmp_path / "t.toml").write_text('[profile]\niface = "sometimes"\n')
+    with pytest.raises(BadInput, match=r"profile\.iface"):
+        load_profile("t", search=[tmp_path])
+
+
+@pytest.mark.parametrize("name", ["web", "lb-proxy"])
+def test_shipped_terminating_profiles_tune_the_nic_only_with_iface(name, dell):
+    p = load_profile(name)
+    assert p.iface_optional and not p.needs_iface
+    assert not {t.knob.kind for t in resolve(p, dell, None)} - {"sysctl"}
+    assert "feature" in {t.knob.kind for t in resolve(p, dell, "eno1")}
