@@ -61,6 +61,7 @@ bench: setup
 	$(VENV)/bin/python bench/vm.py
 	$(VENV)/bin/python bench/vm_apply.py
 	$(VENV)/bin/python bench/nic_spread.py
+	$(VENV)/bin/python bench/nic_apply.py
 	$(VENV)/bin/python bench/lab_up_vm.py
 	$(VENV)/bin/python bench/vm_rx.py
 	$(VENV)/bin/python bench/vm_soak.py

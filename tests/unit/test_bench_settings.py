@@ -38,6 +38,7 @@ SETTINGS = {
     "vm_rx.py": ("vm_rx.json", {"=WINDOW": "window_seconds"}),
     "vm_apply.py": ("vm_apply.json", {}),
     "nic_spread.py": ("nic_spread.json", {"rounds": "rounds", "flows": "flows"}),
+    "nic_apply.py": ("nic_apply.json", {"rounds": "rounds"}),
     "ipvs_profile.py": (
         "ipvs_profile.json",
         {"services": "services", "reals": "real_servers", "=REPEAT": "rounds"},
