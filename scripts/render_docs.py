@@ -151,6 +151,16 @@ def _tier_min(name: str) -> str:
     return f"{row('suite', name=name)['seconds'] / 60:.1f}"
 
 
+@register("nic_apply.table")
+def _nic_apply_table() -> str:
+    return md_table("nic_apply")
+
+
+@register("nic_spread.table")
+def _nic_spread_table() -> str:
+    return md_table("nic_spread")
+
+
 figures({
     "suite.commit": lambda: meta("suite")["commit"],
     "suite.vm_min": lambda: _tier_min("vm"),
