@@ -33,6 +33,9 @@ class FeatureKnob(NicParamKnob):
     one depends on, which the read-back catches."""
 
     kind = "feature"
+    # set by the resolver: a fixed feature a role section asks the other way is planned as
+    # unsettable with this reason (a section naming the interface is refused instead)
+    skip: Optional[str] = None
 
     def __init__(self, obj: str) -> None:
         super().__init__(obj)
@@ -53,6 +56,8 @@ class FeatureKnob(NicParamKnob):
         return " ".join(value.split()) if flag is None else on_off(flag)
 
     def unsettable(self, host: Host) -> Optional[str]:
+        if self.skip is not None:
+            return self.skip
         if host.ethtool.features(self.dev) is None:
             return f"{self.dev} ({driver_of(host, self.dev)}) reports no features"
         if self._state(host) is None:
@@ -61,6 +66,8 @@ class FeatureKnob(NicParamKnob):
 
     def check(self, host: Host, value: str) -> None:
         wanted = on_off_value(value, self.ident)
+        if self.skip is not None:
+            return  # planned as unsettable, never written
         f = self._state(host)
         if f is not None and f.fixed and f.active != wanted:
             raise BadInput(

@@ -344,12 +344,14 @@ class _Resolver:
                 members = changeable or members[:1]
             for m in members:
                 f = feats.get(m) if feats is not None else None
+                fk = FeatureKnob(f"{name}:{m}")
                 if f is not None and f.fixed and f.active != (s.value == "on"):
                     state = "on" if f.active else "off"
-                    driver = nic.driver or "no driver"
-                    refuse(key, f"{m} is fixed {state} on {name} ({driver}): the driver cannot "
-                                "change it")  # fmt: skip
-                self.add(FeatureKnob(f"{name}:{m}"), str(s.value), s, f"{prefix}.{key}")
+                    why = f"{m} is fixed {state} on {name} ({nic.driver or 'no driver'})"
+                    if key in own:  # asked for this very interface: refused
+                        refuse(key, f"{why}: the driver cannot change it")
+                    fk.skip = why  # a role section is portable: planned as unsettable
+                self.add(fk, str(s.value), s, f"{prefix}.{key}")
         params = [x for x in sec if x.startswith("coalesce.")]
         params.sort(key=lambda k: COALESCE_ORDER.index(k.split(".", 1)[1]))
         for key in params:

@@ -105,6 +105,22 @@ def test_role_section_plans_unsupported_as_unsettable(cli, tmp_path: pathlib.Pat
     assert (by["eno1:rx-usecs"]["current"], by["eno1:rx-usecs"]["desired"]) == ("1", "50")
 
 
+def test_role_section_plans_a_fixed_feature_asked_the_other_way_as_unsettable(
+    cli, tmp_path: pathlib.Path
+) -> None:
+    # a role profile is portable: ntuple on for its flow rules, where a NIC (ixgbe's hw GRO
+    # here, a veth's ntuple in the lab) has it fixed off, is skipped, not a refusal
+    root = copy_host(tmp_path, DELL)
+    p = profile(tmp_path, '"data"', 'features.rx-gro-hw = { value = "on", reason = "r" }\n')
+    r = cli("--root", str(root), "plan", p, "--iface", "eno1", "--json")
+    assert r.exit_code == 0, r.stderr
+    (row,) = [c for c in r.json["changes"] if c["object"] == "eno1:rx-gro-hw"]
+    assert row["action"] == "missing", row
+    assert "rx-gro-hw is fixed off on eno1 (ixgbe)" in row["note"], row
+    r = cli("--root", str(root), "apply", p, "--iface", "eno1", "--yes", "--json")
+    assert r.exit_code == 0 and r.json["changed"] == 0, (r.stderr, r.json)
+
+
 @pytest.mark.parametrize(
     "body, message",
     [
