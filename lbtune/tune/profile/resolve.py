@@ -347,10 +347,10 @@ class _Resolver:
                 fk = FeatureKnob(f"{name}:{m}")
                 if f is not None and f.fixed and f.active != (s.value == "on"):
                     state = "on" if f.active else "off"
-                    why = f"{m} is fixed {state} on {name} ({nic.driver or 'no driver'})"
+                    fixed_why = f"{m} is fixed {state} on {name} ({nic.driver or 'no driver'})"
                     if key in own:  # asked for this very interface: refused
-                        refuse(key, f"{why}: the driver cannot change it")
-                    fk.skip = why  # a role section is portable: planned as unsettable
+                        refuse(key, f"{fixed_why}: the driver cannot change it")
+                    fk.skip = fixed_why  # a role section is portable: planned as unsettable
                 self.add(fk, str(s.value), s, f"{prefix}.{key}")
         params = [x for x in sec if x.startswith("coalesce.")]
         params.sort(key=lambda k: COALESCE_ORDER.index(k.split(".", 1)[1]))
