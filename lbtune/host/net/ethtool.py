@@ -15,7 +15,7 @@ import re
 import socket
 import struct
 from dataclasses import dataclass, fields
-from typing import Mapping, Optional, Protocol, Sequence
+from typing import Callable, Mapping, Optional, Protocol, Sequence, TypeVar
 
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
@@ -242,42 +242,44 @@ class _RecordedNicParams:
         self._rewrite("a", dev, rewrite_ethtool_a(text, changes))
 
 
+_T = TypeVar("_T")
+
+
+def _or_none(read: Callable[[], _T]) -> Optional[_T]:
+    """A read the driver refuses (EOPNOTSUPP, EINVAL, ENODEV ...): None, "not supported"."""
+    try:
+        return read()
+    except OSError:
+        return None
+
+
+def _driver_error(dev: str, write: Callable[[], None]) -> None:
+    """A write; any OSError it raises becomes an EthtoolIoctlError carrying its errno."""
+    try:
+        write()
+    except EthtoolIoctlError:
+        raise
+    except OSError as e:
+        raise EthtoolIoctlError(e.errno, f"{dev}: {e.strerror or e}") from None
+
+
 class _LiveNicParams:
     """The kernel's coalescing (ethtool netlink), features and pause (SIOCETHTOOL)."""
 
     def coalesce(self, dev: str) -> Optional[Coalesce]:
-        try:
-            return nicio.get_coalesce(dev, ethtool_ioctl)
-        except OSError:
-            return None
+        return _or_none(lambda: nicio.get_coalesce(dev, ethtool_ioctl))
 
     def set_coalesce(self, dev: str, changes: Mapping[str, int]) -> None:
-        try:
-            nicio.set_coalesce(dev, changes, ethtool_ioctl)
-        except EthtoolIoctlError:
-            raise
-        except OSError as e:
-            raise EthtoolIoctlError(e.errno, f"{dev}: {e.strerror or e}") from None
+        _driver_error(dev, lambda: nicio.set_coalesce(dev, changes, ethtool_ioctl))
 
     def features(self, dev: str) -> Optional[Features]:
-        try:
-            return nicio.get_features(dev, ethtool_ioctl)
-        except OSError:
-            return None
+        return _or_none(lambda: nicio.get_features(dev, ethtool_ioctl))
 
     def set_features(self, dev: str, changes: Mapping[str, bool]) -> None:
-        try:
-            nicio.set_features(dev, changes, ethtool_ioctl)
-        except EthtoolIoctlError:
-            raise
-        except OSError as e:
-            raise EthtoolIoctlError(e.errno, f"{dev}: {e.strerror or e}") from None
+        _driver_error(dev, lambda: nicio.set_features(dev, changes, ethtool_ioctl))
 
     def pause(self, dev: str) -> Optional[Pause]:
-        try:
-            return nicio.get_pause(dev, ethtool_ioctl)
-        except OSError:
-            return None
+        return _or_none(lambda: nicio.get_pause(dev, ethtool_ioctl))
 
     def set_pause(
         self,
@@ -723,10 +725,7 @@ class LiveRss:
     def rx_flow_hash(self, dev: str, flow_type: str) -> Optional[str]:
         if flow_type not in rss.FLOW_TYPES:
             return None
-        try:
-            return rss.live_rx_flow_hash(ethtool_ioctl, dev, flow_type)
-        except OSError:
-            return None
+        return _or_none(lambda: rss.live_rx_flow_hash(ethtool_ioctl, dev, flow_type))
 
     def set_rx_flow_hash(self, dev: str, flow_type: str, fields: str) -> None:
         try:
@@ -736,10 +735,7 @@ class LiveRss:
         rss.live_set_rx_flow_hash(ethtool_ioctl, dev, flow_type, bits)
 
     def rxfh(self, dev: str) -> Optional[Rxfh]:
-        try:
-            return rss.live_rxfh(ethtool_ioctl, dev)
-        except OSError:
-            return None
+        return _or_none(lambda: rss.live_rxfh(ethtool_ioctl, dev))
 
     def set_rxfh(
         self,
@@ -751,16 +747,10 @@ class LiveRss:
         rss.live_set_rxfh(ethtool_ioctl, dev, indir, key, default)
 
     def ntuple_rules(self, dev: str) -> Optional[tuple[NtupleRule, ...]]:
-        try:
-            return rss.live_ntuple_rules(ethtool_ioctl, dev)
-        except OSError:
-            return None
+        return _or_none(lambda: rss.live_ntuple_rules(ethtool_ioctl, dev))
 
     def ntuple_table_size(self, dev: str) -> Optional[int]:
-        try:
-            return rss.live_rule_table(ethtool_ioctl, dev)[1]
-        except OSError:
-            return None
+        return _or_none(lambda: rss.live_rule_table(ethtool_ioctl, dev)[1])
 
     def add_ntuple_rule(self, dev: str, rule: NtupleRule) -> int:
         return rss.live_add_ntuple_rule(ethtool_ioctl, dev, rule)
