@@ -120,61 +120,6 @@ class EthtoolSource(Protocol):
     def delete_ntuple_rule(self, dev: str, location: int) -> None: ...
 
 
-class _NotYet:
-    """The families whose readers are not written yet: unsupported everywhere."""
-
-    def coalesce(self, dev: str) -> Optional[Coalesce]:
-        return None
-
-    def set_coalesce(self, dev: str, changes: Mapping[str, int]) -> None:
-        raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
-
-    def features(self, dev: str) -> Optional[Features]:
-        return None
-
-    def set_features(self, dev: str, changes: Mapping[str, bool]) -> None:
-        raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
-
-    def pause(self, dev: str) -> Optional[Pause]:
-        return None
-
-    def set_pause(
-        self,
-        dev: str,
-        autoneg: Optional[bool] = None,
-        rx: Optional[bool] = None,
-        tx: Optional[bool] = None,
-    ) -> None:
-        raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
-
-    def rx_flow_hash(self, dev: str, flow_type: str) -> Optional[str]:
-        return None
-
-    def set_rx_flow_hash(self, dev: str, flow_type: str, fields: str) -> None:
-        raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
-
-    def rxfh(self, dev: str) -> Optional[Rxfh]:
-        return None
-
-    def set_rxfh(
-        self, dev: str, indir: Optional[Sequence[int]] = None, key: Optional[bytes] = None
-    ) -> None:
-        raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
-
-    def ntuple_rules(self, dev: str) -> Optional[tuple[NtupleRule, ...]]:
-        return None
-
-    def add_ntuple_rule(self, dev: str, rule: NtupleRule) -> int:
-        raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
-
-    def delete_ntuple_rule(self, dev: str, location: int) -> None:
-        raise EthtoolIoctlError(errno.EOPNOTSUPP, f"{dev}: Operation not supported")
-
-
-# ---------------------------------------------------------------- coalescing, features, pause
-# (lbtune.host.net.nicparams: the text; lbtune.host.net.nicio: the kernel)
-
-
 class _RecordedNicParams:
     """`ethtool -c/-k/-a` recordings; the setters rewrite the recorded text in place."""
 
@@ -566,7 +511,7 @@ class RecordedRss:
         self._rewrite_rss(f"n_{dev}", rss.format_ethtool_n(rings, rest))
 
 
-class RecordedEthtool(_RecordedNicParams, RecordedRss, _NotYet):
+class RecordedEthtool(_RecordedNicParams, RecordedRss):
     """ethtool output recorded under `<root>/sos_commands/networking/ethtool_-X_DEV`."""
 
     def __init__(self, fs: HostFS) -> None:
@@ -759,7 +704,7 @@ class LiveRss:
         rss.live_delete_ntuple_rule(ethtool_ioctl, dev, location)
 
 
-class LiveEthtool(_LiveNicParams, LiveRss, _NotYet):
+class LiveEthtool(_LiveNicParams, LiveRss):
     """The running kernel's ethtool interface, in the current network namespace."""
 
     def __init__(self) -> None:
