@@ -30,10 +30,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from typing import Callable, Union
+from typing import Callable
 
 from results_io import run_meta
+from tune import Saved, Step, lbtune, run, timed
 
 MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
     "@cli",  # the command line every run starts (bench/check.py GROUPS)
@@ -69,41 +69,6 @@ rss_hash = { udp4 = "sd", reason = "bench: rss_hash" }
 rss_indir = { value = "equal 16", reason = "bench: rss_indir" }
 flow_rules = { rules = ["flow-type tcp4 dst-port 179"], queue = 2, reason = "bench: flow rule" }
 """
-
-Step = Union[list[str], Callable[[], list[str]]]
-
-
-def lbtune(*args: str) -> list[str]:
-    exe = pathlib.Path(sys.executable).with_name("lbtune")
-    return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "lbtune", *args]
-
-
-class Saved(list[str]):
-    """A step whose standard output goes to a file (a shell's `> FILE`, without the shell)."""
-
-    def __init__(self, argv: list[str], out: pathlib.Path) -> None:
-        super().__init__(argv)
-        self.out = out
-
-
-def run(argv: list[str], env: dict[str, str] | None = None) -> str:
-    if isinstance(argv, Saved):
-        with argv.out.open("w") as f:
-            p = subprocess.run(argv, stdout=f, stderr=subprocess.PIPE, text=True, env=env,
-                               check=False)  # fmt: skip
-    else:
-        p = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-    if p.returncode != 0:
-        raise SystemExit(f"{argv}: exit {p.returncode}: {p.stderr[:300]}")
-    return p.stdout or ""
-
-
-def timed(steps: list[Step], env: dict[str, str] | None = None) -> float:
-    t0 = time.perf_counter()
-    for step in steps:
-        run(step() if callable(step) else step, env)
-    return (time.perf_counter() - t0) * 1000
-
 
 def restore_argv(ns: list[str], saved: pathlib.Path) -> Callable[[], list[str]]:
     """The runbook's rollback: `ethtool -K v0` with the values the saved `ethtool -k` shows."""

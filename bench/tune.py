@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable, Union
 
 from results_io import run_meta
 
@@ -68,7 +69,8 @@ class Saved(list[str]):
         self.out = out
 
 
-def run(argv: list[str], env: dict[str, str] | None = None) -> None:
+def run(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """Run one step; its standard output (empty for a Saved step); SystemExit if it fails."""
     if isinstance(argv, Saved):
         with argv.out.open("w") as f:
             p = subprocess.run(argv, stdout=f, stderr=subprocess.PIPE, text=True, env=env,
@@ -77,12 +79,17 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> None:
         p = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     if p.returncode != 0:
         raise SystemExit(f"{argv}: exit {p.returncode}: {p.stderr[:300]}")
+    return p.stdout or ""
 
 
-def timed(steps: list[list[str]], env: dict[str, str] | None = None) -> float:
+# a step: an argv, or a function that builds it when the step runs (from what earlier ones wrote)
+Step = Union[list[str], Callable[[], list[str]]]
+
+
+def timed(steps: list[Step], env: dict[str, str] | None = None) -> float:
     t0 = time.perf_counter()
-    for argv in steps:
-        run(argv, env)
+    for step in steps:
+        run(step() if callable(step) else step, env)
     return (time.perf_counter() - t0) * 1000
 
 

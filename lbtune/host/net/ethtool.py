@@ -233,7 +233,7 @@ class _LiveNicParams:
         rx: Optional[bool] = None,
         tx: Optional[bool] = None,
     ) -> None:
-        nicio.set_pause(dev, ethtool_ioctl, autoneg, rx, tx)
+        _driver_error(dev, lambda: nicio.set_pause(dev, ethtool_ioctl, autoneg, rx, tx))
 
 
 # ---------------------------------------------------------------- recorded (text output)
