@@ -9,8 +9,8 @@ zero again rather than giving negative deltas.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from lbtune.observe.model import (
     ListenSocket,
@@ -115,6 +115,16 @@ class Window:
     before: Optional[Sample]
     after: Sample
     ticks: tuple[Sample, ...] = ()
+    # Deltas already computed for this window: the monitor's rules ask for the same NIC's
+    # deltas many times a second. Samples are immutable, so a delta never goes stale.
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _once(self, key: Any, make: Callable[[], Any]) -> Any:
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = make()
+            return value
 
     def steps(self) -> list[Window]:
         """One window per tick, from each sample to the next (empty since boot)."""
@@ -153,6 +163,10 @@ class Window:
         return key in self.after.snmp.values
 
     def softnet(self) -> list[SoftnetDelta]:
+        found: list[SoftnetDelta] = self._once("softnet", self._softnet)
+        return list(found)  # the caller's list: callers sort and filter it
+
+    def _softnet(self) -> list[SoftnetDelta]:
         old = {c.cpu: c for c in self.before.softnet} if self.before else {}
         out = []
         for c in self.after.softnet:
@@ -189,6 +203,10 @@ class Window:
         }
 
     def nic(self, dev: str) -> Optional[NicDelta]:
+        found: Optional[NicDelta] = self._once(("nic", dev), lambda: self._nic(dev))
+        return found
+
+    def _nic(self, dev: str) -> Optional[NicDelta]:
         after = self.after.nics.get(dev)
         if after is None:
             return None

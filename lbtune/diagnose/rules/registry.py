@@ -14,6 +14,7 @@ says `profile_fix=False` (tests/unit/diagnose/test_fix_profiles.py holds every r
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Callable, Iterable, Optional, Sequence
 
 from lbtune.diagnose.context import Context
@@ -46,10 +47,16 @@ class Rule:
     profile_fix: bool = True
     nic_settings: bool = False
 
-    @property
+    @cached_property
     def config(self) -> tuple[str, ...]:
-        """Kernel paths of every configuration value the rule reads."""
+        """Kernel paths of every configuration value the rule reads (computed once: the
+        monitor judges every rule every second)."""
         return tuple(sysctl_pattern_path(k) for k in self.sysctls) + self.paths
+
+    @cached_property
+    def allowed(self) -> frozenset[str]:
+        """`config` as the set a Context checks reads against."""
+        return frozenset(self.config)
 
 
 RULES: list[Rule] = []
@@ -107,5 +114,5 @@ def run_rules(ctx: Context, rules: Optional[Sequence[Rule]] = None) -> list[Find
     only the configuration values it declared."""
     out: list[Finding] = []
     for r in RULES if rules is None else rules:
-        out.extend(r.fn(replace(ctx, allowed=frozenset(r.config))))
+        out.extend(r.fn(replace(ctx, allowed=r.allowed)))
     return rank(out)
