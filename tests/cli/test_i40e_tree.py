@@ -213,3 +213,26 @@ def test_the_idle_port_takes_a_first_rule_of_any_input_set(tmp_path):
         eth.add_ntuple_rule(IDLE, NtupleRule(-1, "tcp4", (("dst-port", "179"),), 0))
     assert eth.add_ntuple_rule(IDLE, NtupleRule(-1, "udp4", (("dst-port", "53"),), 0)) == 7422
     assert [x.location for x in _rules(root, IDLE)] == [7422, 7423]
+
+
+def test_compare_names_what_lb_dr_changed_on_the_i40e_port(tmp_path):
+    a = copy_host(tmp_path, X710, dest="a")
+    b = copy_host(tmp_path, X710, dest="b")
+    assert run_cli("--root", str(b), "apply", "lb-dr", "--iface", PORT, "--yes").exit_code == 0
+    r = run_cli("compare", str(a), str(b), "--json")
+    assert r.exit_code == 1, r.stderr
+    diffs = {(d["area"], d["object"]): (d["template"], d["value"])
+             for d in r.json["hosts"][0]["differences"] if d["area"] != "sysctl"}  # fmt: skip
+    assert diffs == {
+        ("channels", PORT): ("combined=16", "combined=15"),
+        ("rings", PORT): ("rx=512 tx=512", "rx=4096 tx=4096"),
+        ("rss table", PORT): (
+            "16 queues, 32 of 512 entries each",
+            "queue:entries 0-13:36-37 14:0 of 512",
+        ),
+        ("flow rules", PORT): (
+            "flow-type tcp4 dst-port 9100 action 0",
+            "flow-type tcp4 dst-port 22 action 14; flow-type tcp4 dst-port 179 action 14; "
+            "flow-type tcp4 dst-port 9100 action 0",
+        ),
+    }
