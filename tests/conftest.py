@@ -25,6 +25,7 @@ DELL = "dell-r750-mlx5-ixgbe"  # 2-socket 48-CPU host, mlx5 + ixgbe
 KVM = "kvm-virtio-4vcpu"  # 4-vCPU virtio VM
 AWS = "aws-ena-c5n"  # cloud host with ENA
 TINY = "tiny-veth-bond"  # 1 online CPU, veth + bond
+X710 = "supermicro-x710-i40e"  # 16-CPU director, dual-port X710 (i40e)
 
 
 def copy_host(

@@ -13,7 +13,7 @@ from lbtune.host.host import Host
 from lbtune.host.inventory import HostInventory, discover_host
 from lbtune.host.net.ethtool import Channels, RingSizes
 from lbtune.host.net.nic import Nic
-from tests.conftest import AWS, DELL, HOSTS, KVM, TINY
+from tests.conftest import AWS, DELL, HOSTS, KVM, TINY, X710
 
 _cache: dict[str, HostInventory] = {}
 
@@ -444,7 +444,7 @@ def test_only_limits_nics():
     assert [n.name for n in inv.nics] == ["eno1"]
 
 
-@pytest.mark.parametrize("name", [R750, KVM, AWS, TINY])
+@pytest.mark.parametrize("name", [R750, KVM, AWS, TINY, X710])
 def test_every_queue_irq_is_in_msi_irqs_and_named_for_the_nic(name):
     """Cross-check discovered IRQs against the raw tree, independently of lbtune's matching."""
     inv = inventory(name)

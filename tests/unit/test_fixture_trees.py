@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import AWS, DELL, HOSTS, KVM, TINY
+from tests.conftest import AWS, DELL, HOSTS, KVM, TINY, X710
 
 TREES = sorted(p.name for p in HOSTS.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
 
@@ -34,6 +34,7 @@ def test_trees_present():
         KVM,
         AWS,
         TINY,
+        X710,
         "broken-sysfs",
         "broken-nic-mtu",
     }

@@ -28,7 +28,7 @@ from lbtune.host.net.nicparams import (
     rewrite_ethtool_c,
     rewrite_ethtool_k,
 )
-from tests.conftest import DELL, KVM, TINY, copy_host
+from tests.conftest import DELL, KVM, TINY, X710, copy_host
 
 # `ethtool -k veth0` as ethtool 6.1 printed it on this project's build machine (kernel 6.18).
 VETH_K_618 = (
@@ -307,7 +307,9 @@ def test_fixture_trees_read_and_setters_behave_like_the_kernel(tmp_path) -> None
     assert e.pause("eth0") == Pause(False, False, True)
 
 
-@pytest.mark.parametrize("tree, dev", [(DELL, "eno1"), (DELL, "ens1f0np0"), (KVM, "ens3")])
+@pytest.mark.parametrize(
+    "tree, dev", [(DELL, "eno1"), (DELL, "ens1f0np0"), (KVM, "ens3"), (X710, "enp49s0f0")]
+)
 def test_fixture_recordings_are_ethtool_61_layout(tree: str, dev: str) -> None:
     from tests.conftest import HOSTS
 

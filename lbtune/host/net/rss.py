@@ -871,6 +871,42 @@ def live_ntuple_rules(ioctl: Ioctl, dev: str) -> tuple[NtupleRule, ...]:
     return tuple(rules)
 
 
+# Drivers that keep one input set (the fields a rule compares) per flow type in hardware:
+# every rule of a flow type must compare the same fields, and each field whole or not at all
+# (i40e_check_fdir_input_set(): EOPNOTSUPP for a partial mask, a TOS/traffic class or L4
+# bytes match, or "Cannot change input set for TCPv4 flows until N preexisting filters are
+# removed"; EINVAL for an L4 protocol match on ip4/ip6). The kernel's i40e.rst says the same.
+ONE_INPUT_SET_DRIVERS = frozenset({"i40e"})
+_WHOLE_FIELDS = frozenset({"src-ip", "dst-ip", "src-port", "dst-port"})
+
+
+def rule_refusal(
+    driver: Optional[str], rules: Sequence[NtupleRule], flow_type: str,
+    match: Sequence[tuple[str, str]],
+) -> Optional[str]:  # fmt: skip
+    """Why `driver` refuses a rule of `flow_type` matching `match` next to `rules` (the
+    rules of the same port, the new one's own earlier siblings included), None when it
+    takes it as far as lbtune can tell beforehand."""
+    if driver not in ONE_INPUT_SET_DRIVERS:
+        return None
+    words = {w for w, _ in match}
+    odd = sorted(words - _WHOLE_FIELDS)
+    if odd:
+        return f"{driver} cannot match {', '.join(odd)} in a flow rule"
+    partial = [w for w, v in match if " m " in v]
+    if partial:
+        return f"{driver} matches whole fields only (a mask on {', '.join(partial)})"
+    for r in rules:
+        if r.flow_type == flow_type and {w for w, _ in r.match} != words:
+            have = ", ".join(w for w, _ in r.match) or "nothing"
+            mine = ", ".join(w for w, _ in match) or "nothing"
+            return (
+                f"{driver} needs every {flow_type} rule to compare the same fields: rule "
+                f"{r.location} compares {have}, this one {mine}"
+            )
+    return None
+
+
 def free_location(size: int, used: Sequence[int]) -> Optional[int]:
     """ethtool's choice of a location (rxclass.c rmgr_find_empty_slot): the last free one."""
     taken = set(used)

@@ -513,6 +513,7 @@ class _Resolver:
                 )
         size = eth.ntuple_table_size(name) or 0
         used = {x.location for x in existing or ()}
+        kept = list(existing or ())  # the rules on the port after this plan, in order
         for i, text in enumerate(s.value["rules"]):
             flow, match, _ = r.parse_rule_text(f"{text} action 0")
             if existing is None or skip is not None or queue is None:
@@ -522,6 +523,12 @@ class _Resolver:
                 continue
             value = r.rule_text(flow, match, queue)
             same = [x for x in existing if x.flow_type == flow and x.match == match]
+            refusal = None if same else r.rule_refusal(nic.driver, kept, flow, match)
+            if refusal is not None:  # the driver would refuse it: planned as unsettable
+                k = knob(f"{name}:{i}")
+                k.skip = f"{name}: {refusal}"
+                self.add(k, value, s, key)
+                continue
             if same and rule_value(same[0]) == value:
                 loc = same[0].location
             elif same:
@@ -538,6 +545,7 @@ class _Resolver:
                         f"{self.p.name}: {key}: {name}'s rule table ({size} rules) is full"
                     )
                 loc = free
+                kept.append(r.NtupleRule(loc, flow, match, queue))
             used.add(loc)
             self.add(knob(f"{name}:{loc}"), value, s, key)
 

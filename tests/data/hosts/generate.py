@@ -3034,8 +3034,14 @@ def ethtool_flow_hash(flow: str, fields: str) -> str:
 def ethtool_n_udp4_rule(loc: int, dport: int, queue: int) -> str:
     """One rxclass_print_nfc_rule() block: a UDP/IPv4 rule on the destination port only
     (the masks print inverted: 0 = compared)."""
+    return ethtool_n_dport_rule(loc, "UDP over IPv4", dport, queue)
+
+
+def ethtool_n_dport_rule(loc: int, title: str, dport: int, queue: int) -> str:
+    """A TCP/UDP over IPv4 rule (`title` as rxclass.c names the flow type) on the
+    destination port only."""
     return (
-        f"Filter: {loc}\n\tRule Type: UDP over IPv4\n"
+        f"Filter: {loc}\n\tRule Type: {title}\n"
         "\tSrc IP addr: 0.0.0.0 mask: 255.255.255.255\n"
         "\tDest IP addr: 0.0.0.0 mask: 255.255.255.255\n"
         "\tTOS: 0x0 mask: 0xff\n"
@@ -3128,7 +3134,211 @@ def gen_rss(out: Path) -> None:
     )
 
 
-GENERATORS = [gen_r750, gen_kvm, gen_aws, gen_tiny, gen_broken, gen_rss]
+# ================================================================== (e) supermicro-x710-i40e
+#
+# A 1-socket IPVS director with one dual-port X710 (i40e) on Debian 12, kernel 6.1. The
+# values come from public `ethtool` output of i40e ports and from the 6.1 driver source; the
+# tree's README names each source.
+
+X710_PORTS = ("enp49s0f0", "enp49s0f1")
+X710_BDFS = ("0000:31:00.0", "0000:31:00.1")
+X710_QUEUES = 16  # i40e_sw_init: rss_size_max capped at the next power of two of 16 CPUs
+X710_FD_TABLE = 7424  # i40e_get_fd_cnt_all(): guaranteed + best-effort FD filters of one PF
+# i40e_config_netdev() (6.1): the hw_enc_features set, VLAN offloads, ntuple and tc changeable
+# (ntuple on, tc off), macvlan offload changeable and off, VLAN filtering on [fixed], no LRO;
+# the core adds TSO_MANGLEID (changeable, off) and the UDP tunnel port offload (on).
+I40E_K = {
+    "rx-checksum": "on", "tx-checksum-ip-generic": "on", "tx-checksum-sctp": "on",
+    "tx-scatter-gather": "on", "tx-tcp-segmentation": "on", "tx-tcp-ecn-segmentation": "on",
+    "tx-tcp-mangleid-segmentation": "off", "tx-tcp6-segmentation": "on",
+    "rx-vlan-hw-parse": "on", "tx-vlan-hw-insert": "on", "rx-ntuple-filter": "on",
+    "rx-hashing": "on", "highdma": "on", "rx-vlan-filter": "on [fixed]",
+    "tx-gre-segmentation": "on", "tx-gre-csum-segmentation": "on",
+    "tx-ipxip4-segmentation": "on", "tx-ipxip6-segmentation": "on",
+    "tx-udp_tnl-segmentation": "on", "tx-udp_tnl-csum-segmentation": "on",
+    "tx-gso-partial": "on", "tx-udp-segmentation": "on", "l2-fwd-offload": "off",
+    "hw-tc-offload": "off", "rx-udp_tunnel-port-offload": "on",
+}  # fmt: skip
+# __i40e_get_coalesce(): dynamic ITR both ways at I40E_ITR_20K (50 us), rx/tx-frames-irq the
+# work limit (I40E_DEFAULT_IRQ_WORK 256), *-usecs-high the interrupt rate limit (0: none);
+# the 6.1 driver's supported_coalesce_params are usecs, frames-irq, adaptive, usecs-high.
+I40E_C = {
+    "adaptive-rx": "on", "adaptive-tx": "on", "rx-usecs": 50, "rx-frames-irq": 256,
+    "tx-usecs": 50, "tx-frames-irq": 256, "rx-usecs-high": 0, "tx-usecs-high": 0,
+}  # fmt: skip
+# A subset of the 6.1 driver's `ethtool -S` names, in its order: netdev stats, then per queue
+# pair tx then rx (i40e_gstrings_queue_stats), then the port's (i40e_gstrings_stats).
+I40E_NET = """rx_packets tx_packets rx_bytes tx_bytes rx_errors tx_errors rx_dropped tx_dropped
+collisions rx_length_errors rx_crc_errors rx_unicast tx_unicast rx_multicast tx_multicast
+rx_broadcast tx_broadcast rx_unknown_protocol tx_linearize tx_force_wb tx_busy rx_alloc_fail
+rx_pg_alloc_fail"""
+I40E_PORT = """port.rx_bytes port.tx_bytes port.rx_unicast port.tx_unicast port.rx_multicast
+port.tx_multicast port.rx_broadcast port.tx_broadcast port.tx_errors port.rx_discards
+port.tx_dropped_link_down port.rx_crc_errors port.illegal_bytes port.mac_local_faults
+port.mac_remote_faults port.rx_length_errors port.link_xon_rx port.link_xoff_rx
+port.link_xon_tx port.link_xoff_tx port.rx_size_64 port.rx_size_127 port.rx_size_255
+port.rx_size_511 port.rx_size_1023 port.rx_size_1522 port.rx_size_big port.rx_undersize
+port.rx_fragments port.rx_oversize port.rx_jabber port.fdir_flush_cnt port.fdir_atr_match
+port.fdir_sb_match port.fdir_atr_tunnel_match port.fdir_atr_status port.fdir_sb_status"""
+
+
+def i40e_stats(rng: random.Random, busy: bool) -> List[Tuple[str, int]]:
+    n = X710_QUEUES
+    rxp = [rng.randrange(10**8, 4 * 10**8) if busy else 0 for _ in range(n)]
+    txp = [rng.randrange(10**7, 10**8) if busy else 0 for _ in range(n)]
+    rxb = [p * rng.randrange(300, 700) for p in rxp]
+    txb = [p * rng.randrange(60, 120) for p in txp]
+    v: Dict[str, int] = {}
+    if busy:
+        v = dict(
+            rx_packets=sum(rxp), tx_packets=sum(txp), rx_bytes=sum(rxb), tx_bytes=sum(txb),
+            rx_unicast=sum(rxp) - 902211, tx_unicast=sum(txp) - 1022, rx_multicast=12034,
+            rx_broadcast=890177, tx_broadcast=1022, rx_dropped=0,
+        )  # fmt: skip
+    rows = table(I40E_NET, v)
+    q: Dict[str, int] = {}
+    for i in range(n):
+        q.update({f"tx-{i}.packets": txp[i], f"tx-{i}.bytes": txb[i]})
+        q.update({f"rx-{i}.packets": rxp[i], f"rx-{i}.bytes": rxb[i]})
+    rows += [(name, q[name]) for i in range(n) for name in
+             (f"tx-{i}.packets", f"tx-{i}.bytes", f"rx-{i}.packets", f"rx-{i}.bytes")]  # fmt: skip
+    p: Dict[str, int] = {}
+    if busy:
+        p = {
+            "port.rx_bytes": sum(rxb) + sum(rxp) * 4, "port.tx_bytes": sum(txb) + sum(txp) * 4,
+            "port.rx_unicast": sum(rxp) - 902211, "port.tx_unicast": sum(txp) - 1022,
+            "port.rx_multicast": 12034, "port.rx_broadcast": 890177, "port.tx_broadcast": 1022,
+            "port.rx_size_64": sum(rxp) // 3, "port.rx_size_127": sum(rxp) // 4,
+            "port.rx_size_1522": sum(rxp) - sum(rxp) // 3 - sum(rxp) // 4,
+            "port.fdir_sb_match": 41877, "port.fdir_sb_status": 1, "port.fdir_atr_status": 1,
+        }  # fmt: skip
+    rows += table(I40E_PORT, p)
+    return rows
+
+
+def gen_x710(out: Path) -> None:
+    t = Tree(out, "supermicro-x710-i40e")
+    rng = random.Random(710)  # noqa: S311 - fixture data, not security
+    nbits = 16
+    rel = "6.1.0-18-amd64"
+    common_proc(
+        t,
+        "lb-x710-01",
+        rel,
+        f"Linux version {rel} (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) "
+        "12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 "
+        "(2024-02-01)",
+        f"BOOT_IMAGE=/boot/vmlinuz-{rel} root=UUID=8d1e0c43-5b7a-4f0e-9d63-2a6f1c3b7e55 ro quiet",
+    )
+    sysctls(t, ["lo", *X710_PORTS], 2048, 131072, 262144)
+    processes(t, {1: "systemd", 2: "kthreadd", 712: "sshd", 745: "bird", 760: "keepalived"})
+    # Xeon Silver 4309Y: 8 cores / 16 threads, Intel numbering (CPU c and c+8 are siblings)
+    cpus = [CpuInfo(c, 0, c % 8, 0, (c % 8, c % 8 + 8)) for c in range(16)]
+    all16 = range(16)
+    write_cpus(t, cpus, all16, all16, nbits, [], [], False)
+    write_nodes(t, {0: all16}, nbits)
+    t.write("/proc/irq/default_smp_affinity", cpumask(all16, nbits))
+    irqs: List[Irq] = [
+        ioapic(0, "IR-IO-APIC", 2, "edge", "timer", {0: 38}, all16, [0]),
+        ioapic(4, "IR-IO-APIC", 4, "edge", "ttyS0", {}, all16, [3]),
+        ioapic(8, "IR-IO-APIC", 8, "edge", "rtc0", {}, all16, [0]),
+        ioapic(9, "IR-IO-APIC", 9, "fasteoi", "acpi", {}, all16, [0]),
+        ioapic(16, "IR-IO-APIC", 16, "fasteoi", "i801_smbus", {}, all16, [5]),
+    ]
+    irqs += [Irq(24 + d, "DMAR-MSI", d, "edge", (f"dmar{d}",)) for d in range(2)]
+    for n, port in enumerate(("00:1c.0", "30:02.0")):
+        pme = msi(26 + n, f"0000:{port}", 0, "PCIe PME")
+        pme.actions = ("PCIe PME", "aerdrv")
+        irqs.append(pme)
+    irqs.append(msi(28, "0000:00:14.0", 0, "xhci_hcd", {0: 29}, all16, [6]))
+    irqs.append(msi(29, "0000:00:17.0", 0, "ahci[0000:00:17.0]", {7: 31022}, all16, [7]))
+    # i40e: MSI-X entry 0 is the misc/admin vector ("i40e-<pci>:misc"), entries 1..16 the
+    # queue pairs ("i40e-<netdev>-TxRx-<q>"). Since 5.17 the driver only sets the hint
+    # (irq_update_affinity_hint: CPU cpumask_local_spread(q, -1) = q on one node), so with no
+    # irqbalance the affinity stays default_smp_affinity and the x86 vector allocator put
+    # queue q on CPU q.
+    port_irqs: List[List[Irq]] = []
+    for p, (dev, bdf) in enumerate(zip(X710_PORTS, X710_BDFS)):
+        first = 30 + p * (X710_QUEUES + 1)
+        misc = msi(first, bdf, 0, f"i40e-{bdf}:misc", {0: rng.randrange(10, 900)}, all16, [0])
+        group = [misc]
+        for q in range(X710_QUEUES):
+            counts = {q: rng.randrange(10**7, 10**8)} if p == 0 else {}
+            group.append(msi(first + 1 + q, bdf, 1 + q, f"i40e-{dev}-TxRx-{q}", counts,
+                             all16, [q], [q]))  # fmt: skip
+        port_irqs.append(group)
+        irqs += group
+    t.write("/proc/interrupts", proc_interrupts(all16, irqs, 3, rng, hyp=False), newline=False)
+    for irq in irqs:
+        if irq.affinity:
+            write_proc_irq(t, irq, nbits)
+
+    root = "/sys/devices/pci0000:30/0000:30:02.0"
+    pcis = [
+        PciDev(f"{root}/{bdf}", 0x8086, 0x1572, 0x8086, 0x0007, 0x020000, "i40e", 0, all16,
+               [i.num for i in group], 0, ("8.0 GT/s PCIe", "8"))
+        for bdf, group in zip(X710_BDFS, port_irqs)
+    ]  # fmt: skip
+    for d in pcis:
+        write_pci(t, d, nbits)
+    zero: frozenset = frozenset()
+    xps = [frozenset({q}) for q in range(X710_QUEUES)]  # i40e_config_xps_tx_ring: CPU q
+    devs = {
+        "lo": lo_dev(),
+        X710_PORTS[0]: netdev(
+            X710_PORTS[0], f"{pcis[0].path}/net/{X710_PORTS[0]}", 2, "3c:fd:fe:b2:41:10",
+            speed=10000, device=pcis[0].path, rx=[(zero, 0)] * X710_QUEUES, tx=xps,
+        ),
+        X710_PORTS[1]: netdev(
+            X710_PORTS[1], f"{pcis[1].path}/net/{X710_PORTS[1]}", 3, "3c:fd:fe:b2:41:11",
+            operstate="down", carrier=0, speed=-1, duplex="unknown", device=pcis[1].path,
+            rx=[(zero, 0)] * X710_QUEUES, tx=xps,
+        ),
+    }  # fmt: skip
+    for nd in devs.values():
+        write_netdev(t, nd, nbits, devs)
+    write_lo_ethtool(t)
+
+    rss_rng = random.Random(7101)  # noqa: S311 - fixture data, not security
+    for p, (dev, bdf) in enumerate(zip(X710_PORTS, X710_BDFS)):
+        rows = i40e_stats(rng, p == 0)
+        write_ethtool(
+            t,
+            dev,
+            ethtool_i("i40e", rel, "4.10 0x80001a63 1.2585.0", bdf, test=True, eeprom=True,
+                      regs=True, priv=True),
+            ethtool_g(dev, 4096, 4096, 512, 512, False),
+            ethtool_l(dev, X710_QUEUES, X710_QUEUES, other=1, other_max=1),
+            ethtool_S(rows),
+        )  # fmt: skip
+        write_netdev_stats(t, devs[dev], {k: v for k, v in rows[:8] if k in NETDEV_STATS})
+        write_nic_params(t, dev, ethtool_c(dev, I40E_C), ethtool_k(dev, I40E_K),
+                         ethtool_a(dev, False, False, False))  # fmt: skip
+        # 512-entry table (I40E_HLUT_ARRAY_SIZE) spread i % queues (i40e_fill_rss_lut), a
+        # 52-byte key (I40E_HKEY_ARRAY_SIZE, netdev_rss_key_fill: random per boot), TCP and
+        # UDP hashed on the 4-tuple (the driver's default input sets)
+        key = bytes(rss_rng.randrange(256) for _ in range(52))
+        indir = [i % X710_QUEUES for i in range(512)]
+        # port 0: the administrator steers the node exporter's scrapes (TCP 9100) to queue 0;
+        # ethtool put the rule in the last free slot of the PF's Flow Director table
+        admin = ethtool_n_dport_rule(X710_FD_TABLE - 1, "TCP over IPv4", 9100, 0)
+        rules = [admin] if p == 0 else []
+        l4 = {"tcp4": "sdfn", "udp4": "sdfn", "tcp6": "sdfn", "udp6": "sdfn"}
+        write_rss(t, dev, ethtool_x(dev, X710_QUEUES, indir, key, "toeplitz"), l4,
+                  ethtool_n(X710_QUEUES, rules))  # fmt: skip
+    write_uptime(t, 1209641.52, 1209641.52 * 16 * 0.93)
+
+    units = "/usr/lib/systemd/system"
+    for unit, desc in (
+        ("ssh.service", "OpenBSD Secure Shell server"),
+        ("bird.service", "BIRD Internet Routing Daemon"),
+        ("keepalived.service", "Keepalive Daemon (LVS and VRRP)"),
+    ):
+        t.write(f"{units}/{unit}", f"[Unit]\nDescription={desc}\n")
+        t.link(f"/etc/systemd/system/multi-user.target.wants/{unit}", f"{units}/{unit}")
+
+
+GENERATORS = [gen_r750, gen_kvm, gen_aws, gen_tiny, gen_broken, gen_rss, gen_x710]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -20,7 +20,7 @@ from lbtune.host.net.nicparams import Coalesce, Feature, Features, Pause
 from lbtune.host.net.rss import NtupleRule, Rxfh
 from lbtune.observe.model import IpvsStats, NicCounters, QueueCounters, Sample, SoftnetCpu
 from lbtune.vocab import Level
-from tests.conftest import AWS, DELL, HOSTS, KVM, TINY, copy_host, run_cli
+from tests.conftest import AWS, DELL, HOSTS, KVM, TINY, X710, copy_host, run_cli
 from tests.unit.diagnose.test_rules import config, run, sample
 
 NIC_RULES = (
@@ -324,7 +324,7 @@ def test_every_nic_rule_is_quiet_on_a_healthy_busy_host() -> None:
         assert found(rule, (a, b), healthy, net__ipv4__ip_forward="1") == [], rule
 
 
-@pytest.mark.parametrize("host", [DELL, KVM, AWS, TINY])
+@pytest.mark.parametrize("host", [DELL, KVM, AWS, TINY, X710])
 def test_every_nic_rule_is_quiet_on_every_healthy_fixture_tree(host: str) -> None:
     """The recorded ethtool -c/-k/-a (and -x/-n where recorded) of real drivers, read
     through `--root`: no finding (their faults are made on copies in test_fix_profiles)."""
