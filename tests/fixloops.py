@@ -45,8 +45,6 @@ TIERS: dict[str, tuple[str, str]] = {
 
 # Rules with a profile fix that no loop proves: rule -> why, one line. Rendered by the docs.
 UNPROVEN: dict[str, str] = {
-    "lro-on-forwarding-host": "no VM loop yet (a veth's LRO is fixed off); shown on fixture "
-    "trees",
     "coalescing": "no VM loop yet (an interrupt storm on a saturated CPU); shown on fixture "
     "trees",
     "pause-frames": "no emulated NIC sends pause frames: shown on fixture trees only",

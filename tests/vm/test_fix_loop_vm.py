@@ -345,6 +345,88 @@ def nic_rx_drop_loop(net: VmGuest) -> None:
     assert vm.call(T + "rx_ring_counters", [dev])["ring"] == VMX_RING
 
 
+# --------------------------------------------------------------------------- LRO
+
+LRO_WINDOW = "10"
+
+
+def lro_state(vm: VmGuest, dev: str) -> tuple[bool, int]:
+    """Whether dev's LRO is on (the `ethtool -k` binary's large-receive-offload line) and its
+    rx_packets, read by the test in the guest, not through lbtune."""
+    text = vm.call(f"{G}:ethtool", ["-k", dev])
+    assert text.startswith("rc=0"), text
+    line = next(ln for ln in text.splitlines() if ln.startswith("large-receive-offload:"))
+    rx = vm.run(["cat", f"/sys/class/net/{dev}/statistics/rx_packets"])
+    assert rx.returncode == 0, rx.stderr
+    return line.split()[1] == "on", int(rx.stdout)
+
+
+def lro_on_forwarding_host_loop(net: VmGuest) -> None:
+    """lro-on-forwarding-host on the vmxnet3 (its driver offers LRO as a changeable feature;
+    virtio-net in 6.1 offers rx-gro-hw instead, the e1000e none): ip_forward turned on,
+    which turns LRO off on every NIC once (dev_disable_lro), then `ethtool -K lro on` as a
+    driver reset or a runbook line would. The rule's count is the packets received with
+    LRO on while the host forwards; the test reads both from the guest's kernel. The fix is
+    LRO off, GRO untouched; rollback turns LRO back on."""
+    vm, profile = net, "/tmp/lro-fix.toml"
+    dev = vm.call(T + "vmxnet3_up", [])["dev"]
+    got = vm.call(T + "setup_addr", [dev, f"{GUEST2}/24", HOST2, host_mac(vm, "tap2")])
+    host_ip(vm, "addr", "replace", f"{HOST2}/24", "dev", "tap2")
+    host_ip(vm, "neigh", "replace", GUEST2, "lladdr", got["mac"], "dev", "tap2", "nud", "permanent")
+    forward = vm.run(["sysctl", "-n", "net.ipv4.ip_forward"]).stdout.strip()
+    r = vm.run(["sysctl", "-w", "net.ipv4.ip_forward=1"])
+    assert r.returncode == 0, r.stderr
+    try:
+        assert lro_state(vm, dev)[0] is False  # forwarding on turned LRO off once
+        r2 = vm.call(f"{G}:ethtool", ["-K", dev, "lro", "on"])
+        assert r2.startswith("rc=0"), r2
+        diag = ["diagnose", "--duration", LRO_WINDOW, "--json", "--no-probes", "--rule",
+                "lro-on-forwarding-host", "--iface", dev]  # fmt: skip
+
+        def flood(window: bool, *extra: str) -> tuple[Any, bool, int]:
+            """The host's flood into dev around a diagnose window, or for CONTROL_S seconds
+            without one; LRO's state after it and the packets dev received meanwhile."""
+            _, rx0 = lro_state(vm, dev)
+            res = None
+            with host_flood(vm, GUEST2, flows=FLOWS, rate=VMX_RATE) as sent:
+                if window:
+                    res = lbtune(vm, *diag, *extra)
+                else:
+                    time.sleep(CONTROL_S)
+            on, rx1 = lro_state(vm, dev)
+            assert sent["sent"] > 0, sent
+            return res, on, rx1 - rx0
+
+        # 1. the fault: packets received with LRO on while forwarding; the rule names the
+        # NIC and writes LRO off
+        res, on, received = flood(True, "--write-profile", profile, "--force")
+        assert on and received > 0, (on, received)
+        found = rules_found(res, "lro-on-forwarding-host")
+        assert [f["object"] for f in found] == [dev], found
+        keys = {fx["key"] for f in found for fx in f["fixes"] if fx["scope"] == "profile"}
+        assert f"nic.{dev}.features.lro" in keys, found
+
+        # 2. the control: the same flood without the fix: still received with LRO on
+        _, on, received = flood(False)
+        assert on and received > 0, (on, received)
+
+        # 3. apply: LRO off, read back with the ethtool binary
+        apply_profile(vm, profile)
+        assert lro_state(vm, dev)[0] is False
+
+        # 4. the same flood: received (the positive control), none with LRO on; rule quiet
+        res2, on, received = flood(True)
+        assert not on and received > 0, (on, received)
+        assert rules_found(res2, "lro-on-forwarding-host") == []
+
+        # 5. verify; rollback turns LRO back on
+        verify_and_rollback(vm, profile)
+        assert lro_state(vm, dev)[0] is True
+    finally:
+        vm.call(f"{G}:ethtool", ["-K", dev, "lro", "off"])
+        vm.run(["sysctl", "-w", f"net.ipv4.ip_forward={forward or 0}"])
+
+
 # --------------------------------------------------------------------------- IRQ loops
 
 IRQ_WINDOW = "20"  # s: NET_RX on one CPU ~244/s at RATE (the rule needs 2000: 2.4x margin)
@@ -674,6 +756,7 @@ class VmLoop(FixLoop):
 LOOPS = [
     VmLoop("qdisc-drop", qdisc_drop_loop),
     VmLoop("nic-rx-drop", nic_rx_drop_loop),
+    VmLoop("lro-on-forwarding-host", lro_on_forwarding_host_loop),
     VmLoop("irq-imbalance", irq_imbalance_loop),
     VmLoop("rss-hash-l3-only", rss_hash_l3_only_loop),
     VmLoop("rss-indirection-gap", rss_indirection_gap_loop),
