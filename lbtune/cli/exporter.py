@@ -142,19 +142,16 @@ def command(
                    softnet_all=softnet_all, ipvs_real_servers=ipvs_real_servers,
                    host_series=host_series)  # fmt: skip
     exp = Exporter(s, opts, profiles, iface, probes, spacing, every)
-    from lbtune.host.signals import interruptible
+    from lbtune.host.signals import until_stopped
 
     try:
-        with interruptible():
+        with until_stopped():  # `systemctl stop`, `kill`: the normal end of a daemon (exit 0)
             if once or out_path is not None:
                 return _textfile(exp, out_path, window, once, until)
             return _serve(exp, addr, port, until, s.json)
-    except KeyboardInterrupt as e:
-        if str(e) == "SIGTERM":  # `systemctl stop`, `kill`: the normal end of a daemon
-            return 0
-        raise
     finally:
         exp.close()
+    return 0
 
 
 def _write(out_path: Optional[str], text: bytes) -> None:

@@ -167,17 +167,20 @@ def agent_command(
     where = f"http://{host_part}:{ports[0]}/"
     extra = f", HAProxy agent-check on port {ports[1]}" if len(ports) > 1 else ""
     allowed = ",".join(str(n) for n in networks)
-    if s.json:
-        sys.stdout.write(json.dumps({"listening": where, "ports": ports,
-                                     "allow": [str(n) for n in networks]}) + "\n")
-    else:
-        sys.stdout.write(f"agent for port {port} on {where} (/metrics, /haproxy, /healthz)"
-                         f"{extra}; clients from {allowed}\n")  # one line, never wrapped
-    sys.stdout.flush()
-    from lbtune.host.signals import interruptible
+    from lbtune.host.signals import until_stopped
 
     try:
-        with interruptible():
+        # SIGTERM (`systemctl stop`) is the normal end of the agent: exit 0. Caught from
+        # before the ready line, so a stop sent as soon as it is printed is a clean one too.
+        with until_stopped():
+            if s.json:
+                doc = {"listening": where, "ports": ports, "allow": [str(n) for n in networks]}
+                line = json.dumps(doc)
+            else:  # one line, never wrapped
+                line = (f"agent for port {port} on {where} (/metrics, /haproxy, /healthz)"
+                        f"{extra}; clients from {allowed}")  # fmt: skip
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
             agent.run(None if duration is None else time.monotonic() + duration)
     finally:
         agent.close()
@@ -222,7 +225,7 @@ def adapt_command(ctx: click.Context, config: str, interval: float, duration: Op
                   timeout: float, dry_run: bool, keep: bool) -> int:  # fmt: skip
     """Poll the real servers' agents and set IPVS weights from their reports: in-place weight
     edits through the reconcile, under the lock, every change logged with its reason."""
-    from lbtune.host.signals import interruptible
+    from lbtune.host.signals import until_stopped
     from lbtune.ipvs.adapt import Adapter, Event, run
 
     if not 0.2 <= interval <= 3600 or not 0.1 <= timeout <= MISC_TIMEOUT_MAX:
@@ -251,7 +254,7 @@ def adapt_command(ctx: click.Context, config: str, interval: float, duration: Op
         sys.stdout.flush()
 
     try:
-        with interruptible():
+        with until_stopped():  # SIGTERM (`systemctl stop`): restore, then exit 0
             run(adapter, interval, duration, log)
     finally:
         if not keep:
