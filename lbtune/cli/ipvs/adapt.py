@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.ipvs.common import director_config, emit_json, ipvs_host, ipvs_state
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console
@@ -79,7 +80,8 @@ def _finite(value: Optional[float], name: str, low: float, high: float) -> None:
               help="HTTP port of the agent (GET / JSON, /metrics Prometheus, /haproxy).")
 @click.option("--port", type=int, default=80, show_default=True,
               help="The served port the report is about (listener, connections).")
-@click.option("--egress", metavar="IF", help="Interface replies leave from "
+@click.option("--egress", metavar="IF", shell_complete=complete.interfaces,
+              help="Interface replies leave from "
               "(default: the default route's).")
 @click.option("--signals", metavar="LIST", help="Resources the load is taken from "
               "(default all: cpu,runq,mem,listen,egress,conns).")
@@ -210,7 +212,7 @@ def _misc_check(s: Any, url: str, timeout: float) -> int:
 
 
 @click.command("adapt")
-@click.argument("config")
+@click.argument("config", shell_complete=complete.configs)
 @click.option("--interval", type=float, default=2.0, show_default=True,
               help="Seconds between polls of the agents.")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
