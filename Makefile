@@ -50,6 +50,7 @@ demo: setup
 # Every bench script (tests/unit/test_bench_settings.py checks the list), then the stale check.
 bench: setup
 	$(VENV)/bin/python bench/run.py
+	$(VENV)/bin/python bench/completion.py
 	$(VENV)/bin/python bench/tune.py
 	$(VENV)/bin/python bench/diagnose.py
 	$(VENV)/bin/python bench/lab.py

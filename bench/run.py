@@ -58,21 +58,6 @@ def lbtune_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "lbtune", *args]
 
 
-COMPLETIONS = (
-    ("a subcommand (`lbtune ipvs a`)", "lbtune ipvs a"),
-    ("a profile name (`lbtune apply `)", "lbtune apply "),
-    ("an interface (`lbtune show --iface `)", "lbtune show --iface "),
-)
-
-
-def completion_argv(line: str) -> list[str]:
-    """lbtune asked for the candidates at the end of `line`, as bash's script asks."""
-    words = line.split()
-    cword = len(words) if line.endswith(" ") else len(words) - 1
-    return ["env", "_LBTUNE_COMPLETE=bash_complete", f"COMP_WORDS={line}",
-            f"COMP_CWORD={cword}", *lbtune_argv()]  # fmt: skip
-
-
 def cases() -> list[Case]:
     out = [
         Case("python3 -c pass", [sys.executable, "-c", "pass"], ""),
@@ -80,12 +65,6 @@ def cases() -> list[Case]:
         # click and lbtune.cli.main load (--help is answered before them: lbtune.cli.tophelp)
         Case("lbtune --version (the click group)", lbtune_argv("--version"), "python3 -c pass"),
         Case("lbtune show --json (this host)", lbtune_argv("show", "--json"), "python3 -c pass"),
-        # Tab completion as the shells' scripts ask for it (`env` sets the protocol's
-        # variables, as the scripts do): a subcommand, a profile name, an interface
-        *(
-            Case(f"Tab completion: {what}", completion_argv(line), "python3 -c pass")
-            for what, line in COMPLETIONS
-        ),
     ]
     if FIXTURE_48.is_dir():
         out.append(
