@@ -6,17 +6,22 @@ Each daemon runs as a real process (`python -m lbtune`, a fresh interpreter as s
 it), inside a throwaway namespace where it takes --netns; it is stopped only once it said it is
 ready (its listening line, or its first round's line), so the signal reaches the serving loop,
 not the start-up. `lbtune ipvs adapt` runs `--dry-run` here (the host kernel has no IPVS); its
-stop with weights to put back is tests/lab/test_adapt_lab.py. `lbtune monitor` is interactive
-and stops on SIGTERM through Textual (tests/tui).
+stop with weights to put back is tests/lab/test_adapt_lab.py. `lbtune monitor` is interactive:
+it runs on a pseudo-terminal, over the 48-CPU fixture, and SIGTERM leaves it with 0 too.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pathlib
+import pty
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from typing import Iterator
@@ -133,3 +138,43 @@ def test_ctrl_c_is_still_an_interruption(name: str, netns: str, tmp_path: pathli
     err = d.text("stderr")
     assert code == 130, f"{name}: exit {code} on SIGINT: {err}"
     assert err.endswith("lbtune: interrupted\n") and "Traceback" not in err, err
+
+
+def _read(fd: int, wait: float) -> bytes:
+    ready, _, _ = select.select([fd], [], [], wait)
+    if not ready:
+        return b""
+    try:
+        return os.read(fd, 65536) or b"\0"  # b"\0": the terminal closed
+    except OSError:  # EIO: every process on the terminal is gone
+        return b"\0"
+
+
+def test_monitor_on_a_terminal_stops_on_sigterm(tmp_path: pathlib.Path) -> None:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
+    tree = ROOT / "tests" / "data" / "hosts" / "dell-r750-mlx5-ixgbe"
+    env = {**_env(tmp_path), "TERM": "xterm-256color"}
+    proc = subprocess.Popen([sys.executable, "-m", "lbtune", "--root", str(tree), "monitor"],
+                            stdin=slave, stdout=slave, stderr=slave, env=env,
+                            start_new_session=True)  # fmt: skip
+    os.close(slave)
+    screen = b""
+    try:
+        deadline = time.monotonic() + READY_WAIT
+        while b"softnet" not in screen.lower():  # a panel is drawn: the app runs
+            assert proc.poll() is None and time.monotonic() < deadline, screen[-2000:]
+            screen += _read(master, 0.5)
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None:  # read what it writes on the way out, or it blocks
+            assert time.monotonic() < deadline, "still running 60 s after SIGTERM"
+            screen += _read(master, 0.2)
+        code = proc.returncode
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert code == 0, screen[-2000:]
+    assert b"Traceback" not in screen and b"interrupted" not in screen
