@@ -37,8 +37,7 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.ROLLBACK_INCOMPLETE: "A change failed and restoring failed too; the journal is "
     "kept and lbtune rollback retries.",
     ExitCode.BUSY: "Another lbtune run holds the lock.",
-    ExitCode.INTERNAL: "Internal error (a bug): run again with --debug and report the "
-    "traceback.",
+    ExitCode.INTERNAL: "Internal error (a bug): run again with --debug and report the traceback.",
     ExitCode.INTERRUPTED: "Interrupted (Ctrl-C) while nothing was being changed, a daemon "
     "at a terminal included.",
 }
