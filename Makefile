@@ -1,8 +1,13 @@
 # Two commands on a fresh Debian 12 machine: `make demo` and `make test` (see README).
-.PHONY: setup vm-paths test demo lint unit lab vm bench bench-suite bench-check docs-check clean
+.PHONY: setup vm-paths test demo lint unit lab vm bench bench-suite bench-check docs-check clean \
+	man completion
 
 VENV := .venv
 TOX := $(VENV)/bin/tox
+# What `make man` and `make completion` run lbtune's tree with (a package build may pass its
+# own, with click installed) and where they write (a package build copies from there).
+PYTHON ?= $(VENV)/bin/python
+BUILD ?= build
 
 setup:
 	bash scripts/setup.sh
@@ -45,6 +50,7 @@ demo: setup
 # Every bench script (tests/unit/test_bench_settings.py checks the list), then the stale check.
 bench: setup
 	$(VENV)/bin/python bench/run.py
+	$(VENV)/bin/python bench/completion.py
 	$(VENV)/bin/python bench/tune.py
 	$(VENV)/bin/python bench/diagnose.py
 	$(VENV)/bin/python bench/lab.py
@@ -80,6 +86,20 @@ docs-check:
 # The whole suite's time: `CI=true make test` in a fresh clone (~30 min; not part of `make bench`).
 bench-suite: setup
 	$(VENV)/bin/python bench/suite.py
+
+# lbtune(8) and lbtune-COMMAND(8) from the command definitions (scripts/manpages.py):
+# `man -l $(BUILD)/man/lbtune-apply.8`; a package installs them under /usr/share/man/man8.
+man:
+	PYTHONPATH="$(CURDIR)" $(PYTHON) scripts/manpages.py --out "$(BUILD)/man"
+
+# The Tab-completion scripts, named as a package installs them:
+# /usr/share/bash-completion/completions/lbtune, /usr/share/zsh/vendor-completions/_lbtune,
+# /usr/share/fish/vendor_completions.d/lbtune.fish (lbtune.cli.complete.INSTALL_PATHS).
+completion:
+	mkdir -p "$(BUILD)/completion"
+	PYTHONPATH="$(CURDIR)" $(PYTHON) -m lbtune completion bash > "$(BUILD)/completion/lbtune"
+	PYTHONPATH="$(CURDIR)" $(PYTHON) -m lbtune completion zsh > "$(BUILD)/completion/_lbtune"
+	PYTHONPATH="$(CURDIR)" $(PYTHON) -m lbtune completion fish > "$(BUILD)/completion/lbtune.fish"
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist

@@ -23,6 +23,26 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130  # Ctrl-C outside a change (128 + SIGINT, as shells report it)
 
 
+# What each code means, for the man pages' EXIT STATUS (scripts/manpages.py); README.md's
+# "Exit codes" table says the same at length.
+EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "Success. Also an apply that a signal reached after it was committed, and a "
+    "daemon (exporter, ipvs agent, ipvs adapt, ipvs serve) stopped by SIGTERM.",
+    ExitCode.FINDINGS: "Findings reported, drift detected, or a check failed.",
+    ExitCode.USAGE: "Bad input: the command line, an LBTUNE_* variable, an unknown interface "
+    "or namespace, a malformed host tree, profile or config; nothing was changed.",
+    ExitCode.NEEDS_ROOT: "Needs root or a kernel capability this host does not have.",
+    ExitCode.ROLLED_BACK: "A change failed, or the apply was interrupted (Ctrl-C, SIGTERM), "
+    "and everything was restored.",
+    ExitCode.ROLLBACK_INCOMPLETE: "A change failed and restoring failed too; the journal is "
+    "kept and lbtune rollback retries.",
+    ExitCode.BUSY: "Another lbtune run holds the lock.",
+    ExitCode.INTERNAL: "Internal error (a bug): run again with --debug and report the traceback.",
+    ExitCode.INTERRUPTED: "Interrupted (Ctrl-C) while nothing was being changed, a daemon "
+    "at a terminal included.",
+}
+
+
 class LbtuneError(Exception):
     """An error the user can act on; its message is one line."""
 

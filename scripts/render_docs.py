@@ -206,11 +206,23 @@ figures({
 
 # --- start-up (bench/run.py) -------------------------------------------------------------
 
+def _completions() -> list[dict[str, Any]]:
+    return [r for r in result("completion")["results"] if r["name"].startswith("Tab completion")]
+
+
 figures({
     "startup.help.ratio": lambda: f"{row('startup', name='lbtune --help')['ratio']:.2f}x",
     "startup.version.ratio": lambda: (
         f"{row('startup', name='lbtune --version (the click group)')['ratio']:.2f}x"),
     "startup.commit": lambda: meta("startup")["commit"],
+})
+
+# --- Tab completion (bench/completion.py): the slowest of its completion cases ---------------
+
+figures({
+    "completion.max_ms": lambda: f"{max(r['median_ms'] for r in _completions()):.0f}",
+    "completion.max_ratio": lambda: f"{max(r['ratio'] for r in _completions()):.1f}x",
+    "completion.commit": lambda: meta("completion")["commit"],
 })
 
 # --- VM soak (bench/vm_soak.py) ------------------------------------------------------------

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 # chromium: the HTML report is checked in a real headless browser (tests/browser.py).
 PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm kmod
-      user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium)
+      user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium
+      man-db)  # man-db (with groff-base): the generated man pages are rendered and linted
 # The VM lab (lbtune.lab.guests.vm): qemu boots Debian's kernel; busybox-static builds its initramfs.
 VM_PKGS=(qemu-system-x86 busybox-static)
 # The lab's servers and load (run only inside the UML guest, never as host services);

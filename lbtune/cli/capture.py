@@ -6,6 +6,7 @@ import os
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console, emit_json
 from lbtune.errors import BadInput
@@ -25,6 +26,7 @@ def _size(n: int) -> str:
     "--output",
     required=True,
     metavar="FILE.tar.gz",
+    shell_complete=complete.paths,
     help="Where to write the capture (gzip tarball).",
 )
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console, emit_json
 from lbtune.errors import BadInput, ExitCode
@@ -18,7 +19,8 @@ _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 @click.option("--role", metavar=ROLES, help="What this host is in the test (required).")
 @click.option("--vip", metavar="IP", help="The virtual IP (required for --role realserver).")
 @click.option("--load", "load", metavar='"CMD"', help="The planned load command, to lint.")
-@click.option("--iface", metavar="IF", help="The data interface (default: chosen from the host).")
+@click.option("--iface", metavar="IF", shell_complete=complete.interfaces,
+              help="The data interface (default: chosen from the host).")
 @common_options
 @click.pass_context
 def checklist_command(

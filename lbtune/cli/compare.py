@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import echo, emit_json, text_table
 from lbtune.errors import ExitCode
@@ -80,11 +81,13 @@ def as_json(c: Any) -> dict[str, Any]:
 
 
 @click.command("compare")
-@click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
-@click.option("--against", metavar="PROFILE|CAPTURE",
+@click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...",
+                shell_complete=complete.paths)
+@click.option("--against", metavar="PROFILE|CAPTURE", shell_complete=complete.profiles,
               help="The template: a profile (name or .toml) or a capture. Default: the first "
                    "CAPTURE.")
-@click.option("--iface", metavar="IF", help="The data interface, for a profile's [nic.data].")
+@click.option("--iface", metavar="IF", shell_complete=complete.interfaces,
+              help="The data interface, for a profile's [nic.data].")
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text",
               show_default=True)
 @common_options

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.errors import BadInput, ExitCode
 
@@ -46,6 +47,7 @@ def parse_duration(text: str) -> float:
     "ifaces",
     multiple=True,
     metavar="IF",
+    shell_complete=complete.interfaces,
     help="Only these interfaces' NIC counters (repeatable).",
 )
 @click.option(
@@ -55,11 +57,13 @@ def parse_duration(text: str) -> float:
     default=None,
     help="Report format (default text; --json = json).",
 )
-@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE.")
+@click.option("-o", "--output", metavar="FILE", shell_complete=complete.paths,
+              help="Write the report to FILE.")  # fmt: skip
 @click.option(
     "--write-profile",
     "profile_out",
     metavar="FILE.toml",
+    shell_complete=complete.paths,
     help="Also write the fixes lbtune can apply as a profile (for plan/apply FILE.toml).",
 )
 @click.option(
@@ -71,6 +75,7 @@ def parse_duration(text: str) -> float:
 @click.option(
     "--baseline",
     metavar="CAPTURE",
+    shell_complete=complete.paths,
     help="With --root: an earlier capture (directory or .tar.gz) of the same boot.",
 )
 @click.option(

@@ -4,16 +4,24 @@
 is one, and a repeated `lbtune ipvs apply CONFIG [--json]` (or `ipvs plan CONFIG [--json]`)
 that the last full apply recorded as a no-op is answered from that record: both by
 lbtune.cli.ipvs.fast, before the command line (click) and the planner are imported; so is
-`lbtune --help` (lbtune.cli.tophelp: the group's help as click renders it). Every other
-command, and every run none of them can answer, runs lbtune.cli.main."""
+`lbtune --help` (lbtune.cli.tophelp: the group's help as click renders it). A shell asking for
+Tab completions (`_LBTUNE_COMPLETE` set) goes to lbtune.cli.complete. Every other command, and
+every run none of them can answer, runs lbtune.cli.main."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 
 def main() -> None:
     args = sys.argv[1:]
+    instruction = os.environ.get("_LBTUNE_COMPLETE")
+    if instruction:  # the shell asks for completions (lbtune.cli.complete)
+        from lbtune.cli.complete import run
+        from lbtune.cli.main import cli
+
+        sys.exit(run(cli, instruction))
     if args and args[0] in ("--help", "-h"):
         from lbtune.cli.tophelp import try_help
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.diagnose import parse_duration
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.errors import BadInput
@@ -67,8 +68,9 @@ def _seconds(text: Optional[str], option: str, default: float, low: float) -> fl
 @click.command("exporter")
 @click.option("--listen", "listen", metavar="ADDR:PORT",
               help=f"Serve /metrics here (default 127.0.0.1:{DEFAULT_PORT}).")
-@click.option("--textfile", metavar="DIR", help="Write DIR/lbtune.prom (atomically) every "
-              "--interval for node_exporter's textfile collector, instead of serving.")
+@click.option("--textfile", metavar="DIR", shell_complete=complete.directories,
+              help="Write DIR/lbtune.prom (atomically) every --interval for node_exporter's "
+                   "textfile collector, instead of serving.")
 @click.option("--once", is_flag=True, help="One collection over one --interval, then exit: "
               "written to --textfile DIR, else printed.")
 @click.option("--interval", metavar="TIME", help="Textfile/--once window (default 15s).")
@@ -76,7 +78,8 @@ def _seconds(text: Optional[str], option: str, default: float, low: float) -> fl
               "the previous answer (default 1s).")
 @click.option("--listeners", type=int, default=10, show_default=True,
               help="Listeners exported (fullest accept queue first), 0 to 100.")
-@click.option("--queues", "queues", metavar="IF[,IF]", help="Per-queue packets/drops of "
+@click.option("--queues", "queues", metavar="IF[,IF]", shell_complete=complete.interface_lists,
+              help="Per-queue packets/drops of "
               "these interfaces (opt-in).")
 @click.option("--softnet-all", is_flag=True, help="Per CPU also RPS IPIs and flow-limit "
               "drops (2 series per CPU more).")
@@ -89,8 +92,10 @@ def _seconds(text: Optional[str], option: str, default: float, low: float) -> fl
 @click.option("--drop-locations", is_flag=True, help="With --probes: kernel drops by "
               "location too (capped).")
 @click.option("--profile", "profiles", multiple=True, metavar="NAME",
+              shell_complete=complete.profiles,
               help="Verify this profile (repeatable): lbtune_profile_in_sync{profile}.")
-@click.option("--iface", metavar="IF", help="The data interface --profile resolves against.")
+@click.option("--iface", metavar="IF", shell_complete=complete.interfaces,
+              help="The data interface --profile resolves against.")
 @click.option("--verify-interval", metavar="TIME", help="Seconds between verifies "
               "(default 60s).")
 @click.option("--duration", metavar="TIME", help="Stop after this long (default: never).")
@@ -142,19 +147,16 @@ def command(
                    softnet_all=softnet_all, ipvs_real_servers=ipvs_real_servers,
                    host_series=host_series)  # fmt: skip
     exp = Exporter(s, opts, profiles, iface, probes, spacing, every)
-    from lbtune.host.signals import interruptible
+    from lbtune.host.signals import until_stopped
 
     try:
-        with interruptible():
+        with until_stopped():  # `systemctl stop`, `kill`: the normal end of a daemon (exit 0)
             if once or out_path is not None:
                 return _textfile(exp, out_path, window, once, until)
             return _serve(exp, addr, port, until, s.json)
-    except KeyboardInterrupt as e:
-        if str(e) == "SIGTERM":  # `systemctl stop`, `kill`: the normal end of a daemon
-            return 0
-        raise
     finally:
         exp.close()
+    return 0
 
 
 def _write(out_path: Optional[str], text: bytes) -> None:

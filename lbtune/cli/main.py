@@ -14,6 +14,7 @@ from typing import Any, Optional
 import click
 
 from lbtune import __version__
+from lbtune.cli import complete
 from lbtune.errors import ExitCode, LbtuneError
 from lbtune.host.runtime import Runtime
 
@@ -33,8 +34,9 @@ def common_options(f: Any) -> Any:
     """The global options, accepted after the subcommand too (`lbtune show --json -v`)."""
     opts = [
         click.option("--root", metavar="DIR", expose_value=False, callback=_setter("root"),
-                     help="Read /proc, /sys and /etc below DIR."),
+                     shell_complete=complete.paths, help="Read /proc, /sys and /etc below DIR."),
         click.option("--netns", metavar="NAME", expose_value=False, callback=_setter("netns"),
+                     shell_complete=complete.namespaces,
                      help="Operate inside network namespace NAME."),
         click.option("--json", is_flag=True, default=None, expose_value=False,
                      callback=_setter("json"), help="Machine-readable JSON on stdout."),
@@ -71,6 +73,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ipvs": ("lbtune.cli.ipvs.commands:ipvs_group", "IPVS DR director, real servers, self-test."),
     "monitor": ("lbtune.cli.monitor", "Live TUI: drops by cause, queues, CPUs, findings."),
     "exporter": ("lbtune.cli.exporter", "Prometheus metrics: drops by cause, findings, drift."),
+    "completion": ("lbtune.cli.complete:completion_command",
+                   "Print the Tab-completion script for bash, zsh or fish."),
 }
 
 
@@ -90,6 +94,15 @@ class LazyGroup(click.Group):
         assert isinstance(cmd, click.Command)
         return cmd
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        """Command names with their one-line help from COMMANDS (no command is imported to
+        list them), then the group's options."""
+        from click.shell_completion import CompletionItem
+
+        names = [n for n in self.list_commands(ctx) if n.startswith(incomplete)]
+        items = [CompletionItem(n, help=COMMANDS[n][1]) for n in names]
+        return items + click.Command.shell_complete(self, ctx, incomplete)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
@@ -102,9 +115,11 @@ class LazyGroup(click.Group):
     default="/",
     metavar="DIR",
     envvar="LBTUNE_ROOT",
+    shell_complete=complete.paths,
     help="Read /proc, /sys and /etc below DIR (a fixture, capture or sosreport).",
 )
-@click.option("--netns", metavar="NAME", help="Operate inside network namespace NAME.")
+@click.option("--netns", metavar="NAME", shell_complete=complete.namespaces,
+              help="Operate inside network namespace NAME.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 @click.option("-v", "--verbose", count=True, help="More detail (repeat for more).")
 @click.option("--debug", is_flag=True, envvar="LBTUNE_DEBUG", help="Show tracebacks on errors.")
@@ -118,7 +133,8 @@ def cli(
     Exit codes: 0 ok, 1 findings or drift, 2 bad input, 3 needs root or a kernel
     capability, 4 a change failed (or was interrupted) and everything was restored,
     5 restoring failed too (`lbtune rollback` retries), 6 another run holds the lock,
-    70 internal error, 130 interrupted (Ctrl-C) outside a change.
+    70 internal error, 130 interrupted (Ctrl-C) outside a change. A daemon (exporter,
+    ipvs agent, adapt, serve) stopped by SIGTERM exits 0.
     """
     runtime = Runtime(root=root, netns=netns, json=as_json, verbose=verbose, debug=debug)
     if isinstance(ctx.obj, _Slot):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.diagnose import parse_duration
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.errors import BadInput, ExitCode, NeedsPrivilege
@@ -24,16 +25,20 @@ MAX_INTERVAL = 3600.0
 
 
 @click.command("monitor")
-@click.option("--iface", metavar="IF", help="Only this interface's NIC counters (queues panel).")
+@click.option("--iface", metavar="IF", shell_complete=complete.interfaces,
+              help="Only this interface's NIC counters (queues panel).")
 @click.option("--interval", metavar="TIME",
               help="Refresh interval: seconds (1), or with a unit (500ms, 2s). Default 1 s "
                    "(a replay: the recording's own).")
 @click.option("--no-probes", is_flag=True,
               help="Counters only: do not load the eBPF probes (b toggles them).")
-@click.option("--record", metavar="FILE", help="Also write every tick to FILE (for --replay).")
-@click.option("--replay", metavar="FILE", help="Play a recording instead of the live host.")
+@click.option("--record", metavar="FILE", shell_complete=complete.paths,
+              help="Also write every tick to FILE (for --replay).")
+@click.option("--replay", metavar="FILE", shell_complete=complete.paths,
+              help="Play a recording instead of the live host.")
 @click.option("--force", is_flag=True, help="With --record: replace FILE if it exists.")
-@click.option("--report-dir", metavar="DIR", help="Default directory of reports (w key).")
+@click.option("--report-dir", metavar="DIR", shell_complete=complete.directories,
+              help="Default directory of reports (w key).")
 @common_options
 @click.pass_context
 def command(

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.diagnose import parse_duration
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console, emit_json, jsonable
@@ -28,7 +29,7 @@ class _Terminated(KeyboardInterrupt):
 @click.argument("probes", nargs=-1, required=True, type=click.Choice(PROBES))
 @click.option("--duration", "-d", default="10s", show_default=True, metavar="TIME",
               help="How long to count: seconds (10), or with a unit (10s, 1m, 500ms).")
-@click.option("--iface", "ifaces", multiple=True, metavar="IF",
+@click.option("--iface", "ifaces", multiple=True, metavar="IF", shell_complete=complete.interfaces,
               help="Only these interfaces (queues, napi; repeatable).")
 @click.option("--top", default=20, show_default=True, type=click.IntRange(1, 10000),
               help="Rows of drops to show (text output).")

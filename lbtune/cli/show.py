@@ -6,13 +6,15 @@ from typing import Any, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console, cpus, emit_json
 from lbtune.errors import BadInput
 
 
 @click.command("show")
-@click.option("--iface", "ifaces", multiple=True, metavar="IF", help="Only these interfaces.")
+@click.option("--iface", "ifaces", multiple=True, metavar="IF", shell_complete=complete.interfaces,
+              help="Only these interfaces.")
 @click.option("--all", "show_all", is_flag=True, help="Include loopback and down interfaces.")
 @common_options
 @click.pass_context

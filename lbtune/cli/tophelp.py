@@ -27,7 +27,8 @@ Usage: lbtune [OPTIONS] COMMAND [ARGS]...
   capability, 4 a change failed (or was interrupted) and everything was
   restored, 5 restoring failed too (`lbtune rollback` retries), 6 another run
   holds the lock, 70 internal error, 130 interrupted (Ctrl-C) outside a
-  change.
+  change. A daemon (exporter, ipvs agent, adapt, serve) stopped by SIGTERM
+  exits 0.
 
 Options:
   --root DIR     Read /proc, /sys and /etc below DIR (a fixture, capture or
@@ -40,23 +41,24 @@ Options:
   -h, --help     Show this message and exit.
 
 Commands:
-  apply      Apply a profile (journaled, all-or-nothing).
-  capture    Save what lbtune reads, for --root.
-  checklist  Is this host ready for a load test?
-  compare    Which hosts differ from a template host or a profile (captures).
-  diagnose   Find where packets die and the fix.
-  doctor     Say what this host can do (root, bcc, tracefs, IPVS, lab).
-  exporter   Prometheus metrics: drops by cause, findings, drift.
-  history    List applies and their state.
-  ipvs       IPVS DR director, real servers, self-test.
-  lab        The IPVS DR lab (UML kernel): load, spread, diagnosis.
-  monitor    Live TUI: drops by cause, queues, CPUs, findings.
-  plan       Show what applying a profile would change.
-  probe      Count drops by kernel reason, per-queue packets, NAPI (eBPF).
-  profile    List, show and lint tuning profiles.
-  rollback   Restore what the last apply replaced.
-  show       Show CPU/NUMA topology, NICs, queue IRQs and irqbalance.
-  verify     Check a profile is in effect (exit 1 on drift).
+  apply       Apply a profile (journaled, all-or-nothing).
+  capture     Save what lbtune reads, for --root.
+  checklist   Is this host ready for a load test?
+  compare     Which hosts differ from a template host or a profile (captures).
+  completion  Print the Tab-completion script for bash, zsh or fish.
+  diagnose    Find where packets die and the fix.
+  doctor      Say what this host can do (root, bcc, tracefs, IPVS, lab).
+  exporter    Prometheus metrics: drops by cause, findings, drift.
+  history     List applies and their state.
+  ipvs        IPVS DR director, real servers, self-test.
+  lab         The IPVS DR lab (UML kernel): load, spread, diagnosis.
+  monitor     Live TUI: drops by cause, queues, CPUs, findings.
+  plan        Show what applying a profile would change.
+  probe       Count drops by kernel reason, per-queue packets, NAPI (eBPF).
+  profile     List, show and lint tuning profiles.
+  rollback    Restore what the last apply replaced.
+  show        Show CPU/NUMA topology, NICs, queue IRQs and irqbalance.
+  verify      Check a profile is in effect (exit 1 on drift).
 """
 
 

@@ -10,12 +10,16 @@ from typing import Any, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import echo, emit_json, text_table
 from lbtune.errors import BadInput, ExitCode
 
 IFACE = click.option(
-    "--iface", metavar="IF", help="The data interface the profile's [nic.data] sections tune."
+    "--iface",
+    metavar="IF",
+    shell_complete=complete.interfaces,
+    help="The data interface the profile's [nic.data] sections tune.",
 )
 
 
@@ -63,7 +67,7 @@ def _print_plan(plan: Any, verbose: int) -> None:
 
 
 @click.command("plan")
-@click.argument("profile")
+@click.argument("profile", shell_complete=complete.profiles)
 @IFACE
 @common_options
 @click.pass_context
@@ -92,7 +96,7 @@ def _print_skipped(s: Any, plan: Any) -> None:
 
 
 @click.command("apply")
-@click.argument("profile")
+@click.argument("profile", shell_complete=complete.profiles)
 @IFACE
 @click.option("--persist", is_flag=True, help="Also write sysctl.d, a boot unit, bootloader.")
 @click.option("--yes", is_flag=True, help="Do not ask before resetting the management link.")
@@ -147,7 +151,7 @@ def apply_command(
 
 
 @click.command("verify")
-@click.argument("profile", required=False)
+@click.argument("profile", required=False, shell_complete=complete.profiles)
 @IFACE
 @common_options
 @click.pass_context
@@ -272,7 +276,7 @@ def profile_list(ctx: click.Context) -> int:
 
 
 @profile_group.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.profiles)
 @click.option("--resolved", is_flag=True, help="Resolve against this host (values and CPUs).")
 @IFACE
 @common_options
@@ -306,7 +310,7 @@ def profile_show(ctx: click.Context, name: str, resolved: bool, iface: Optional[
 
 
 @profile_group.command("lint")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.profiles)
 @IFACE
 @common_options
 @click.pass_context

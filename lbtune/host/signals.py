@@ -15,6 +15,9 @@ exits, so the command reports its decided outcome with its documented exit code 
 between the commit and the exit used to kill it with the default action, status -15, after
 the journal said applied). `late_signals()` names what arrived after the decision.
 
+A daemon's serving loop runs in `until_stopped()`: SIGTERM ends it normally (exit 0, a clean
+stop to systemd), Ctrl-C is still an interruption (exit 130).
+
 Signal handlers can only be set from the main thread; elsewhere all of this is a no-op.
 """
 
@@ -111,6 +114,21 @@ def shielded() -> Iterator[None]:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def until_stopped() -> Iterator[Scope]:
+    """The run of a daemon (`lbtune exporter`, `ipvs agent`, `ipvs adapt`): an `interruptible()`
+    block that SIGTERM ends normally, so `systemctl stop` or `kill` is a clean stop (exit 0,
+    not a failure to systemd), while Ctrl-C (SIGINT) still raises KeyboardInterrupt (exit 130,
+    an interrupted run at a terminal). Code after the block (a restore, a close) runs either
+    way."""
+    try:
+        with interruptible() as scope:
+            yield scope
+    except KeyboardInterrupt as e:
+        if str(e) != signal.Signals.SIGTERM.name:
+            raise
 
 
 def current_scope() -> Optional[Scope]:

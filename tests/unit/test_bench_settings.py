@@ -17,6 +17,7 @@ BENCH = ROOT / "bench"
 # script -> (results file, {argparse option: meta key})
 SETTINGS = {
     "run.py": ("startup.json", {"rounds": "rounds"}),
+    "completion.py": ("completion.json", {"rounds": "rounds"}),
     "tune.py": ("tune.json", {"rounds": "rounds"}),
     "diagnose.py": ("diagnose.json", {"rounds": "rounds", "ticks": "ticks_per_round"}),
     "lab.py": ("lab.json", {"rounds": "rounds", "duration": "duration", "servers": "servers"}),

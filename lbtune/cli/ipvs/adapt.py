@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.ipvs.common import director_config, emit_json, ipvs_host, ipvs_state
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.cli.output import console
@@ -79,7 +80,8 @@ def _finite(value: Optional[float], name: str, low: float, high: float) -> None:
               help="HTTP port of the agent (GET / JSON, /metrics Prometheus, /haproxy).")
 @click.option("--port", type=int, default=80, show_default=True,
               help="The served port the report is about (listener, connections).")
-@click.option("--egress", metavar="IF", help="Interface replies leave from "
+@click.option("--egress", metavar="IF", shell_complete=complete.interfaces,
+              help="Interface replies leave from "
               "(default: the default route's).")
 @click.option("--signals", metavar="LIST", help="Resources the load is taken from "
               "(default all: cpu,runq,mem,listen,egress,conns).")
@@ -167,17 +169,20 @@ def agent_command(
     where = f"http://{host_part}:{ports[0]}/"
     extra = f", HAProxy agent-check on port {ports[1]}" if len(ports) > 1 else ""
     allowed = ",".join(str(n) for n in networks)
-    if s.json:
-        sys.stdout.write(json.dumps({"listening": where, "ports": ports,
-                                     "allow": [str(n) for n in networks]}) + "\n")
-    else:
-        sys.stdout.write(f"agent for port {port} on {where} (/metrics, /haproxy, /healthz)"
-                         f"{extra}; clients from {allowed}\n")  # one line, never wrapped
-    sys.stdout.flush()
-    from lbtune.host.signals import interruptible
+    from lbtune.host.signals import until_stopped
 
     try:
-        with interruptible():
+        # SIGTERM (`systemctl stop`) is the normal end of the agent: exit 0. Caught from
+        # before the ready line, so a stop sent as soon as it is printed is a clean one too.
+        with until_stopped():
+            if s.json:
+                doc = {"listening": where, "ports": ports, "allow": [str(n) for n in networks]}
+                line = json.dumps(doc)
+            else:  # one line, never wrapped
+                line = (f"agent for port {port} on {where} (/metrics, /haproxy, /healthz)"
+                        f"{extra}; clients from {allowed}")  # fmt: skip
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
             agent.run(None if duration is None else time.monotonic() + duration)
     finally:
         agent.close()
@@ -207,7 +212,7 @@ def _misc_check(s: Any, url: str, timeout: float) -> int:
 
 
 @click.command("adapt")
-@click.argument("config")
+@click.argument("config", shell_complete=complete.configs)
 @click.option("--interval", type=float, default=2.0, show_default=True,
               help="Seconds between polls of the agents.")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
@@ -222,7 +227,7 @@ def adapt_command(ctx: click.Context, config: str, interval: float, duration: Op
                   timeout: float, dry_run: bool, keep: bool) -> int:  # fmt: skip
     """Poll the real servers' agents and set IPVS weights from their reports: in-place weight
     edits through the reconcile, under the lock, every change logged with its reason."""
-    from lbtune.host.signals import interruptible
+    from lbtune.host.signals import until_stopped
     from lbtune.ipvs.adapt import Adapter, Event, run
 
     if not 0.2 <= interval <= 3600 or not 0.1 <= timeout <= MISC_TIMEOUT_MAX:
@@ -251,7 +256,7 @@ def adapt_command(ctx: click.Context, config: str, interval: float, duration: Op
         sys.stdout.flush()
 
     try:
-        with interruptible():
+        with until_stopped():  # SIGTERM (`systemctl stop`): restore, then exit 0
             run(adapter, interval, duration, log)
     finally:
         if not keep:

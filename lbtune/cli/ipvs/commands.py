@@ -6,6 +6,7 @@ from typing import Any, Optional, Sequence
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.ipvs import render
 from lbtune.cli.ipvs.common import bulk, director_config, emit_json, ipvs_host, ipvs_state
 from lbtune.cli.main import common_options, runtime_of
@@ -111,7 +112,7 @@ def _print_plan(plan: Any, verbose: int, title: str, in_place: int = 0) -> None:
 
 
 @ipvs_group.command("plan")
-@click.argument("config")
+@click.argument("config", shell_complete=complete.configs)
 @click.option("--teardown", is_flag=True,
               help="Plan what `ipvs teardown CONFIG` would do instead of `apply`.")
 @common_options
@@ -182,7 +183,7 @@ def _reconcile(ctx: click.Context, config: str, teardown: bool) -> int:
 
 
 @ipvs_group.command("apply")
-@click.argument("config")
+@click.argument("config", shell_complete=complete.configs)
 @common_options
 @click.pass_context
 def apply_command(ctx: click.Context, config: str) -> int:
@@ -191,7 +192,7 @@ def apply_command(ctx: click.Context, config: str) -> int:
 
 
 @ipvs_group.command("teardown")
-@click.argument("config")
+@click.argument("config", shell_complete=complete.configs)
 @common_options
 @click.pass_context
 def teardown_command(ctx: click.Context, config: str) -> int:
@@ -200,7 +201,7 @@ def teardown_command(ctx: click.Context, config: str) -> int:
 
 
 @ipvs_group.command("status")
-@click.argument("config", required=False)
+@click.argument("config", required=False, shell_complete=complete.configs)
 @common_options
 @click.pass_context
 def status_command(ctx: click.Context, config: Optional[str]) -> int:
@@ -272,8 +273,9 @@ def _print_status(st: Any, cfg: Any) -> None:
 
 
 @ipvs_group.command("selftest")
-@click.argument("config")
-@click.option("--from-netns", metavar="NS", help="Run the client side in namespace NS.")
+@click.argument("config", shell_complete=complete.configs)
+@click.option("--from-netns", metavar="NS", shell_complete=complete.namespaces,
+              help="Run the client side in namespace NS.")
 @click.option("-n", "count", type=click.IntRange(1, 100000), default=10, show_default=True,
               help="Exchanges per service.")
 @click.option("--send", type=click.Choice(["http", "none"]), default="http", show_default=True,
@@ -324,9 +326,10 @@ def _rs_options(f: Any) -> Any:
     opts = [
         click.option("--vip", "vips", multiple=True, required=True, metavar="VIP",
                      help="A VIP the director forwards here (repeat for more)."),
-        click.option("--iface", metavar="IF",
+        click.option("--iface", metavar="IF", shell_complete=complete.interfaces,
                      help="Interface facing the director (default: the default route's)."),
-        click.option("--dev", default="lo", show_default=True,
+        click.option("--dev", default="lo", show_default=True, metavar="IF",
+                     shell_complete=complete.interfaces,
                      help="Where the VIP lives (lo, or an existing dummy interface)."),
     ]
     for o in reversed(opts):
@@ -405,7 +408,7 @@ def rs_teardown(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str],
 
 @realserver_group.command("verify")
 @_rs_options
-@click.option("--arp-from", metavar="NS",
+@click.option("--arp-from", metavar="NS", shell_complete=complete.namespaces,
               help="Send a real ARP request for the VIP from namespace NS on the segment.")
 @click.option("--client", metavar="ADDR",
               help="An IPv4 client whose packets rp_filter must pass (default: a stand-in "

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import click
 
+from lbtune.cli import complete
 from lbtune.cli.main import common_options, runtime_of
 from lbtune.errors import BadInput, NeedsPrivilege
 
@@ -15,7 +16,7 @@ _PAIR_ONLY = ("role", "priority", "interface", "advert_int", "vrid", "src", "vip
 
 
 @click.command("export")
-@click.argument("config", required=False)
+@click.argument("config", required=False, shell_complete=complete.configs)
 @click.option("--format", "fmt", type=click.Choice(["ipvsadm", "keepalived"]),
               default="ipvsadm", show_default=True)
 @click.option("--check-port", type=click.IntRange(1, 65535), default=None,
@@ -27,6 +28,7 @@ _PAIR_ONLY = ("role", "priority", "interface", "advert_int", "vrid", "src", "vip
 @click.option("--priority", type=int, default=None,
               help="With --peer: VRRP priority 1-254 (default 150 master, 100 backup).")
 @click.option("--interface", metavar="IFACE", default="eth0", show_default=True,
+              shell_complete=complete.interfaces,
               help="With --peer: the interface of VRRP, the VIPs and the sync daemon.")
 @click.option("--advert-int", type=float, default=1.0, show_default=True,
               help="With --peer: VRRP advert interval, s (below 1: VRRPv3).")

@@ -5,7 +5,8 @@ showing the namespace it was mounted in. So, like `ip netns exec`, the process f
 private mount namespace (nothing it mounts is visible to the host), joins the net namespace, and
 mounts a fresh sysfs on /sys, which then shows that namespace's devices. tracefs is mounted
 again when asked (probes need it). This changes the calling process for good: the CLI does it
-once at start-up; tests do it in a forked child.
+once at start-up; tests do it in a forked child. `namespace_names` and `interface_names` list
+what there is, for shell completion, without entering anything for good.
 """
 
 from __future__ import annotations
@@ -210,3 +211,27 @@ class NetnsThread:
         if self._started:
             self._jobs.put(None)
             self._thread.join()
+
+
+def namespace_names() -> list[str]:
+    """The named network namespaces (`ip netns list`: the entries of /run/netns)."""
+    try:
+        names = os.listdir(NETNS_RUN_DIR)
+    except OSError:
+        return []
+    return sorted(n for n in names if _NAME.fullmatch(n) and n not in (".", ".."))
+
+
+def interface_names(netns: Optional[str] = None, root: str = "/") -> list[str]:
+    """The network interfaces of namespace `netns` (a short-lived thread joins it and asks
+    the kernel, `if_nameindex`; needs root), else those ROOT/sys/class/net lists (this
+    host's, or a fixture's or capture's). Raises OSError, BadInput or NeedsPrivilege."""
+    if netns is None:
+        return sorted(os.listdir(os.path.join(root, "sys", "class", "net")))
+    import socket
+
+    def names() -> list[str]:
+        return sorted(name for _, name in socket.if_nameindex())
+
+    with NetnsThread(netns) as worker:
+        return worker.call(names)
