@@ -211,8 +211,10 @@ def _serve(exp: Exporter, addr: str, port: int, until: Optional[float], as_json:
         sys.stdout.write(f"lbtune exporter on {where}\n")
     sys.stdout.flush()
     try:
+        # Asleep between scrapes (SIGTERM and Ctrl-C interrupt the sleep): no timer wakes an
+        # idle exporter, whose CPU between scrapes is part of what it costs per scrape.
         while until is None or time.monotonic() < until:
-            time.sleep(0.2 if until is None else max(0.0, min(0.2, until - time.monotonic())))
+            time.sleep(3600.0 if until is None else max(0.0, until - time.monotonic()))
     finally:
         endpoint.close()
     return 0
