@@ -261,3 +261,59 @@ def test_recorded_values_and_bad_file(tmp_path):
     with pytest.raises(MalformedHostFile) as e:
         eth.stats("eth9")
     assert e.value.path == str(tmp_path / "sos_commands/networking/ethtool_-S_eth9")
+
+
+# ------------------------------------------------------- ethtool -S: the whole-text parser
+
+
+def _recorded_stats() -> list[tuple[str, str]]:
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "data"
+    files = sorted(root.glob("hosts/*/sos_commands/networking/ethtool_-S_*"))
+    files += sorted(root.glob("ethtool/*-S.txt"))
+    return [(str(p.relative_to(root)), p.read_text()) for p in files]
+
+
+@pytest.mark.parametrize("name,text", _recorded_stats(), ids=lambda v: v if "/" in v else "")
+def test_whole_text_parse_equals_the_line_parse_on_every_recording(name, text):
+    from lbtune.host.net.ethtool import _parse_ethtool_S_lines
+
+    try:
+        want = _parse_ethtool_S_lines(text, name)
+    except MalformedHostFile:
+        with pytest.raises(MalformedHostFile):
+            parse_ethtool_S(text, name)
+        return
+    assert parse_ethtool_S(text, name) == want
+
+
+ODD_STATS = [
+    "NIC statistics:\n     rx_packets: 12\n     tx_packets: 3\n",  # the plain case
+    "NIC statistics:\r\n     rx_packets: 12\r\n     tx_packets: 3\r\n",  # CRLF: line by line
+    "NIC statistics:\n\t rx_packets:\t12\t\n\n   \n     tx: -3",  # tabs, blanks, no final \n
+    "NIC statistics:\n     Rx Queue#: 0\n       pkts rx OOB: 5\n     Rx Queue#: 1\n"
+    "       pkts rx OOB: 7\n     rx: 1\n",  # vmxnet3 sections
+    "NIC statistics:\n     a: b: 4\n     c:  5  \n",  # a colon in a name
+    "NIC statistics:",  # the header alone
+    "NIC statistics:\n     rx_packets: 12\n     garbage\n",  # a bad line: the same error
+    "NIC statistics:\n     rx_packets 12\n",
+    "NIC statistics:\nrx_packets: 12\n",  # not indented
+    "statistics:\n     rx: 1\n",  # no header
+    "",
+    "NIC statistics:\n     rx\u2028x: 1\n",  # a break only splitlines() knows
+]
+
+
+@pytest.mark.parametrize("text", ODD_STATS)
+def test_whole_text_parse_equals_the_line_parse_on_odd_texts(text):
+    from lbtune.host.net.ethtool import _parse_ethtool_S_lines
+
+    try:
+        want = _parse_ethtool_S_lines(text, "t")
+    except MalformedHostFile as e:
+        with pytest.raises(MalformedHostFile) as got:
+            parse_ethtool_S(text, "t")
+        assert str(got.value) == str(e)
+        return
+    assert parse_ethtool_S(text, "t") == want

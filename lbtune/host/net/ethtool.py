@@ -336,7 +336,31 @@ def qualify_sections(names: Sequence[tuple[int, str]]) -> Optional[list[str]]:
     return out if seen["Rx"] or seen["Tx"] else None
 
 
+# The whole text at once (a 48-channel mlx5 prints thousands of lines, read on every scrape
+# of a recorded host): every counter line, and every blank one, split on "\n" only.
+_STAT_LINES = re.compile(r"^([^\S\n]+)(\S[^\n]*):[^\S\n]+(-?\d+)[^\S\n]*$", re.M)
+_BLANK_LINES = re.compile(r"^[^\S\n]*$", re.M)
+# line breaks str.splitlines() knows besides "\n": a text with one takes the line-by-line way
+_OTHER_BREAKS = ("\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
 def parse_ethtool_S(text: str, source: str = "ethtool -S") -> dict[str, int]:
+    head, nl, body = text.partition("\n")
+    if nl and head.startswith("NIC statistics") and not any(c in text for c in _OTHER_BREAKS):
+        found = _STAT_LINES.findall(body)
+        blank = len(_BLANK_LINES.findall(body))
+        if len(found) == body.count("\n") + 1 - blank:  # every other line is a counter
+            values = [int(v) for _, _, v in found]
+            if "Queue#" in body:  # vmxnet3's per-queue sections (qualify_sections)
+                names = [(len(ws), name) for ws, name, _ in found]
+                keys = qualify_sections(names) or [name for _, name in names]
+            else:
+                keys = [name for _, name, _ in found]
+            return dict(zip(keys, values))
+    return _parse_ethtool_S_lines(text, source)  # the exact error, or the odd line breaks
+
+
+def _parse_ethtool_S_lines(text: str, source: str) -> dict[str, int]:
     lines = text.splitlines()
     if not lines or not lines[0].startswith("NIC statistics"):
         raise MalformedHostFile(source, "does not start with 'NIC statistics:'")
