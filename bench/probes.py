@@ -412,7 +412,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0,
                     help="flood length per measurement (5 s holds one 1 s statistics window of "
                     "lbtune's cost sampling, the same share as in a long run)")  # fmt: skip
-    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+    ap.add_argument("--workloads", default="full socket,closed port",
                     help="comma-separated, from: " + ", ".join(WORKLOADS))
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "probes.json")
     args = ap.parse_args()
