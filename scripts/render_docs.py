@@ -702,6 +702,23 @@ _PROBE_TPS = {"drops": ("skb:kfree_skb", "tcp:tcp_send_reset", "icmp:icmp_send")
               "napi": ("napi:napi_poll",)}
 
 
+def _goal(source: str, workload: str, probe: str) -> float:
+    """`drops queues napi`'s ns/event of one probe in one workload (the goal rows)."""
+    rows = [g for g in meta(source)["goal_rows"]
+            if g["workload"] == workload and g["probe"] == probe]  # fmt: skip
+    if len(rows) != 1:
+        raise KeyError(f"{source}: {len(rows)} goal rows for {workload} {probe}")
+    value: float = rows[0]["ns_per_event"]
+    return value
+
+
+def _icmp(source: str) -> float:
+    """`drops queues napi`'s icmp_send program on the closed-port flood, ns/event."""
+    value: float = row(source, name=_ALL, workload="closed port")["programs"][
+        "icmp:icmp_send"]["ns_per_event"]
+    return value
+
+
 @register("probes.goal")
 def _probes_goal() -> str:
     """`drops queues napi` per probe against the empty program on its tracepoints."""
@@ -727,6 +744,10 @@ figures({
     "probes.floor.ns": lambda: "{:.0f}-{:.0f}".format(*(lambda v: (min(v), max(v)))(
         [p["ns_per_event"] for w in ("full socket", "closed port")
          for p in _pr(_ALL_FLOOR, w)["programs"].values() if p["events"]])),
+    "probes.closed.drops.goal_ns": lambda: f"{_goal('probes', 'closed port', 'drops'):.1f}",
+    "probes.before.closed.drops.goal_ns": lambda: f"{_goal('probes_before', 'closed port', 'drops'):.1f}",  # noqa: E501
+    "probes.closed.icmp.ns": lambda: f"{_icmp('probes'):.1f}",
+    "probes.before.closed.icmp.ns": lambda: f"{_icmp('probes_before'):.1f}",
     "probes.copy.ns": lambda: f"{_pr(_COPY)['ns_pooled']:.1f}",
     "probes.queues_empty.ns": lambda: f"{_pr(_PROBE_ROWS[4][1])['ns_pooled']:.1f}",
     "probes.drops.loss": lambda: f"{_pr('lbtune probe drops')['loss_cpu_pct']:.1f}",
