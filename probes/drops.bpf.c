@@ -82,8 +82,12 @@ int lbt_drops_kfree_skb(struct lbt_args_skb_kfree_skb *args)
  * i.e. the local address and port the segment was sent to, as a sockaddr (family, port in
  * network order, address). A UDP datagram for no socket is answered (IPv4) with ICMP port
  * unreachable, whose icmp:icmp_send record carries the datagram's addresses and ports (host
- * order). Both are counted per (protocol, family, local address, local port) in a per-CPU
- * hash of at most LBT_P_MAX keys; events beyond it count in lbt_ports_lost.
+ * order). Both are counted per (protocol, family, local address, local port).
+ *
+ * Fast path without helper calls, as for drops: a per-CPU direct-mapped table (LBT_P_CACHE
+ * entries) indexed by a multiplicative hash of the key; an entry holds its key and count. A
+ * key whose entry is taken goes to a per-CPU hash of at most LBT_P_MAX keys; events beyond
+ * it count in lbt_ports_lost.
  */
 struct lbt_pkey {
 	u64 a0;  /* the local address: 16 bytes (IPv4: the first 4), as two words */
@@ -94,15 +98,38 @@ struct lbt_pkey {
 	u32 pad;
 };
 
+struct lbt_pentry {
+	struct lbt_pkey key;
+	u64 count;
+};
+
 #if defined(LBT_P_RST) || defined(LBT_P_ICMP)
+BPF_PERCPU_ARRAY(lbt_ports_cache, struct lbt_pentry, LBT_P_CACHE);
 BPF_PERCPU_HASH(lbt_ports, struct lbt_pkey, u64, LBT_P_MAX);
 BPF_PERCPU_ARRAY(lbt_ports_lost, u64, 1);
 
 static __always_inline void lbt_port_count(struct lbt_pkey *key)
 {
 	u64 zero = 0, *count;
-	u32 first = 0;
+	u32 first = 0, slot;
+	u64 tag = key->port | ((u64)key->proto << 16) | ((u64)key->family << 24);
+	struct lbt_pentry *e;
 
+	slot = ((key->a0 ^ (key->a1 * 0x9E3779B97F4A7C15ULL) ^ (tag << 32)) *
+		0x9E3779B97F4A7C15ULL) >> LBT_P_SHIFT;
+	e = lbt_ports_cache.lookup(&slot);
+	if (!e)
+		return;
+	if (e->key.a0 == key->a0 && e->key.a1 == key->a1 && e->key.port == key->port &&
+	    e->key.proto == key->proto && e->key.family == key->family) {
+		e->count++;
+		return;
+	}
+	if (!e->count) { /* a free entry on this CPU: take it */
+		e->key = *key;
+		e->count = 1;
+		return;
+	}
 	count = lbt_ports.lookup_or_try_init(key, &zero);
 	if (count) {
 		(*count)++;

@@ -674,8 +674,8 @@ _PROBE_ROWS = (
 )
 
 
-def _pr(name: str) -> dict[str, Any]:
-    return row("probes", name=name)
+def _pr(name: str, workload: str = "full socket") -> dict[str, Any]:
+    return row("probes", name=name, workload=workload)
 
 
 @register("probes.table")
@@ -685,13 +685,85 @@ def _probes_table() -> str:
     return "\n".join(lines)
 
 
+_ALL = "lbtune probe drops queues napi"
+_ALL_FLOOR = "floor: empty program, drops queues napi's tracepoints"
+_COPY = "floor: device-name copy alone, queues' tracepoints"
+
+
+@register("probes.programs")
+def _probes_programs() -> str:
+    """Per tracepoint: `drops queues napi`'s program and an empty one, both workloads."""
+    lines = ["| workload | probe | tracepoint | ns/event | empty program ns/event | ratio |",
+             "|---|---|---|---:|---:|---:|"]
+    for workload in ("full socket", "closed port"):
+        mine, floor = _pr(_ALL, workload)["programs"], _pr(_ALL_FLOOR, workload)["programs"]
+        for tp, p in mine.items():
+            f = floor.get(tp, {})
+            if not p["events"] or p["ns_per_event"] is None or not f.get("ns_per_event"):
+                continue  # a tracepoint this traffic does not pass
+            probe = next(g for g, tps in _PROBE_TPS.items() if tp in tps)
+            lines.append(f"| {workload} | {probe} | `{tp}` | {p['ns_per_event']:.1f} | "
+                         f"{f['ns_per_event']:.1f} | {p['ns_per_event'] / f['ns_per_event']:.2f} |")
+    return "\n".join(lines)
+
+
+_PROBE_TPS = {"drops": ("skb:kfree_skb", "tcp:tcp_send_reset", "icmp:icmp_send"),
+              "queues": ("net:net_dev_start_xmit", "net:netif_receive_skb_entry",
+                         "net:napi_gro_receive_entry", "net:napi_gro_frags_entry",
+                         "net:netif_receive_skb_list_entry", "net:netif_rx_entry"),
+              "napi": ("napi:napi_poll",)}
+
+
+def _goal(source: str, workload: str, probe: str) -> float:
+    """`drops queues napi`'s ns/event of one probe in one workload (the goal rows)."""
+    rows = [g for g in meta(source)["goal_rows"]
+            if g["workload"] == workload and g["probe"] == probe]  # fmt: skip
+    if len(rows) != 1:
+        raise KeyError(f"{source}: {len(rows)} goal rows for {workload} {probe}")
+    value: float = rows[0]["ns_per_event"]
+    return value
+
+
+def _icmp(source: str) -> float:
+    """`drops queues napi`'s icmp_send program on the closed-port flood, ns/event."""
+    value: float = row(source, name=_ALL, workload="closed port")["programs"][
+        "icmp:icmp_send"]["ns_per_event"]
+    return value
+
+
+@register("probes.goal")
+def _probes_goal() -> str:
+    """`drops queues napi` per probe against the empty program on its tracepoints."""
+    lines = ["| workload | probe | ns/event | empty program ns/event | ratio (goal ≤ 1.5) |",
+             "|---|---|---:|---:|---:|"]
+    for g in meta("probes")["goal_rows"]:
+        lines.append(f"| {g['workload']} | {g['probe']} | {g['ns_per_event']:.1f} | "
+                     f"{g['floor_ns']:.1f} | {g['ratio_to_floor']:.2f} |")
+    return "\n".join(lines)
+
+
 figures({
     "probes.rounds": lambda: meta("probes")["rounds"],
     "probes.seconds": lambda: f"{meta('probes')['seconds']:.0f}",
+    "probes.commit": lambda: meta("probes")["commit"],
+    "probes.load": lambda: "{} at the start, {} at the end".format(
+        *(meta("probes")["host_load"][k][0] for k in ("start", "end"))),
     "probes.drops.ns": lambda: f"{_pr('lbtune probe drops')['ns_per_event']:.1f}",
     "probes.queues.ns": lambda: f"{_pr('lbtune probe queues')['ns_per_event']:.1f}",
-    "probes.all.ns": lambda: f"{_pr('lbtune probe drops queues napi')['ns_per_event']:.1f}",
-    "probes.drops.above_floor": lambda: f"{_pr('lbtune probe drops')['loss_cpu_pct'] - _pr('floor: empty program, skb:kfree_skb')['loss_cpu_pct']:.1f}",  # noqa: E501
+    "probes.all.ns": lambda: f"{_pr(_ALL)['ns_per_event']:.1f}",
+    "probes.closed.drops.ns": lambda: f"{_pr('lbtune probe drops', 'closed port')['ns_per_event']:.1f}",  # noqa: E501
+    "probes.closed.all.ns": lambda: f"{_pr(_ALL, 'closed port')['ns_per_event']:.1f}",
+    "probes.floor.ns": lambda: "{:.0f}-{:.0f}".format(*(lambda v: (min(v), max(v)))(
+        [p["ns_per_event"] for w in ("full socket", "closed port")
+         for p in _pr(_ALL_FLOOR, w)["programs"].values() if p["events"]])),
+    "probes.closed.drops.goal_ns": lambda: f"{_goal('probes', 'closed port', 'drops'):.1f}",
+    "probes.before.closed.drops.goal_ns": lambda: f"{_goal('probes_before', 'closed port', 'drops'):.1f}",  # noqa: E501
+    "probes.closed.icmp.ns": lambda: f"{_icmp('probes'):.1f}",
+    "probes.before.closed.icmp.ns": lambda: f"{_icmp('probes_before'):.1f}",
+    "probes.copy.ns": lambda: f"{_pr(_COPY)['ns_pooled']:.1f}",
+    "probes.queues_empty.ns": lambda: f"{_pr(_PROBE_ROWS[4][1])['ns_pooled']:.1f}",
+    "probes.drops.loss": lambda: f"{_pr('lbtune probe drops')['loss_cpu_pct']:.1f}",
+    "probes.kfree_floor.loss": lambda: f"{_pr(_PROBE_ROWS[3][1])['loss_cpu_pct']:.1f}",
     "probes.pps_spread": lambda: (lambda r: f"{max(r) / min(r):.1f}")(
         _pr("no probe")["rounds_pps"]),
     "probes.queues_floor": lambda: f"{_pr(_PROBE_ROWS[4][1])['loss_cpu_pct']:.1f}",

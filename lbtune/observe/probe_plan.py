@@ -37,6 +37,7 @@ MAX_SLOTS = 65536
 DROP_CACHE_BITS = 12  # direct-mapped per-CPU drop table: 4096 (reason, location) entries
 MAX_DROP_KEYS = 4096  # the per-CPU hash behind it, for keys whose entry is taken
 MAX_PORT_KEYS = 1024  # closed ports: (protocol, local address, port) keys per CPU
+PORT_CACHE_BITS = 8  # direct-mapped per-CPU closed-port table in front of it: 256 entries
 NAPI_CACHE_BITS = 10  # direct-mapped per-CPU NAPI table: 1024 instances
 MAX_NAPI = 4096  # the per-CPU hash behind it
 NAPI_ID_CACHE = 1024  # rx: NAPI id -> interface, remembered (see probes/queues.bpf.c)
@@ -335,6 +336,8 @@ def _plan_ports(
         missing.append("icmp:icmp_send (UDP over IPv4)")
     if "LBT_P_RST" in defines or "LBT_P_ICMP" in defines:
         defines["LBT_P_MAX"] = MAX_PORT_KEYS
+        defines["LBT_P_CACHE"] = 1 << PORT_CACHE_BITS
+        defines["LBT_P_SHIFT"] = 64 - PORT_CACHE_BITS
     if missing:
         notes.append("closed ports unnamed without " + " and ".join(missing))
 

@@ -396,10 +396,17 @@ class ProbeSession:
     def _ports(self) -> tuple[PortCount, ...]:
         if not any(a.tracepoint in PORT_TRACEPOINTS for a in self.plan.source.attach):
             return ()
-        out = []
+        totals: dict[tuple[int, ...], int] = {}
+        for _slot, per_cpu in self._program.read_percpu("lbt_ports_cache", skip_zero=True):
+            for *ckey, count in per_cpu:  # an entry's key may differ per CPU
+                if count:
+                    totals[tuple(ckey)] = totals.get(tuple(ckey), 0) + count
         for key, per_cpu in self._program.read_percpu("lbt_ports"):
+            totals[key] = totals.get(key, 0) + _sum_cpus(per_cpu)[0]
+        out = []
+        for key, total in totals.items():
             a0, a1, port, proto, family, _pad = key
-            (count,) = self._fresh(("ports", key), _sum_cpus(per_cpu))
+            (count,) = self._fresh(("ports", key), (total,))
             if count <= 0:
                 continue
             raw = a0.to_bytes(8, "little") + a1.to_bytes(8, "little")

@@ -21,7 +21,8 @@ SETTINGS = {
     "tune.py": ("tune.json", {"rounds": "rounds"}),
     "diagnose.py": ("diagnose.json", {"rounds": "rounds", "ticks": "ticks_per_round"}),
     "lab.py": ("lab.json", {"rounds": "rounds", "duration": "duration", "servers": "servers"}),
-    "probes.py": ("probes.json", {"rounds": "rounds", "seconds": "seconds"}),
+    "probes.py": ("probes.json", {"rounds": "rounds", "seconds": "seconds",
+                                  "workloads": "workloads"}),
     "ipvs.py": ("ipvs.json", {"rounds": "rounds", "big-rounds": "big_rounds"}),
     "monitor.py": ("monitor.json", {"seconds": "seconds", "warmup": "warmup", "rate": "udp_rate"}),
     "adapt.py": (
@@ -85,6 +86,8 @@ def test_bench_defaults_are_the_committed_results_settings(script: str) -> None:
         default = defaults[option]
         if option == "rates":  # "60,60,15" on the command line, a list in the results
             default = [int(x) for x in default.split(",")]
+        if option == "workloads":  # "a,b" on the command line, a list in the results
+            default = default.split(",")
         assert default == meta[key], (script, option, default, results, meta[key])
 
 
