@@ -71,6 +71,7 @@ bench: setup
 	$(VENV)/bin/python bench/lab_up_vm.py
 	$(VENV)/bin/python bench/vm_rx.py
 	$(VENV)/bin/python bench/vm_soak.py
+	$(VENV)/bin/python bench/units.py
 	$(VENV)/bin/python scripts/render_docs.py --write
 	$(VENV)/bin/python bench/check.py
 
