@@ -86,10 +86,7 @@ def security(unit: pathlib.Path) -> tuple[float, str]:
 
 def measure(unit: pathlib.Path, original: pathlib.Path) -> Unit:
     s = settings(original.read_text())
-    if s.get("DynamicUser") == "yes":
-        who = "dynamic user"
-    else:
-        who = s.get("User", "root")
+    who = "dynamic user" if s.get("DynamicUser") == "yes" else s.get("User", "root")
     caps = s.get("CapabilityBoundingSet", "(all)") or "none"
     exposure, rating = security(unit)
     return Unit(unit.name, who, caps, exposure, rating, verify(unit))

@@ -4,8 +4,8 @@ renders), each keeps only the privilege docs/install.md names, every option file
 is shipped, and the daemons they start say READY=1 over $NOTIFY_SOCKET (Type=notify).
 
 systemd-analyze reads unit files offline: no systemd as PID 1, nothing of the host's
-systemd or /etc is touched (the units are copied to a temporary directory). Debian's systemd package, which every
-Debian 12 system has, brings systemd-analyze.
+systemd or /etc is touched (the units are copied to a temporary directory). Debian's systemd
+package, which every Debian 12 system has, brings systemd-analyze.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import pytest
 
 from lbtune.host.sdnotify import ready
 
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 UNITS = REPO_ROOT / "packaging" / "systemd"
 DEFAULTS = REPO_ROOT / "packaging" / "default"
@@ -30,7 +29,6 @@ RESULT = REPO_ROOT / "bench" / "results" / "units.json"
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import units as bench_units  # noqa: E402  (bench/units.py: the staging and the scoring)
-
 
 
 def test_the_four_daemons_have_units() -> None:
@@ -145,6 +143,6 @@ def test_the_daemons_say_ready_once_they_listen(argv: list[str], listening: str,
             pass  # it listens when it says so
     finally:
         proc.terminate()
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err  # SIGTERM: a clean stop
 
