@@ -77,6 +77,7 @@ def test_least_privilege_per_unit() -> None:
         assert kv["NoNewPrivileges"] == "yes" and kv["ProtectSystem"] == "strict", name
         assert kv["Restart"] == "on-failure" and kv["Type"] == "notify", name
         assert "StandardOutput" not in kv, name  # the journal, systemd's default
+        assert kv["RestartPreventExitStatus"] == "2", name  # a bad option: no restart loop
     assert "/etc/lbtune/ipvs/%i.toml" in s["lbtune-adapt@.service"]["ExecStart"]
 
 
@@ -146,3 +147,22 @@ def test_the_daemons_say_ready_once_they_listen(argv: list[str], listening: str,
         _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err  # SIGTERM: a clean stop
 
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["exporter", "--no-such-flag"], "lbtune exporter: No such option '--no-such-flag' "
+                                     "(see lbtune exporter --help)"),
+    (["ipvs", "agent", "--port", "x"], "lbtune ipvs agent: Invalid value for '--port': 'x' is "
+                                       "not a valid integer (see lbtune ipvs agent --help)"),
+])  # fmt: skip
+def test_a_bad_option_is_one_line_in_the_journal(argv: list[str], said: str) -> None:
+    """Under systemd (JOURNAL_STREAM set: stderr is the journal) click's usage block becomes
+    one line; exit 2, which the units' RestartPreventExitStatus= does not restart."""
+    env = {**os.environ, "JOURNAL_STREAM": "8:9", "PYTHONPATH": str(REPO_ROOT)}
+    r = subprocess.run([sys.executable, "-m", "lbtune", *argv], capture_output=True, text=True,
+                       env=env, check=False)  # fmt: skip
+    assert (r.returncode, r.stderr, r.stdout) == (2, said + "\n", "")
+    env.pop("JOURNAL_STREAM")
+    r = subprocess.run([sys.executable, "-m", "lbtune", *argv], capture_output=True, text=True,
+                       env=env, check=False)  # fmt: skip
+    assert r.returncode == 2 and r.stderr.startswith("Usage: ")  # a terminal keeps click's
