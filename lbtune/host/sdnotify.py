@@ -40,3 +40,18 @@ def ready(status: str = "", environ: Optional[Mapping[str, str]] = None) -> bool
     if status:
         lines.append("STATUS=" + status.replace("\n", " "))
     return notify("\n".join(lines), environ)
+
+
+def stderr_is_journal(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """True when stderr is the journal's stream: `$JOURNAL_STREAM` (DEV:INODE, set by
+    systemd for a unit whose output goes to the journal) names the file on fd 2, as
+    systemd.exec(5) says to check (a child with its stderr elsewhere inherits the variable)."""
+    env = os.environ if environ is None else environ
+    dev, _, ino = env.get("JOURNAL_STREAM", "").partition(":")
+    if not (dev.isdigit() and ino.isdigit()):
+        return False
+    try:
+        st = os.fstat(2)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (int(dev), int(ino))

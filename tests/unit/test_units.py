@@ -155,14 +155,22 @@ def test_the_daemons_say_ready_once_they_listen(argv: list[str], listening: str,
     (["ipvs", "agent", "--port", "x"], "lbtune ipvs agent: Invalid value for '--port': 'x' is "
                                        "not a valid integer (see lbtune ipvs agent --help)"),
 ])  # fmt: skip
-def test_a_bad_option_is_one_line_in_the_journal(argv: list[str], said: str) -> None:
-    """Under systemd (JOURNAL_STREAM set: stderr is the journal) click's usage block becomes
-    one line; exit 2, which the units' RestartPreventExitStatus= does not restart."""
-    env = {**os.environ, "JOURNAL_STREAM": "8:9", "PYTHONPATH": str(REPO_ROOT)}
-    r = subprocess.run([sys.executable, "-m", "lbtune", *argv], capture_output=True, text=True,
-                       env=env, check=False)  # fmt: skip
-    assert (r.returncode, r.stderr, r.stdout) == (2, said + "\n", "")
-    env.pop("JOURNAL_STREAM")
-    r = subprocess.run([sys.executable, "-m", "lbtune", *argv], capture_output=True, text=True,
-                       env=env, check=False)  # fmt: skip
-    assert r.returncode == 2 and r.stderr.startswith("Usage: ")  # a terminal keeps click's
+def test_a_bad_option_is_one_line_in_the_journal(argv: list[str], said: str,
+                                                 tmp_path: Path) -> None:  # fmt: skip
+    """Under systemd (JOURNAL_STREAM names the file on stderr: the journal's stream) click's
+    usage block becomes one line; exit 2, which the units' RestartPreventExitStatus= does
+    not restart. A process whose stderr is elsewhere keeps click's block."""
+
+    def run(journal: str) -> tuple[int, str, str]:
+        with open(tmp_path / "stderr", "w+") as err:
+            st = os.fstat(err.fileno())
+            stream = f"{st.st_dev}:{st.st_ino}" if journal == "this" else journal
+            env = {**os.environ, "JOURNAL_STREAM": stream, "PYTHONPATH": str(REPO_ROOT)}
+            r = subprocess.run([sys.executable, "-m", "lbtune", *argv], stdout=subprocess.PIPE,
+                               stderr=err, text=True, env=env, check=False)  # fmt: skip
+            err.seek(0)
+            return r.returncode, err.read(), r.stdout
+
+    assert run("this") == (2, said + "\n", "")
+    code, err, _ = run("8:9")  # inherited: stderr is not that stream
+    assert code == 2 and err.startswith("Usage: ")

@@ -31,6 +31,9 @@ tree over /lib/modules/<ver>; the run's work directory at its host path (a secon
 The guest agent (lbtune.lab.inguest.agent) serves the host's requests through that work
 directory, in the one request protocol of both backends (lbtune.lab.protocol); kept up by
 ``lbtune lab up --vm`` (lbtune.lab.guests.session) it serves any process's requests.
+``VmGuest.boot(init="systemd")`` boots the host's systemd as the guest's PID 1 instead of
+the shell, with the agent as a service (render_systemd_units): a throwaway system whose
+service manager is real, for the package's units (tests/vm/test_vm_units.py).
 
 Cleanup on every exit path (normal, exception, KeyboardInterrupt): the qemu process group is
 SIGKILLed and reaped, the network namespace deleted, work directory and state disk removed
