@@ -98,8 +98,8 @@ OWNER = "owner.json"  # in a work directory: who runs it (reap_stale)
 LAST_BOOT = "last-boot.json"  # in the cache: what the most recent boot saw (lbtune doctor)
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _9P = "trans=virtio,version=9p2000.L,msize=262144"
-SYSTEMD_TARGET = "lbtune-lab.target"  # init="systemd": what PID 1 starts
-SYSTEMD_AGENT = "lbtune-lab-agent.service"
+SYSTEMD_TARGET = "vmlab.target"  # init="systemd": what PID 1 starts
+SYSTEMD_AGENT = "vmlab-agent.service"
 QMP_SOCKET = "qmp.sock"  # in the work directory: qemu's monitor, for vcpus()
 CONSOLE_LOOK = 2.0  # seconds between looks at the console while a request runs
 WEDGE_GRACE = 120.0  # a request unanswered this long after a kernel stall report fails
