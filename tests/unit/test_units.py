@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -92,6 +93,10 @@ def test_every_option_file_is_shipped_and_defines_what_the_unit_expands() -> Non
                     if w.startswith("$")]  # fmt: skip
         assert len(variable) == 1, name
         assert f'\n{variable[0]}=""\n' in "\n" + default.read_text(), (name, default)
+        # an LBTUNE_* variable in the server's environment makes `ipvs serve` decline every
+        # client (their LBTUNE_* differ): the VM test found it with LBTUNE_IPVS_SERVE_OPTS
+        assert not variable[0].startswith("LBTUNE_"), name
+        assert not re.search(r"^\s*LBTUNE_", default.read_text(), re.M), default
 
 
 # ------------------------------------------------------------------ readiness (Type=notify)

@@ -61,13 +61,13 @@ forward = "masq"
 """
 # unit: (its options file, the variable, the options it runs with here)
 UNITS = {
-    "lbtune-exporter.service": ("/etc/default/lbtune-exporter", "LBTUNE_EXPORTER_OPTS", ""),
+    "lbtune-exporter.service": ("/etc/default/lbtune-exporter", "EXPORTER_OPTS", ""),
     # the guest has no default route: the agent listens on loopback, about port 80 (nothing
     # listens there, so its health is "down" and adapt sets the weight to 0)
-    "lbtune-agent.service": ("/etc/default/lbtune-agent", "LBTUNE_AGENT_OPTS",
+    "lbtune-agent.service": ("/etc/default/lbtune-agent", "AGENT_OPTS",
                              "--listen 127.0.0.1 --port 80"),
-    "lbtune-ipvs-serve.service": ("/etc/default/lbtune-ipvs-serve", "LBTUNE_IPVS_SERVE_OPTS", ""),
-    "lbtune-adapt@web.service": ("/etc/default/lbtune-adapt@web", "LBTUNE_ADAPT_OPTS",
+    "lbtune-ipvs-serve.service": ("/etc/default/lbtune-ipvs-serve", "IPVS_SERVE_OPTS", ""),
+    "lbtune-adapt@web.service": ("/etc/default/lbtune-adapt@web", "ADAPT_OPTS",
                                  "--interval 1"),
 }  # fmt: skip
 OPERATOR = "PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8"  # a root shell's
