@@ -1,6 +1,6 @@
 # Two commands on a fresh Debian 12 machine: `make demo` and `make test` (see README).
 .PHONY: setup vm-paths test demo lint unit lab vm bench bench-suite bench-check docs-check clean \
-	man completion
+	man completion wheel deb
 
 VENV := .venv
 TOX := $(VENV)/bin/tox
@@ -71,6 +71,7 @@ bench: setup
 	$(VENV)/bin/python bench/lab_up_vm.py
 	$(VENV)/bin/python bench/vm_rx.py
 	$(VENV)/bin/python bench/vm_soak.py
+	$(VENV)/bin/python bench/units.py
 	$(VENV)/bin/python scripts/render_docs.py --write
 	$(VENV)/bin/python bench/check.py
 
@@ -100,6 +101,15 @@ completion:
 	PYTHONPATH="$(CURDIR)" $(PYTHON) -m lbtune completion bash > "$(BUILD)/completion/lbtune"
 	PYTHONPATH="$(CURDIR)" $(PYTHON) -m lbtune completion zsh > "$(BUILD)/completion/_lbtune"
 	PYTHONPATH="$(CURDIR)" $(PYTHON) -m lbtune completion fish > "$(BUILD)/completion/lbtune.fish"
+
+# The wheel `pipx install build/dist/lbtune-*.whl` takes, and the Debian 12 package
+# (build/lbtune_VERSION_all.deb: docs/install.md), both built from the wheelhouse that
+# `make setup` fills (scripts/wheelhouse.sh), without network.
+wheel:
+	$(PYTHON) scripts/deb.py wheel --build "$(BUILD)"
+
+deb: man completion
+	$(PYTHON) scripts/deb.py deb --build "$(BUILD)"
 
 clean:
 	rm -rf .tox .pytest_cache .mypy_cache .ruff_cache build dist

@@ -225,6 +225,16 @@ figures({
     "completion.commit": lambda: meta("completion")["commit"],
 })
 
+# --- systemd units (bench/units.py): exposure per unit ------------------------------------
+
+register("units.table")(lambda: md_table("units", 0, [
+    "unit", "runs as", "capabilities kept", "exposure", "rating", "verify"]))
+figures({
+    "units.commit": lambda: meta("units")["commit"],
+    "units.systemd": lambda: meta("units")["systemd"],
+    "units.max_exposure": lambda: f"{max(r['exposure'] for r in result('units')['results']):.1f}",
+})
+
 # --- VM soak (bench/vm_soak.py) ------------------------------------------------------------
 
 def _arm(arm: str) -> dict[str, Any]:

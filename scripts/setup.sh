@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 # chromium: the HTML report is checked in a real headless browser (tests/browser.py).
 PKGS=(python3 python3-venv python3-bpfcc bpfcc-tools iproute2 ethtool ipvsadm kmod
       user-mode-linux tmux linux-headers-amd64 procps gcc libc6-dev nftables bpftool chromium
-      man-db)  # man-db (with groff-base): the generated man pages are rendered and linted
+      man-db  # man-db (with groff-base): the generated man pages are rendered and linted
+      lintian python3-psutil)  # `make deb` is linted; the package's own dependency (docs/install.md)
 # The VM lab (lbtune.lab.guests.vm): qemu boots Debian's kernel; busybox-static builds its initramfs.
 VM_PKGS=(qemu-system-x86 busybox-static)
 # The lab's servers and load (run only inside the UML guest, never as host services);
@@ -99,4 +100,6 @@ if [ ! -f "$stamp" ]; then
 else
   say "venv up to date"
 fi
+# The wheels `make wheel` and `make deb` build from offline (fetched once, then kept).
+PYTHON="$VENV/bin/python" bash scripts/wheelhouse.sh
 "$VENV/bin/python" -c 'import bcc, lbtune; print("[setup] ok: lbtune", lbtune.__version__, "with bcc")'

@@ -178,8 +178,12 @@ def _textfile(exp: Exporter, out_path: Optional[str], window: float, once: bool,
         return 0
     if once:
         exp.wait_probes(PROBE_WAIT)
-    for w in stream(exp.sampler, window):
+    from lbtune.host.sdnotify import ready
+
+    for n, w in enumerate(stream(exp.sampler, window)):
         _write(out_path, exp.collect(w).text)
+        if n == 0 and not once:
+            ready(f"writing {out_path}")  # Type=notify: the first file is written
         if once or (until is not None and time.monotonic() >= until):
             break
     return 0
@@ -210,6 +214,9 @@ def _serve(exp: Exporter, addr: str, port: int, until: Optional[float], as_json:
     else:
         sys.stdout.write(f"lbtune exporter on {where}\n")
     sys.stdout.flush()
+    from lbtune.host.sdnotify import ready
+
+    ready(f"serving {where}")  # Type=notify units (packaging/systemd/): started once it listens
     try:
         # Asleep between scrapes (SIGTERM and Ctrl-C interrupt the sleep): no timer wakes an
         # idle exporter, whose CPU between scrapes is part of what it costs per scrape.

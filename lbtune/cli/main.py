@@ -242,6 +242,16 @@ def _invoke(args: list[str]) -> tuple[bool, int]:
     except click.ClickException as e:
         if as_json:
             return False, _fail(int(ExitCode.USAGE), "usage", e.format_message(), True)
+        from lbtune.host.sdnotify import stderr_is_journal
+
+        if stderr_is_journal():
+            # a unit with a bad option says so in one journal line, not click's usage block
+            # (docs/install.md)
+            ctx = getattr(e, "ctx", None)
+            where = ctx.command_path if ctx is not None else "lbtune"
+            message = e.format_message().rstrip(".").replace("\n", " ")
+            sys.stderr.write(f"{where}: {message} (see {where} --help)\n")
+            return False, int(ExitCode.USAGE)
         e.show()
         return False, int(ExitCode.USAGE)
     except click.exceptions.Exit as e:

@@ -47,6 +47,7 @@ SETTINGS = {
     ),
     "vm_soak.py": ("vm_soak.json", {"guests": "guests", "minutes": "minutes", "load": "load",
                                     "arms": "arms"}),
+    "units.py": ("units.json", {}),
     "suite.py": ("suite.json", {}),
 }
 # Not measuring scripts: the results' writer and the stale check.

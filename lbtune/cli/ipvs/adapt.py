@@ -183,6 +183,9 @@ def agent_command(
                         f"{extra}; clients from {allowed}")  # fmt: skip
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
+            from lbtune.host.sdnotify import ready
+
+            ready(f"serving {where}")  # Type=notify (packaging/systemd/): started once it listens
             agent.run(None if duration is None else time.monotonic() + duration)
     finally:
         agent.close()
@@ -257,6 +260,9 @@ def adapt_command(ctx: click.Context, config: str, interval: float, duration: Op
 
     try:
         with until_stopped():  # SIGTERM (`systemctl stop`): restore, then exit 0
+            from lbtune.host.sdnotify import ready
+
+            ready(f"adapting {cfg.source}")  # config read and IPVS open (Type=notify)
             run(adapter, interval, duration, log)
     finally:
         if not keep:

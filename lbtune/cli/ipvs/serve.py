@@ -229,6 +229,9 @@ def serve(state_path: str, log: Callable[[str], None], requests: Optional[int] =
     config.resident, reconcile.resident = config.SectionCache(), ResidentTable()
     try:
         log(f"listening on {server.path} (pid {os.getpid()})")
+        from lbtune.host.sdnotify import ready
+
+        ready(f"listening on {server.path}")  # Type=notify (packaging/systemd/)
         server.serve(requests)
     finally:
         config.resident = reconcile.resident = None

@@ -31,6 +31,9 @@ tree over /lib/modules/<ver>; the run's work directory at its host path (a secon
 The guest agent (lbtune.lab.inguest.agent) serves the host's requests through that work
 directory, in the one request protocol of both backends (lbtune.lab.protocol); kept up by
 ``lbtune lab up --vm`` (lbtune.lab.guests.session) it serves any process's requests.
+``VmGuest.boot(init="systemd")`` boots the host's systemd as the guest's PID 1 instead of
+the shell, with the agent as a service (render_systemd_units): a throwaway system whose
+service manager is real, for the package's units (tests/vm/test_vm_units.py).
 
 Cleanup on every exit path (normal, exception, KeyboardInterrupt): the qemu process group is
 SIGKILLed and reaped, the network namespace deleted, work directory and state disk removed
@@ -95,6 +98,8 @@ OWNER = "owner.json"  # in a work directory: who runs it (reap_stale)
 LAST_BOOT = "last-boot.json"  # in the cache: what the most recent boot saw (lbtune doctor)
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _9P = "trans=virtio,version=9p2000.L,msize=262144"
+SYSTEMD_TARGET = "vmlab.target"  # init="systemd": what PID 1 starts
+SYSTEMD_AGENT = "vmlab-agent.service"
 QMP_SOCKET = "qmp.sock"  # in the work directory: qemu's monitor, for vcpus()
 CONSOLE_LOOK = 2.0  # seconds between looks at the console while a request runs
 WEDGE_GRACE = 120.0  # a request unanswered this long after a kernel stall report fails
@@ -222,16 +227,84 @@ exec switch_root /newroot /bin/sh {q(workdir)}/stage2.sh
 """
 
 
-def render_stage2(
+def _agent_env(venv_bin: str, pythonpath: Sequence[str]) -> dict[str, str]:
+    """The guest agent's environment (its commands inherit it)."""
+    return {"PATH": f"{venv_bin}:{GUEST_PATH}", "HOME": "/root", "LANG": "C.UTF-8",
+            IN_VM_ENV: "1", "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": ":".join(pythonpath), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+
+
+def _power_off(workdir: str) -> str:
+    """After the agent: sync, then reboot when it was asked to, else power off."""
+    q = shlex.quote
+    return f"""\
+sync
+if [ "$(cat {q(workdir)}/reboot 2>/dev/null)" = 1 ]; then
+  /bin/busybox reboot -f
+fi
+/bin/busybox poweroff -f
+"""
+
+
+def render_systemd_units(
     workdir: str, venv_bin: str, python: str, pythonpath: Sequence[str] = (), cwd: str = "/"
+) -> dict[str, str]:
+    """The guest agent as a systemd service, and the target PID 1 starts (init="systemd"):
+    only the agent at boot (no default dependencies, so the boot is as quick as the shell's);
+    a unit a test starts pulls in sysinit.target, journald and the rest as on any host."""
+    env = " ".join(f'"{k}={v}"' for k, v in _agent_env(venv_bin, pythonpath).items())
+    return {
+        SYSTEMD_TARGET: f"""\
+[Unit]
+Description=lbtune VM lab: the guest agent under systemd
+Requires={SYSTEMD_AGENT}
+After={SYSTEMD_AGENT}
+AllowIsolate=yes
+""",
+        SYSTEMD_AGENT: f"""\
+[Unit]
+Description=lbtune VM lab guest agent
+DefaultDependencies=no
+
+[Service]
+Type=simple
+Environment={env}
+WorkingDirectory=-{cwd}
+ExecStart={python} -m lbtune.lab.inguest.agent {workdir}
+StandardOutput=append:{workdir}/agent.log
+StandardError=inherit
+ExecStopPost=/bin/sh {workdir}/poweroff.sh
+""",
+    }
+
+
+def render_stage2(
+    workdir: str, venv_bin: str, python: str, pythonpath: Sequence[str] = (), cwd: str = "/",
+    init: str = "sh",
 ) -> str:
     """Root stage (the host's /bin/sh): kernel filesystems, then the agent; off or reboot.
-    The agent's commands get the caller's PATH-to-venv, PYTHONPATH and working directory."""
+    The agent's commands get the caller's PATH-to-venv, PYTHONPATH and working directory.
+    With init="systemd" the shell execs systemd as PID 1 instead, which runs the agent as a
+    service (render_systemd_units, written to /run/systemd/system) and powers off after it."""
     q = shlex.quote
-    path = f"{venv_bin}:{GUEST_PATH}"
+    env = _agent_env(venv_bin, pythonpath)
+    if init == "systemd":
+        units = render_systemd_units(workdir, venv_bin, python, pythonpath, cwd)
+        write = "".join(f"cat > /run/systemd/system/{name} <<'LBTUNE_UNIT'\n{text}LBTUNE_UNIT\n"
+                        for name, text in units.items())  # fmt: skip
+        tail = f"""\
+mkdir -p /run/systemd/system
+{write}echo "lbtune-vm: exec systemd $(cat /proc/uptime)"
+exec /lib/systemd/systemd --unit={SYSTEMD_TARGET} --log-target=kmsg
+"""
+    else:
+        tail = f"""\
+{q(python)} -m lbtune.lab.inguest.agent {q(workdir)} > {q(workdir)}/agent.log 2>&1
+echo "lbtune-vm: agent exited $?"
+{_power_off(workdir)}"""
     return f"""\
-export PATH={q(path)} HOME=/root LANG=C.UTF-8 {IN_VM_ENV}=1 PYTHONDONTWRITEBYTECODE=1
-export PYTHONPATH={q(":".join(pythonpath))} PYTHONUNBUFFERED=1
+export PATH={q(env["PATH"])} HOME=/root LANG=C.UTF-8 {IN_VM_ENV}=1 PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH={q(env["PYTHONPATH"])} PYTHONUNBUFFERED=1
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
@@ -244,14 +317,7 @@ hostname lbtune-vm
 ip link set lo up
 echo "lbtune-vm: stage2 $(cat /proc/uptime)"
 cd {q(cwd)} 2>/dev/null || cd /
-{q(python)} -m lbtune.lab.inguest.agent {q(workdir)} > {q(workdir)}/agent.log 2>&1
-echo "lbtune-vm: agent exited $?"
-sync
-if [ "$(cat {q(workdir)}/reboot 2>/dev/null)" = 1 ]; then
-  /bin/busybox reboot -f
-fi
-/bin/busybox poweroff -f
-"""
+{tail}"""
 
 
 def qemu_argv(
@@ -591,8 +657,10 @@ class VmGuest(Guest):
 
     backend = "vm"
 
-    def __init__(self, image: VmImage, accel: str, accel_reason: str, nics: bool) -> None:
+    def __init__(self, image: VmImage, accel: str, accel_reason: str, nics: bool,
+                 init: str = "sh") -> None:  # fmt: skip
         self.image = image
+        self.init = init  # "systemd": PID 1 is the host's systemd (render_stage2)
         self.accel = accel
         self.accel_reason = accel_reason
         self.nics = nics
@@ -616,14 +684,16 @@ class VmGuest(Guest):
     # ---- life cycle
 
     @classmethod
-    def boot(cls, cmdline_extra: Sequence[str] = (), timeout: float = BOOT_TIMEOUT) -> VmGuest:
-        """Boot the VM lab guest; LabUnavailable (cannot run here) or LabError (boot failed)."""
+    def boot(cls, cmdline_extra: Sequence[str] = (), timeout: float = BOOT_TIMEOUT,
+             init: str = "sh") -> VmGuest:  # fmt: skip
+        """Boot the VM lab guest; LabUnavailable (cannot run here) or LabError (boot failed).
+        init="systemd": the host's systemd runs as the guest's PID 1 (tests/vm/test_vm_units.py)."""
         check_host()
         image = find_vm_image()
         find_qemu()
         reap_stale()
         accel, reason = choose_accel(image)
-        return cls.start(image, accel, cmdline_extra, timeout, accel_reason=reason)
+        return cls.start(image, accel, cmdline_extra, timeout, accel_reason=reason, init=init)
 
     @classmethod
     def start(
@@ -635,10 +705,11 @@ class VmGuest(Guest):
         *,
         accel_reason: str = "",
         nics: bool = True,
+        init: str = "sh",
     ) -> VmGuest:
         """Boot `image` under `accel` once the host, image and accelerator are settled
         (``boot`` settles them; ``lbtune lab up --vm`` reports each step between them)."""
-        g = cls(image, accel, accel_reason, nics)
+        g = cls(image, accel, accel_reason, nics, init)
         try:
             g._make_state_disk()
             if nics:
@@ -712,9 +783,11 @@ class VmGuest(Guest):
         venv_bin = os.path.dirname(sys.executable)
         (self.workdir / "stage1.sh").write_text(render_stage1(self.image, wd), encoding="utf-8")
         (self.workdir / "stage2.sh").write_text(
-            render_stage2(wd, venv_bin, sys.executable, guest_pythonpath(), os.getcwd()),
+            render_stage2(wd, venv_bin, sys.executable, guest_pythonpath(), os.getcwd(),
+                          self.init),
             encoding="utf-8",
         )
+        (self.workdir / "poweroff.sh").write_text(_power_off(wd), encoding="utf-8")
         argv = qemu_argv(
             self.qemu,
             self.image,
