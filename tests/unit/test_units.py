@@ -28,8 +28,14 @@ DEFAULTS = REPO_ROOT / "packaging" / "default"
 SHIPPED = sorted(p.name for p in UNITS.glob("*.service"))
 RESULT = REPO_ROOT / "bench" / "results" / "units.json"
 
+# bench/ only while bench/units.py (the staging and the scoring) is imported: left on sys.path
+# it reaches the lab guests' PYTHONPATH (they get the caller's), where bench/ansible.py
+# shadows the ansible package that ansible-playbook imports.
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-import units as bench_units  # noqa: E402  (bench/units.py: the staging and the scoring)
+try:
+    import units as bench_units
+finally:
+    sys.path.remove(str(REPO_ROOT / "bench"))
 
 
 def test_the_four_daemons_have_units() -> None:
@@ -179,3 +185,10 @@ def test_a_bad_option_is_one_line_in_the_journal(argv: list[str], said: str,
     assert run("this") == (2, said + "\n", "")
     code, err, _ = run("8:9")  # inherited: stderr is not that stream
     assert code == 2 and err.startswith("Usage: ")
+
+
+def test_no_test_module_leaves_bench_on_sys_path() -> None:
+    """Every test module has been imported by now (collection comes first): none may leave
+    bench/ on sys.path, where its ansible.py would shadow the ansible package in the lab
+    guests (which get the caller's sys.path as PYTHONPATH)."""
+    assert str(REPO_ROOT / "bench") not in sys.path
