@@ -46,6 +46,29 @@ def _classify(dm: DriverMap, name: str, cache: dict[str, _Class]) -> _Class:
     return result
 
 
+# Per driver and set of names (in their order): which queue and field each name feeds. The
+# names of a port are the same every tick, so a tick only looks its values up.
+_Plan = tuple[tuple[tuple[str, int], tuple[tuple[str, tuple[str, ...]], ...]], ...]
+_PLANS: dict[tuple[str, tuple[str, ...]], _Plan] = {}
+_PLANS_LIMIT = 256  # name sets remembered (a port's set changes when its channels do)
+
+
+def _plan(dm: DriverMap, names: tuple[str, ...]) -> _Plan:
+    cache = _CACHE.setdefault(dm.driver, {})
+    queues: dict[tuple[str, int], dict[str, list[str]]] = {}
+    for name in names:
+        try:
+            c = cache[name]
+        except KeyError:
+            c = _classify(dm, name, cache)
+        if c is not None:
+            queues.setdefault((c[0], c[1]), {}).setdefault(c[2], []).append(name)
+    return tuple(
+        (key, tuple((f, tuple(ns)) for f, ns in fields.items()))
+        for key, fields in sorted(queues.items())
+    )
+
+
 def map_queue_counters(
     driver: Optional[str], stats: Mapping[str, int]
 ) -> tuple[QueueCounters, ...]:
@@ -56,31 +79,24 @@ def map_queue_counters(
     dm = driver_map(driver)
     if dm is None or not dm.queues:
         return ()
-    cache = _CACHE.setdefault(dm.driver, {})
-    queues: dict[tuple[str, int], dict[str, int]] = {}
-    for name, value in stats.items():
-        try:
-            c = cache[name]
-        except KeyError:
-            c = _classify(dm, name, cache)
-        if c is None:
-            continue
-        key = (c[0], c[1])
-        fields = queues.get(key)
-        if fields is None:
-            fields = queues[key] = {}
-        field = c[2]
-        fields[field] = fields.get(field, 0) + value
+    names = tuple(stats)
+    plan = _PLANS.get((dm.driver, names))
+    if plan is None:
+        if len(_PLANS) >= _PLANS_LIMIT:
+            _PLANS.clear()
+        plan = _PLANS[(dm.driver, names)] = _plan(dm, names)
     out = []
-    for (direction, queue), fields in sorted(queues.items()):
+    get = stats.__getitem__
+    for (direction, queue), fields in plan:
+        values = {f: get(ns[0]) if len(ns) == 1 else sum(map(get, ns)) for f, ns in fields}
         out.append(
             QueueCounters(
                 direction=direction,
                 queue=queue,
-                packets=fields.get("packets"),
-                bytes=fields.get("bytes"),
-                drops=fields.get("drops"),
-                extra={k: v for k, v in fields.items() if k not in _MAIN_FIELDS},
+                packets=values.get("packets"),
+                bytes=values.get("bytes"),
+                drops=values.get("drops"),
+                extra={k: v for k, v in values.items() if k not in _MAIN_FIELDS},
             )
         )
     return tuple(out)

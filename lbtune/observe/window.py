@@ -192,13 +192,21 @@ class Window:
         return {cpu: counter_delta(before.get(cpu), v) for cpu, v in after.items()}
 
     def irq(self, irq: int) -> dict[int, int]:
-        """Per-CPU interrupts of one IRQ over the window."""
+        """Per-CPU interrupts of one IRQ over the window (computed once: the caller must not
+        change the dict)."""
+        found: dict[int, int] = self._once(("irq", irq), lambda: self._irq(irq))
+        return found
+
+    def _irq(self, irq: int) -> dict[int, int]:
         line = self.after.interrupts.get(irq)
         if line is None:
             return {}
         old = self.before.interrupts.get(irq) if self.before else None
+        if old is None:
+            return dict(line.counts)  # since boot: every count as it is
+        before = old.counts.get
         return {
-            cpu: counter_delta(old.counts.get(cpu) if old else None, v)
+            cpu: (v - b if v >= b else v) if (b := before(cpu)) is not None else v
             for cpu, v in line.counts.items()
         }
 

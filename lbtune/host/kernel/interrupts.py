@@ -39,6 +39,7 @@ def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, I
     if not cpu_ids or len(cpu_ids) != len(header):
         raise MalformedHostFile(source, f"bad header row {lines[0][:80]!r}")
     out: dict[int, IrqLine] = {}
+    ncpus = len(cpu_ids)
     for line in lines[1:]:
         label, sep, rest = line.partition(":")
         label = label.strip()
@@ -47,22 +48,37 @@ def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, I
         if not label.isdigit():
             continue  # NMI, LOC, ERR, MIS ... are not device IRQs
         fields = rest.split()
-        if len(fields) < len(cpu_ids):
+        if len(fields) < ncpus:
             raise MalformedHostFile(source, f"IRQ {label}: fewer counters than CPUs")
         try:
-            counts = {c: int(v) for c, v in zip(cpu_ids, fields)}
+            counts = dict(zip(cpu_ids, map(int, fields[:ncpus])))
         except ValueError:
             raise MalformedHostFile(source, f"IRQ {label}: non-numeric counter") from None
-        tail = fields[len(cpu_ids) :]
-        chip = tail[0] if tail else ""
-        # Actions follow the trigger word ("5-edge", "IR-PCI-MSI-edge", "fasteoi").
-        start = next((i + 1 for i, t in enumerate(tail) if _TRIGGER.search(t)), None)
-        if start is None:
-            start = len(tail) - 1 if len(tail) > 1 else len(tail)
-        names = " ".join(tail[start:])
-        actions = tuple(a.strip() for a in names.split(",") if a.strip())
-        out[int(label)] = IrqLine(int(label), counts, chip, actions)
+        tail = tuple(fields[ncpus:])
+        described = _tails.get(tail)
+        if described is None:
+            if len(_tails) >= _TAILS_LIMIT:
+                _tails.clear()
+            described = _tails[tail] = _describe(tail)
+        irq = int(label)
+        out[irq] = IrqLine(irq, counts, *described)
     return out
+
+
+# A line's tail (chip, trigger, actions) is the same every second: described once.
+_tails: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
+_TAILS_LIMIT = 8192
+
+
+def _describe(tail: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """(chip, actions) of the words after an IRQ's counters."""
+    chip = tail[0] if tail else ""
+    # Actions follow the trigger word ("5-edge", "IR-PCI-MSI-edge", "fasteoi").
+    start = next((i + 1 for i, t in enumerate(tail) if _TRIGGER.search(t)), None)
+    if start is None:
+        start = len(tail) - 1 if len(tail) > 1 else len(tail)
+    names = " ".join(tail[start:])
+    return chip, tuple(a.strip() for a in names.split(",") if a.strip())
 
 
 def read_interrupts(fs: HostFS) -> dict[int, IrqLine]:
