@@ -131,12 +131,14 @@ class Host:
         text = self.fs.read(SS_RECORD)
         return None if text is None else parse_ss(text, self.fs.path(SS_RECORD))
 
-    def listen_sockets(self) -> Optional[list[ListenSocket]]:
-        """Listening TCP sockets (sock_diag live, `ss -peaonmi` recorded); None if unrecorded."""
+    def listen_sockets(self, syn_recv: bool = True) -> Optional[list[ListenSocket]]:
+        """Listening TCP sockets (sock_diag live, `ss -peaonmi` recorded); None if unrecorded.
+        Live, without `syn_recv` their SYN queues are not read (None): the kernel then walks
+        only the listening sockets, not its whole connection table."""
         if self.is_live:
             from lbtune.host.net.sockdiag import dump_listen_sockets
 
-            return dump_listen_sockets()
+            return dump_listen_sockets(syn_recv=syn_recv)
         recorded = self._recorded_ss()
         return None if recorded is None else recorded[0]
 
