@@ -38,18 +38,27 @@ def parse_snmp(text: str, source: str) -> dict[str, int]:
         vgroup, vsep, values_text = lines[i + 1].partition(":")
         if not sep or not vsep or group != vgroup or not group or " " in group:
             raise MalformedHostFile(source, f"line {i + 1}: not a '{group or 'Group'}:' pair")
-        names = names_text.split()
+        keys = _keys.get((group, names_text))
+        if keys is None:
+            if len(_keys) >= _KEYS_LIMIT:
+                _keys.clear()
+            prefix = group + "."
+            keys = _keys[(group, names_text)] = [prefix + n for n in names_text.split()]
         values = values_text.split()
-        if len(names) != len(values):
-            raise MalformedHostFile(source, f"{group}: {len(names)} names but {len(values)} values")
+        if len(keys) != len(values):
+            raise MalformedHostFile(source, f"{group}: {len(keys)} names but {len(values)} values")
         try:
-            numbers = [int(v) for v in values]
+            out.update(zip(keys, map(int, values)))
         except ValueError:
             raise MalformedHostFile(source, f"{group}: non-integer value") from None
-        prefix = group + "."
-        for name, number in zip(names, numbers):
-            out[prefix + name] = number
     return out
+
+
+# A group's header line is the same every second: its `Group.Name` keys are made once.
+_keys: dict[tuple[str, str], list[str]] = {}
+_KEYS_LIMIT = 256
+_keys6: dict[str, str] = {}  # Ip6InReceives -> Ip6.InReceives
+_KEYS6_LIMIT = 4096
 
 
 def parse_snmp6(text: str, source: str) -> dict[str, int]:
@@ -65,11 +74,16 @@ def parse_snmp6(text: str, source: str) -> dict[str, int]:
         if len(parts) != 2:
             raise MalformedHostFile(source, f"line {n}: expected 'Name value', got {line!r}")
         name, value = parts
-        cut = name.find("6") + 1
-        if cut == 0 or cut == len(name):
-            raise MalformedHostFile(source, f"line {n}: no Ip6/Icmp6/Udp6 group in {name!r}")
+        key = _keys6.get(name)
+        if key is None:
+            cut = name.find("6") + 1
+            if cut == 0 or cut == len(name):
+                raise MalformedHostFile(source, f"line {n}: no Ip6/Icmp6/Udp6 group in {name!r}")
+            if len(_keys6) >= _KEYS6_LIMIT:
+                _keys6.clear()
+            key = _keys6[name] = f"{name[:cut]}.{name[cut:]}"
         try:
-            out[f"{name[:cut]}.{name[cut:]}"] = int(value)
+            out[key] = int(value)
         except ValueError:
             raise MalformedHostFile(source, f"line {n}: non-integer value {value!r}") from None
     return out
