@@ -62,6 +62,7 @@ bench: setup
 	$(VENV)/bin/python bench/agent_scale.py
 	$(VENV)/bin/python bench/receive_faults.py
 	$(VENV)/bin/python bench/exporter.py
+	$(VENV)/bin/python bench/watch_profile.py
 	$(VENV)/bin/python bench/ansible.py
 	$(VENV)/bin/python bench/failover.py
 	$(VENV)/bin/python bench/vm.py

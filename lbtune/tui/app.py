@@ -30,6 +30,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
+from lbtune.host.threadname import name_this_thread
 from lbtune.tui.feed import Feed
 from lbtune.tui.frame import Frame, FrameBuilder
 from lbtune.tui.lines import Line, line
@@ -264,6 +265,8 @@ class MonitorApp(App[int]):
 
     @work(thread=True, exclusive=True, group="feed", exit_on_error=False)
     def _run_feed(self) -> None:
+        # a pool's thread (asyncio's executor): named while it samples (top -H shows it)
+        was = name_this_thread("lbtune-feed")
         error: Optional[str] = None
         try:
             for tick in self.feed.ticks(self._stop):
@@ -274,6 +277,9 @@ class MonitorApp(App[int]):
                     break
         except Exception as e:  # shown in the status line; the last frame stays up
             error = f"{type(e).__name__}: {e}".splitlines()[0]
+        finally:
+            if was:
+                name_this_thread(was)
         self.post_message(FeedEnded(error))
 
     @work(thread=True, group="report", exit_on_error=False)
