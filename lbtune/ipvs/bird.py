@@ -26,11 +26,11 @@ from lbtune.errors import BadInput
 from lbtune.ipvs.cluster import ClusterConfig, Director, Router
 from lbtune.ipvs.config import DirectorConfig
 
-_WORD = re.compile(r"[A-Za-z0-9_.:/]+")
+_WORD = re.compile(r"[A-Za-z0-9_.:/-]+")
 
 
 def _word(value: object, what: str) -> str:
-    """`value` as one BIRD word: letters, digits and `_ . : /`, nothing that could end a
+    """`value` as one BIRD word: letters, digits and `_ . : / -`, nothing that could end a
     statement (`;`), open or close a block, quote, comment or start a new line."""
     text = str(value)
     if not _WORD.fullmatch(text):

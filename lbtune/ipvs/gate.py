@@ -124,6 +124,7 @@ class GateRun:
     switch: Switch
     log: Callable[[GateEvent], None]
     states: dict[str, Hysteresis] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)  # the last verdict logged per VIP
 
     @property
     def cluster(self) -> ClusterConfig:
@@ -143,8 +144,10 @@ class GateRun:
                 self.log(GateEvent(time.time(), c.vip.address, "announce" if new else "withdraw",
                                    f"{g.rise} check(s) in a row passed" if new else
                                    f"{g.fall} check(s) in a row failed: {c.reason}"))
-            elif not c.ok and h.up and h.streak == 1:
-                self.log(GateEvent(time.time(), c.vip.address, "check", f"failed: {c.reason}"))
+            elif self.reasons.get(c.vip.address) != c.reason:
+                self.log(GateEvent(time.time(), c.vip.address, "check",
+                                   f"failed: {c.reason}" if c.reason else "passed"))
+            self.reasons[c.vip.address] = c.reason
         self.enforce([c.vip for c in checks], changed)
 
     def enforce(self, vips: list[AnnouncedVip], changed: set[str]) -> None:
