@@ -167,7 +167,7 @@ def test_directors_whose_maglev_tables_are_built_from_different_inputs_are_flagg
     same = copy_host(tmp_path, DELL, dest="same", files={"/proc/net/ip_vs": MH})
     lines = MH.splitlines()
     order = copy_host(tmp_path, DELL, dest="order", files={
-        "/proc/net/ip_vs": "\n".join(lines[:4] + [lines[5], lines[4]]) + "\n"})
+        "/proc/net/ip_vs": "\n".join([*lines[:4], lines[5], lines[4]]) + "\n"})
     extra = copy_host(tmp_path, DELL, dest="extra", files={
         "/proc/net/ip_vs": MH + "  -> 0A00000D:0050      Route   1      0          0\n"})
     r = run_cli("compare", str(a), str(same), str(order), str(extra), "--json")
