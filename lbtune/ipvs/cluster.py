@@ -44,7 +44,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from lbtune.errors import BadInput
 from lbtune.ipvs.tomldoc import Doc
@@ -196,8 +196,3 @@ def parse_cluster(raw: Any, source: str) -> ClusterConfig:
                      f"{gate.interval:g}: a check must end before the next one")  # fmt: skip
     return ClusterConfig(asn, tuple(directors), tuple(routers), bfd, gate, hold, sync)
 
-
-def director_of(cluster: ClusterConfig, local: frozenset[str]) -> Optional[Director]:
-    """The director whose address is one of this host's (`local`), if exactly one is."""
-    mine = [d for d in cluster.directors if d.address in local]
-    return mine[0] if len(mine) == 1 else None

@@ -47,8 +47,13 @@ def gate_command(ctx: click.Context, config: str, director: str, sock: str, once
     cfg = director_config(config)
     if cfg.cluster is None:
         raise BadInput(f"{cfg.source}: no [cluster] section: the gate is a cluster director's")
-    cfg.cluster.director(director, cfg.source)
+    me = cfg.cluster.director(director, cfg.source)
     host = ipvs_host(ctx)
+    from lbtune.host.net.addr import local_addresses
+
+    if me.address not in local_addresses(host):
+        raise BadInput(f"{cfg.source}: director {me.name}'s address {me.address} is not an "
+                       "address of this host: --director names the director it runs on")
     if once:
         checks = check_vips(host, cfg, cfg.cluster.gate)
         if s.json:

@@ -91,3 +91,21 @@ def test_plan_prints_the_findings_and_puts_them_in_its_json(tmp_path):
 def test_hysteresis_rise_and_fall(checks, states):
     h = Hysteresis(rise=3, fall=2)
     assert [h.feed(c == "P") for c in checks] == states
+
+
+@pytest.mark.parametrize("text,args,expect", [
+    (SERVICES, ("--director", "dir1"), "no [cluster] section: the gate is a cluster director's"),
+    (SERVICES + CLUSTER, ("--director", "dir7"), "no director 'dir7' in [cluster]"),
+    (SERVICES + CLUSTER, ("--director", "dir1"),
+     "director dir1's address 10.0.1.11 is not an address of this host"),
+    (SERVICES + CLUSTER, ("--director", "dir1", "--duration", "-1"), "--duration -1"),
+])
+def test_the_gate_refuses_what_it_cannot_run_as(tmp_path, text, args, expect):
+    """One line, exit 2, before BIRD is asked anything (there is no BIRD at this socket)."""
+    from tests.cli.test_ipvs_cli import one_line_error
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    r = run_cli("ipvs", "gate", str(cfg), "--socket", str(tmp_path / "none.ctl"), *args)
+    assert expect in one_line_error(r)
+    assert r.stdout == ""
