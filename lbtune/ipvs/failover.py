@@ -100,8 +100,9 @@ def _service(svc: VirtualService, sync: bool) -> list[Finding]:
     if agents:
         out.append(Finding(WARN, "weights", obj,
                            f"real server {agents[0]} has an agent: `lbtune ipvs adapt` "
-                           "sets weights on each director on its own, and directors "
-                           "whose weights differ pick differently"))  # fmt: skip
+                           "sets weights on each director on its own: directors whose "
+                           "weights differ pick differently, and the gate sees the "
+                           "adapted weights as drift from the config"))  # fmt: skip
     return out
 
 
