@@ -32,7 +32,7 @@ the sync daemon. This module reads the section:
     rise = 3                    # passing checks in a row before a VIP is announced
     fall = 2                    # failing checks in a row before it is withdrawn
     timeout = 1                 # s per real-server connect
-    min_real_servers = 1        # reachable real servers every service needs
+    min_real_servers = 1        # reachable real servers every TCP service needs
 
 Every value ends up in a BIRD config (lbtune.ipvs.bird): names are one plain word,
 addresses canonical IP addresses, numbers numbers; anything else is refused here, one

@@ -259,7 +259,7 @@ def parse_config(data: Any, source: str = "<config>") -> DirectorConfig:
     cluster = parse_cluster(top.data["cluster"], source) if "cluster" in top.data else None
     if cluster is not None:
         need = cluster.gate.min_real_servers
-        for svc in services:
+        for svc in (s for s in services if s.key.protocol == "tcp"):  # what the gate checks
             usable = sum(1 for rs in svc.servers if rs.weight > 0)
             if usable < need:
                 raise BadInput(f"{source}: service {svc.key}: {usable} real server(s) with a "

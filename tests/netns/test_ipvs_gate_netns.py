@@ -11,6 +11,7 @@ same GateRun and the same BIRD, and the real checks passing is the lab's to show
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -162,6 +163,17 @@ def test_the_gate_withdraws_what_it_cannot_vouch_for_and_exits_0_on_sigterm(pair
     assert err == ""
     states = BirdControl(pair.dsock).protocol_states()
     assert {states[v.protocol] for v in vips} == {"down"}
+    # --once: the verdicts, exit 1, and BIRD left alone
+    BirdControl(pair.dsock).set_enabled(vips[0].protocol, True)
+    once = subprocess.run(
+        ["ip", "netns", "exec", pair.dns, sys.executable, "-m", "lbtune", "--json", "ipvs",
+         "gate", str(pair.cfg_path), "--director", "dir1", "--socket", pair.dsock, "--once"],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert once.returncode == 1, once.stderr
+    doc = json.loads(once.stdout)
+    assert [(v["vip"], v["ok"]) for v in doc["vips"]] == [("10.0.0.100", False),
+                                                          ("10.0.0.101", False)]
+    assert BirdControl(pair.dsock).protocol_states()[vips[0].protocol] == "up"
 
 
 def test_rise_and_fall_drive_the_routers_table_and_a_restarted_bird_is_repaired(
