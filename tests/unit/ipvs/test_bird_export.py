@@ -280,3 +280,14 @@ def test_json_export_carries_the_lines(tmp_path):
     r = run_cli("ipvs", "export", str(cfg), "--format", "bird", "--director", "dir3", "--json")
     assert r.exit_code == 0, r.stderr
     assert r.json["director"] == "dir3" and "router id 10.0.1.13;" in r.json["lines"]
+
+
+def test_the_docs_show_what_the_export_of_their_config_writes(tmp_path):
+    """docs/ipvs.md's [cluster] example and the bird.conf it shows for dir1 stay true."""
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "ipvs.md").read_text()
+    sec = docs[docs.index("### The `[cluster]` section"):]
+    toml = sec[sec.index("```toml\n") + 8:]
+    toml = toml[:toml.index("```")]
+    out = _export(tmp_path, toml, "dir1")
+    shown = sec[sec.index("```\n# lbtune ipvs export --format bird") + 4:]
+    assert out == shown[:shown.index("```")]
