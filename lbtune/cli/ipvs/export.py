@@ -150,11 +150,16 @@ def _bird(ctx: click.Context, config: Optional[str], fmt: str, director: Optiona
         raise BadInput("--format bird exports a config file: give CONFIG (with a [cluster])")
     if peer is not None or check_port is not None:
         raise BadInput("--peer and --check-port are keepalived options, not --format bird's")
+    from lbtune.ipvs.failover import failover_findings
+
     cfg = director_config(config)
     lines = bird_config(cfg, director)
+    warnings = [f.text() for f in failover_findings(cfg)]  # as `ipvs plan` says them
     if runtime_of(ctx).json:
         emit_json({"source": cfg.source, "format": fmt, "director": director,
-                   "lines": lines, "warnings": []})
-    else:
-        click.echo("\n".join(lines))
+                   "lines": lines, "warnings": warnings})
+        return 0
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+    click.echo("\n".join(lines))
     return 0

@@ -69,6 +69,9 @@ ROUTER2 = '\n[[cluster.router]]\naddress = "10.0.2.1"\nasn = 65002\n'
 BFD_OFF = "\n[cluster.bfd]\nenabled = false\n"
 BFD_FAST = "\n[cluster.bfd]\ninterval = 50\nmultiplier = 4\n"
 V6 = """
+[sysctl]
+sloppy_tcp = 1
+
 [[service]]
 address = "2001:db8::100"
 port = 80
@@ -291,3 +294,14 @@ def test_the_docs_show_what_the_export_of_their_config_writes(tmp_path):
     out = _export(tmp_path, toml, "dir1")
     shown = sec[sec.index("```\n# lbtune ipvs export --format bird") + 4:]
     assert out == shown[:shown.index("```")]
+
+
+def test_the_export_warns_about_what_breaks_failover(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text((SERVICES + CLUSTER).replace("sloppy_tcp = 1", "sloppy_tcp = 0"))
+    r = run_cli("ipvs", "export", str(cfg), "--format", "bird", "--director", "dir1")
+    assert r.exit_code == 0
+    assert r.stderr.startswith("warning: stateless failover breaks: net.ipv4.vs.sloppy_tcp: ")
+    assert r.stderr.count("\n") == 1 and r.stdout.startswith("# lbtune ipvs export")
+    j = run_cli("ipvs", "export", str(cfg), "--format", "bird", "--director", "dir1", "--json")
+    assert j.json["warnings"] == [r.stderr.strip().removeprefix("warning: ")]
