@@ -107,7 +107,7 @@ class Switch(Protocol):
 class GateEvent:
     time: float
     vip: str  # the address, or "" for the gate itself
-    kind: str  # announce, withdraw, repair, check, error, stop
+    kind: str  # check, announce, withdraw, repair, error, bird (answers again), stop
     reason: str
 
     def to_json(self) -> dict[str, object]:
@@ -125,6 +125,7 @@ class GateRun:
     log: Callable[[GateEvent], None]
     states: dict[str, Hysteresis] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)  # the last verdict logged per VIP
+    error: str = ""  # the last BIRD error logged (a BIRD that is down is said once)
 
     @property
     def cluster(self) -> ClusterConfig:
@@ -165,14 +166,20 @@ class GateRun:
                     self.log(GateEvent(time.time(), vip.address, "error",
                                        f"BIRD has no protocol {vip.protocol}: load the "
                                        "config of `ipvs export --format bird`"))  # fmt: skip
-                elif (state == "up") != want:
+                elif (state != "down") != want:  # enabled: up, or start/feed on its way
                     self.switch.set_enabled(vip.protocol, want)
                     if vip.address not in changed:
                         self.log(GateEvent(time.time(), vip.address, "repair",
                                            f"BIRD had {vip.protocol} {state}: "
                                            f"{'enabled' if want else 'disabled'} it"))
         except BirdError as e:
-            self.log(GateEvent(time.time(), "", "error", str(e)))
+            if str(e) != self.error:
+                self.log(GateEvent(time.time(), "", "error", str(e)))
+            self.error = str(e)
+            return
+        if self.error:
+            self.log(GateEvent(time.time(), "", "bird", "BIRD answers again"))
+            self.error = ""
 
     def stop(self) -> None:
         """Withdraw every VIP (the gate is going away)."""

@@ -215,10 +215,13 @@ def test_rise_and_fall_drive_the_routers_table_and_a_restarted_bird_is_repaired(
     _wait("the announcement again", announced)
     # BIRD restarts: its static protocols start disabled; the next round repairs that
     pair.stop("director")
+    rounds(True, True)  # BIRD is gone: said once, not every round
+    assert sum(e.kind == "error" for e in events) == 1, events
     pair.start("director")
     _wait("the router to lose the VIP with the session", lambda: not announced())
     rounds(True)
     assert any(e.kind == "repair" and "enabled it" in e.reason for e in events), events
+    assert any(e.kind == "bird" and e.reason == "BIRD answers again" for e in events), events
     _wait("the session and the VIP back", lambda: pair.established() and announced(), 30)
     run.stop()
     _wait("the withdrawal at stop", lambda: not announced())
