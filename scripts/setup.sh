@@ -17,12 +17,15 @@ VM_PKGS=(qemu-system-x86 busybox-static)
 # Set-up never stops or disables a service that was there before it ran: a policy-rc.d keeps
 # the install from starting anything, and scripts/setup-services.sh gives units the install
 # itself enabled their previous boot state (docs/testing.md, "Set-up and the host's services").
-LAB_PKGS=(nginx-light haproxy wrk apache2-utils keepalived irqbalance)
+# bird2: the BGP/BFD speaker of a director cluster; its exported config is parse-checked with
+# `bird -p` (tests/unit/ipvs/test_bird_export.py) and the health gate drives a bird run by
+# hand in a namespace (tests/netns/test_ipvs_gate_netns.py), never the host's bird.service.
+LAB_PKGS=(nginx-light haproxy wrk apache2-utils keepalived irqbalance bird2)
 # The fleet tests run Prometheus (and promtool, which also lints the agent's /metrics) by hand
 # in a namespace; the exporter bench runs node_exporter by hand on a loopback port. Neither
 # runs as a service of this host: the same policy-rc.d and setup-services.sh handle them.
 FLEET_PKGS=(prometheus prometheus-node-exporter)
-export LBTUNE_LAB_UNITS="nginx haproxy keepalived irqbalance prometheus prometheus-node-exporter"
+export LBTUNE_LAB_UNITS="nginx haproxy keepalived irqbalance bird prometheus prometheus-node-exporter"
 VENV=.venv
 
 say() { printf '[setup] %s\n' "$*"; }
@@ -38,7 +41,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   say "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  # Package scripts must not start nginx, haproxy or keepalived on this (shared, CI) host:
+  # Package scripts must not start nginx, haproxy, keepalived or bird on this (shared, CI) host:
   # a policy-rc.d that refuses every start, only for this install, unless one exists already.
   own_policy=
   if [ ! -e /usr/sbin/policy-rc.d ]; then

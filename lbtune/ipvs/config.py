@@ -32,7 +32,6 @@ from lbtune.host.ipvs.table import (
     DestSettings,
     ServiceKey,
     ServiceSettings,
-    canonical_addr,
     default_netmask,
     flag_names,
     parse_flags,
@@ -40,6 +39,8 @@ from lbtune.host.ipvs.table import (
 from lbtune.host.net.ifname import is_ifname
 from lbtune.host.textfile import read_user_text
 from lbtune.ipvs import plaintoml
+from lbtune.ipvs.cluster import ClusterConfig, parse_cluster
+from lbtune.ipvs.tomldoc import Doc as _Doc
 
 _TOML = "tomllib" if sys.version_info >= (3, 11) else "tomli"  # imported when a config needs it
 
@@ -53,7 +54,7 @@ SYSCTL_PREFIX = "net.ipv4.vs."
 _SYSCTL_NAME = re.compile(r"[a-z0-9_]{1,64}")
 _TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
 
-TOP_KEYS = ("director", "timeouts", "sysctl", "vip", "service")
+TOP_KEYS = ("director", "timeouts", "sysctl", "vip", "service", "cluster")
 DIRECTOR_KEYS = ("prune", "drain_timeout", "agent_port")
 VIP_KEYS = ("address", "dev", "prefix")
 SERVICE_KEYS = ("protocol", "address", "port", "fwmark", "family", "scheduler", "flags",
@@ -117,6 +118,7 @@ class DirectorConfig:
     prune: str = "all"  # which kernel services not listed here are removed
     drain_timeout: float = 30.0
     agent_port: int = DEFAULT_AGENT_PORT  # real servers without `agent`: http://ADDR:PORT/
+    cluster: Optional[ClusterConfig] = None  # [cluster]: one of N active directors (ECMP)
     text_sha256: str = field(default="", compare=False)  # of the file read (`load_config`)
 
     def service_addresses(self) -> set[str]:
@@ -219,55 +221,6 @@ resident: Optional[SectionCache] = None
 # ------------------------------------------------------------------------------ checking
 
 
-class _Doc:
-    """Typed access to one TOML table, every error naming the file and the entry."""
-
-    def __init__(self, data: Any, source: str, where: str, keys: tuple[str, ...]) -> None:
-        if not isinstance(data, dict):
-            raise BadInput(f"{source}: {where}: expected a table")
-        unknown = sorted(str(k) for k in data if k not in keys)
-        if unknown:
-            raise BadInput(f"{source}: {where}: unknown key {unknown[0]!r} "
-                           f"(expected: {', '.join(keys)})")  # fmt: skip
-        self.data, self.source, self.where = data, source, where
-
-    def fail(self, msg: str) -> BadInput:
-        return BadInput(f"{self.source}: {self.where}: {msg}")
-
-    def integer(self, key: str, default: Optional[int], lo: int, hi: int) -> int:
-        v = self.data.get(key, default)
-        if v is None:
-            raise self.fail(f"{key} is required")
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise self.fail(f"{key} = {v!r}: expected a whole number from {lo} to {hi}")
-        return v
-
-    def text(self, key: str, default: Optional[str], choices: tuple[str, ...] = ()) -> str:
-        v = self.data.get(key, default)
-        if v is None:
-            raise self.fail(f"{key} is required")
-        if not isinstance(v, str) or (choices and v not in choices):
-            expect = f"one of {', '.join(choices)}" if choices else "a string"
-            raise self.fail(f"{key} = {v!r}: expected {expect}")
-        return v
-
-    def addr(self, key: str) -> tuple[int, str]:
-        """(4 or 6, the address in canonical form)."""
-        v = self.text(key, None)
-        try:
-            return canonical_addr(v, key)
-        except BadInput:
-            raise self.fail(f"{key} = {v!r} is not an IP address") from None
-
-    def tables(self, key: str) -> list[Any]:
-        v = self.data.get(key, [])
-        if isinstance(v, dict):
-            v = [v]
-        if not isinstance(v, list):
-            raise self.fail(f"{key}: expected [[{key}]] tables")
-        return v
-
-
 def parse_config(data: Any, source: str = "<config>") -> DirectorConfig:
     """Validate a parsed TOML document; BadInput names the first problem."""
     top = _Doc(data, source, "top level", TOP_KEYS)
@@ -303,8 +256,17 @@ def parse_config(data: Any, source: str = "<config>") -> DirectorConfig:
                            f"({seen[svc.key]} and [[service]] #{i + 1})")  # fmt: skip
         seen[svc.key] = f"[[service]] #{i + 1}"
         services.append(svc)
+    cluster = parse_cluster(top.data["cluster"], source) if "cluster" in top.data else None
+    if cluster is not None:
+        need = cluster.gate.min_real_servers
+        for svc in (s for s in services if s.key.protocol == "tcp"):  # what the gate checks
+            usable = sum(1 for rs in svc.servers if rs.weight > 0)
+            if usable < need:
+                raise BadInput(f"{source}: service {svc.key}: {usable} real server(s) with a "
+                               f"weight, [cluster.gate] min_real_servers = {need}: its VIP "
+                               "would never be announced")  # fmt: skip
     return DirectorConfig(source, tuple(services), tuple(vips), timeouts, sysctls, prune,
-                          float(drain), agent_port)  # fmt: skip
+                          float(drain), agent_port, cluster)  # fmt: skip
 
 
 def _sysctls(raw: Any, source: str) -> tuple[tuple[str, str], ...]:

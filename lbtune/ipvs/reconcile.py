@@ -26,6 +26,7 @@ from lbtune.host.ipvs import memo as memo_
 from lbtune.host.ipvs.table import DestKey, Service, ServiceKey, available_schedulers, ipvs_of
 from lbtune.host.net import addr as addrs
 from lbtune.ipvs.config import DirectorConfig, HostFacts, check_host
+from lbtune.ipvs.failover import failover_findings
 from lbtune.tune.engine import FaultHook, apply_plan
 from lbtune.tune.journal import Journal, StateDir
 from lbtune.tune.knobs.ipvs import (
@@ -211,7 +212,8 @@ EXPIRE_NODEST = "net.ipv4.vs.expire_nodest_conn"
 
 
 def plan_warnings(host: Host, cfg: DirectorConfig, plan: Plan) -> list[str]:
-    """What the operator should know before this plan runs."""
+    """What the operator should know before this plan runs (with a [cluster]: what breaks
+    stateless failover, lbtune.ipvs.failover)."""
     out = []
     removes = [c for c in plan.to_apply if c.knob.kind == "ipvs_dest" and c.desired == ABSENT]
     if removes:
@@ -224,6 +226,7 @@ def plan_warnings(host: Host, cfg: DirectorConfig, plan: Plan) -> list[str]:
                 "port is sent to the removed server and dropped; set [sysctl] "
                 "expire_nodest_conn = 1 so it is scheduled anew"
             )
+    out += [f.text() for f in failover_findings(cfg)]
     return out
 
 

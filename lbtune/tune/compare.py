@@ -10,7 +10,12 @@
   change (fixed ones are hardware, not tuning) and pause;
 - the CPUs isolated from the scheduler and with nohz_full, and irqbalance (running, banned CPUs);
 - the IPVS table (services with scheduler and flags, real servers with forwarding method
-  and weight; from `/proc/net/ip_vs`, connection counts ignored).
+  and weight; from `/proc/net/ip_vs`, connection counts ignored), and for each service
+  scheduled by hashing (`mh`, `sh`) what its lookup table is built from: the real servers
+  with their weights in the kernel's list order (area `ipvs hashing`). Directors of a
+  cluster must agree on it for a flow moved between them to reach the same real server; the
+  table is filled in list order, so the same servers added in another order can differ.
+  (`/proc/net/ip_vs` does not show the scheduler flags such as mh-fallback.)
 
 A *shape* is what stays the same across hosts tuned alike even when their CPU numbers differ:
 "16 IRQs, 1 CPU each, on 16 CPUs, NIC-local" says each queue has its own CPU on the NIC's
@@ -29,8 +34,9 @@ from typing import Optional
 
 from lbtune.errors import BadInput
 from lbtune.host.host import Host
+from lbtune.host.identity import sha256
 from lbtune.host.inventory import HostInventory, discover_host
-from lbtune.host.ipvs.procfs import PROC_IP_VS, parse_proc_ip_vs
+from lbtune.host.ipvs.procfs import PROC_IP_VS, ProcService, parse_proc_ip_vs
 from lbtune.host.kernel.cpulist import format_cpulist
 from lbtune.host.net.nic import Nic
 
@@ -240,7 +246,22 @@ def read_settings(host: Host, source: str) -> HostSettings:
             for rs in svc.real_servers:
                 values[("ipvs", f"{svc.key} -> {rs.address}")] = \
                     f"{rs.forward} weight {rs.weight}"
+            if svc.scheduler in HASHING:
+                values[("ipvs hashing", svc.key)] = hashing_input(svc)
     return HostSettings(source, inv.hostname, inv.kernel, values)
+
+
+HASHING = ("mh", "sh")  # schedulers whose pick is a function of the table, not of state
+_LISTED = 8  # more real servers than this: a digest of the list instead of the list
+
+
+def hashing_input(svc: ProcService) -> str:
+    """What a hashing scheduler builds its table from: real servers and weights in order."""
+    items = [f"{rs.address} w{rs.weight}" for rs in svc.real_servers]
+    if len(items) <= _LISTED:
+        return f"{svc.scheduler} over " + (", ".join(items) or "no real servers")
+    digest = sha256("\n".join(items).encode()).hexdigest()[:12]
+    return f"{svc.scheduler} over {len(items)} real servers, in order: sha256 {digest}"
 
 
 # ------------------------------------------------------------------------------ comparing

@@ -297,3 +297,41 @@ def test_lbtune_nowhere_fails_saying_how_to_name_it(tmp_path: pathlib.Path,
     msg = r["msg"]
     assert "executable" in msg and ".venv/bin/lbtune" in msg, msg
     assert "ansible_python_interpreter" in msg and "\n" not in msg, msg
+
+
+def ipvs_task(config: pathlib.Path) -> str:
+    return f"""\
+- name: lbtune ipvs
+  lbtune.fleet.lbtune_ipvs:
+    config: {config}
+    netns: "{{{{ ns }}}}"
+    executable: {BIN / 'lbtune'}
+  register: r
+  ignore_errors: true
+"""
+
+
+def test_lbtune_ipvs_deploys_a_cluster_config_and_reports_its_failover_findings(
+        tmp_path: pathlib.Path, namespaces: list[str]) -> None:
+    """A director config with [cluster] needs nothing new from the module: check mode plans
+    it (this kernel has no IPVS: the table rows are planned, not applied) and hands back
+    lbtune's stateless-failover findings; a hostile [cluster] value fails the task with
+    lbtune's one line."""
+    from tests.unit.ipvs.test_bird_export import CLUSTER, SERVICES
+
+    cfg = tmp_path / "cluster.toml"
+    cfg.write_text((SERVICES + CLUSTER).replace('scheduler = "mh"\nflags = ["mh-fallback"]',
+                                                'scheduler = "wlc"'))
+    res = playbook(tmp_path / "check", ipvs_task(cfg), namespaces[:1], "--check")
+    r = res["r"][namespaces[0]]
+    assert not r.get("failed"), res["out"]
+    assert r["changed"] is True
+    found = [w for w in r["warnings_lbtune"] if w.startswith("stateless failover breaks: ")]
+    assert len(found) == 1 and "tcp:10.0.0.101:443: wlc picks" in found[0], r
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text((SERVICES + CLUSTER).replace('name = "dir2"', 'name = "dir2;}"'))
+    res = playbook(tmp_path / "bad", ipvs_task(bad), namespaces[:1], "--check")
+    r = res["r"][namespaces[0]]
+    assert r.get("failed") is True, res["out"]
+    assert "name = 'dir2;}': one word of letters" in r["msg"], r

@@ -148,3 +148,41 @@ def test_rss_hash_table_and_rules_are_compared(tmp_path) -> None:
             "flow-type tcp4 dst-port 22 action 1; flow-type udp4 dst-port 4789 action 3",
         ),
     }
+
+
+MH = """IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port Scheduler Flags
+  -> RemoteAddress:Port Forward Weight ActiveConn InActConn
+TCP  0A000064:0050 mh
+  -> 0A00000C:0050      Route   1      0          0
+  -> 0A00000B:0050      Route   1      0          0
+"""
+
+
+def test_directors_whose_maglev_tables_are_built_from_different_inputs_are_flagged(
+        tmp_path) -> None:
+    """Cluster directors: the same real servers and weights in the same kernel order build
+    the same mh table; another set, weight or order is named under `ipvs hashing`."""
+    a = copy_host(tmp_path, DELL, dest="a", files={"/proc/net/ip_vs": MH})
+    same = copy_host(tmp_path, DELL, dest="same", files={"/proc/net/ip_vs": MH})
+    lines = MH.splitlines()
+    order = copy_host(tmp_path, DELL, dest="order", files={
+        "/proc/net/ip_vs": "\n".join([*lines[:4], lines[5], lines[4]]) + "\n"})
+    extra = copy_host(tmp_path, DELL, dest="extra", files={
+        "/proc/net/ip_vs": MH + "  -> 0A00000D:0050      Route   1      0          0\n"})
+    r = run_cli("compare", str(a), str(same), str(order), str(extra), "--json")
+    assert r.exit_code == 1, r.stderr
+    hosts = {pathlib.Path(h["source"]).name: h for h in r.json["hosts"]}
+    assert hosts["same"]["in_sync"] is True
+    diffs = {(d["area"], d["object"]): (d["template"], d["value"])
+             for d in hosts["order"]["differences"]}
+    assert diffs == {("ipvs hashing", "TCP 10.0.0.100:80"): (
+        "mh over 10.0.0.12:80 w1, 10.0.0.11:80 w1", "mh over 10.0.0.11:80 w1, 10.0.0.12:80 w1")}
+    diffs = {(d["area"], d["object"]): d["value"] for d in hosts["extra"]["differences"]}
+    assert diffs == {
+        ("ipvs", "TCP 10.0.0.100:80 -> 10.0.0.13:80"): "Route weight 1",
+        ("ipvs hashing", "TCP 10.0.0.100:80"):
+            "mh over 10.0.0.12:80 w1, 10.0.0.11:80 w1, 10.0.0.13:80 w1",
+    }
+    text = run_cli("compare", str(a), str(order))
+    assert "ipvs hashing" in text.stdout

@@ -158,3 +158,15 @@ def test_irqbalance_is_installed_for_the_vm_lab_and_handled_like_the_other_lab_u
     assert pkgs and units
     assert "irqbalance" in pkgs.group(1).split()
     assert "irqbalance" in units.group(1).split()
+
+
+def test_bird_is_installed_for_the_cluster_tests_and_handled_like_the_other_lab_units() -> None:
+    """bird2 (the director cluster's BGP/BFD speaker: `bird -p` checks the exported config,
+    the gate's namespace test runs its own bird) ships bird.service, enabled by the
+    package's postinst: it must get back the boot state it had before set-up."""
+    text = SETUP.read_text()
+    pkgs = re.search(r"^LAB_PKGS=\(([^)]*)\)", text, re.MULTILINE)
+    units = re.search(r'^export LBTUNE_LAB_UNITS="([^"]*)"', text, re.MULTILINE)
+    assert pkgs and units
+    assert "bird2" in pkgs.group(1).split()
+    assert "bird" in units.group(1).split()

@@ -447,9 +447,11 @@ def rs_verify(ctx: click.Context, vips: tuple[str, ...], iface: Optional[str], d
     return int(ExitCode.FINDINGS) if failed else 0
 
 
-# `agent` and `adapt` (adaptive weights) and `export` (ipvsadm lines, keepalived blocks, a
-# VRRP pair) live in modules of their own, imported when one of them runs (or for help).
+# `agent` and `adapt` (adaptive weights), `export` (ipvsadm lines, keepalived blocks, a
+# VRRP pair, a cluster director's BIRD config) and `gate` (the cluster's health gate) live in
+# modules of their own, imported when one of them runs (or for help).
 _LAZY = {"agent": ("lbtune.cli.ipvs.adapt", "agent_command"),
          "adapt": ("lbtune.cli.ipvs.adapt", "adapt_command"),
          "export": ("lbtune.cli.ipvs.export", "export_command"),
-         "serve": ("lbtune.cli.ipvs.serve", "serve_command")}  # fmt: skip
+         "serve": ("lbtune.cli.ipvs.serve", "serve_command"),
+         "gate": ("lbtune.cli.ipvs.gate", "gate_command")}  # fmt: skip

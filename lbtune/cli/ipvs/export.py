@@ -1,5 +1,6 @@
-"""`lbtune ipvs export`: the DR table as `ipvsadm -R` input, keepalived blocks, or (with
-`--peer`) a complete keepalived.conf for one director of a VRRP pair."""
+"""`lbtune ipvs export`: the DR table as `ipvsadm -R` input, keepalived blocks, (with
+`--peer`) a complete keepalived.conf for one director of a VRRP pair, or (`--format bird
+--director NAME`) a complete BIRD 2 config for one director of a `[cluster]`."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ _PAIR_ONLY = ("role", "priority", "interface", "advert_int", "vrid", "src", "vip
 
 @click.command("export")
 @click.argument("config", required=False, shell_complete=complete.configs)
-@click.option("--format", "fmt", type=click.Choice(["ipvsadm", "keepalived"]),
+@click.option("--format", "fmt", type=click.Choice(["ipvsadm", "keepalived", "bird"]),
               default="ipvsadm", show_default=True)
+@click.option("--director", metavar="NAME",
+              help="bird: the [[cluster.director]] whose BIRD config to print.")
 @click.option("--check-port", type=click.IntRange(1, 65535), default=None,
               help="keepalived: TCP_CHECK port for fwmark services' real servers.")
 @click.option("--peer", metavar="ADDR",
@@ -45,16 +48,23 @@ _PAIR_ONLY = ("role", "priority", "interface", "advert_int", "vrid", "src", "vip
 @common_options
 @click.pass_context
 def export_command(ctx: click.Context, /, config: Optional[str], fmt: str,
-                   check_port: Optional[int], peer: Optional[str], **pair_opts: Any) -> int:
+                   director: Optional[str], check_port: Optional[int], peer: Optional[str],
+                   **pair_opts: Any) -> int:
     """Print CONFIG (default: the kernel's table) as `ipvsadm -R` input or keepalived blocks.
 
     With --format keepalived --peer ADDR: a complete keepalived.conf for this director of a
     VRRP pair (vrrp_instance with the VIPs, unicast to the peer, the IPVS sync daemon, and
-    the virtual_server blocks). Check it with `keepalived -t -f FILE`."""
+    the virtual_server blocks). Check it with `keepalived -t -f FILE`.
+
+    With --format bird --director NAME: a complete BIRD 2 config for that director of
+    CONFIG's [cluster] (BGP to the routers, BFD, each VIP announced while `lbtune ipvs gate`
+    says it is healthy). Check it with `bird -p -c FILE`."""
     from lbtune.cli.ipvs.common import director_config, emit_json, ipvs_host
     from lbtune.host.ipvs.table import Timeouts, ipvs_of, module_available
     from lbtune.ipvs.export import ipvsadm_lines, keepalived_blocks, services_from_table, unchecked
 
+    if fmt == "bird" or director is not None:
+        return _bird(ctx, config, fmt, director, check_port, peer)
     changed = [k for k in _PAIR_ONLY
                if ctx.get_parameter_source(k) is not click.core.ParameterSource.DEFAULT]
     if peer is None and changed:
@@ -124,3 +134,32 @@ def _pair(services: Any, peer: str, check_port: int, timeouts: Any,
                                                          timeouts)}
     return {"pair": dict(pair, role=settings.role, priority=settings.effective_priority),
             "lines": pair_config(services, settings, check_port, timeouts)}
+
+
+def _bird(ctx: click.Context, config: Optional[str], fmt: str, director: Optional[str],
+          check_port: Optional[int], peer: Optional[str]) -> int:
+    from lbtune.cli.ipvs.common import director_config, emit_json
+    from lbtune.ipvs.bird import bird_config
+
+    if fmt != "bird":
+        raise BadInput("--director writes a BIRD config: add --format bird")
+    if director is None:
+        raise BadInput("--format bird needs --director NAME (one of CONFIG's "
+                       "[[cluster.director]] names)")
+    if config is None:
+        raise BadInput("--format bird exports a config file: give CONFIG (with a [cluster])")
+    if peer is not None or check_port is not None:
+        raise BadInput("--peer and --check-port are keepalived options, not --format bird's")
+    from lbtune.ipvs.failover import failover_findings
+
+    cfg = director_config(config)
+    lines = bird_config(cfg, director)
+    warnings = [f.text() for f in failover_findings(cfg)]  # as `ipvs plan` says them
+    if runtime_of(ctx).json:
+        emit_json({"source": cfg.source, "format": fmt, "director": director,
+                   "lines": lines, "warnings": warnings})
+        return 0
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+    click.echo("\n".join(lines))
+    return 0
