@@ -671,6 +671,27 @@ figures({
     "monitor.goal_ms_per_s": lambda: f"{row('monitor', case='network-top')['cpu_per_minute'] / 3 / 60 * 1000:.1f}",  # noqa: E501
 })
 
+# --- where the watchers' CPU goes (bench/watch_profile.py) ---------------------------------
+
+
+def _profile_table(*parts: str) -> str:
+    """The rows of bench/results/watch_profile.json whose part is one of PARTS."""
+    lines = ["| part | what | CPU ms | share |", "|---|---|---:|---:|"]
+    for r in result("watch_profile")["results"]:
+        if r["part"] in parts:
+            lines.append(f"| {r['part']} | {r['what']} | {r['ms']:.2f} | {r['share'] * 100:.0f}% |")
+    return "\n".join(lines)
+
+
+register("watch_profile.monitor")(
+    lambda: _profile_table("monitor threads", "sample (live)", "frame (live)"))
+register("watch_profile.scrape")(
+    lambda: _profile_table("scrape (live)", "scrape (48-CPU fixture)"))
+figures({
+    "watch_profile.commit": lambda: meta("watch_profile")["commit"],
+    "watch_profile.monitor_cpu": lambda: f"{meta('watch_profile')['monitor_cpu_per_minute']:.2f}",
+})
+
 # --- probes (bench/probes.py) --------------------------------------------------------------
 
 _PROBE_ROWS = (
