@@ -26,11 +26,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.geometry import Region, Size
 from textual.message import Message
+from textual.screen import Screen
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from lbtune.host.threadname import name_this_thread
+from lbtune.tui.compositor import BandCompositor, band_compositor_fits
 from lbtune.tui.feed import Feed
 from lbtune.tui.frame import Frame, FrameBuilder
 from lbtune.tui.lines import Line, line
@@ -147,6 +149,30 @@ class PanelView(Widget):
         return out
 
 
+class _Body(Horizontal):
+    """The two columns' row: no border, no content of its own, so drawn as its background
+    alone (Textual's BLANK): the compositor re-renders every widget a changed line's region
+    crosses, and a blank one costs no style resolution."""
+
+    BLANK = True
+
+
+class _Column(Vertical):
+    BLANK = True
+
+
+class _Screen(Screen[None]):
+    """The default screen, drawn as its background alone (see _Body), whose updates render
+    only the rows they change (lbtune.tui.compositor)."""
+
+    BLANK = True
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        if band_compositor_fits():
+            self._compositor = BandCompositor()
+
+
 class MonitorApp(App[int]):
     """`lbtune monitor`: see docs/monitor.md for every panel and key."""
 
@@ -214,15 +240,15 @@ class MonitorApp(App[int]):
         yield Static(self._header_text(), id="header")
         # Wide: two columns. Narrow (< NARROW columns): the same panels in one column, in
         # the order left then right, each as tall as its lines, the body scrolling.
-        with Horizontal(id="body"):
-            with Vertical(id="left"):
+        with _Body(id="body"):
+            with _Column(id="left"):
                 yield self._box("drops", "drops by cause",
                                 lambda f, a, w: drops.render(f, a.condensed, w))  # fmt: skip
                 yield self._box("listen", "listen queues",
                                 lambda f, a, w: listen.render(f, a.condensed, w))  # fmt: skip
                 yield self._box("findings", findings.TITLE,
                                 lambda f, a, w: findings.render(f, a.condensed, w))  # fmt: skip
-            with Vertical(id="right"):
+            with _Column(id="right"):
                 yield self._box("conntrack", "conntrack",
                                 lambda f, a, w: conntrack.render(f, a.condensed, w))  # fmt: skip
                 yield self._box("queues", "NIC queues",
@@ -232,6 +258,9 @@ class MonitorApp(App[int]):
                                 lambda f, a, w: cpus.render(f, a.condensed, w))  # fmt: skip
         yield Static("", id="status")
         yield Footer()
+
+    def get_default_screen(self) -> Screen[None]:
+        return _Screen(id="_default")
 
     def on_resize(self, event: events.Resize) -> None:
         self._lay_out(event.size.width)
