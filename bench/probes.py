@@ -1,7 +1,7 @@
 """Probe overhead benchmark: packets per second of a 64-byte UDP flood with and without probes.
 
 Usage: python bench/probes.py [--rounds N] [--seconds S] [--workloads W,W] [--out FILE]
-       (root; bcc)
+       [--only PART,PART]  (root; bcc; --only runs the cases naming a part, for iterating)
 
 Two throwaway namespaces A and B joined by a veth pair; bench/udpflood.c (built here with
 gcc) floods 64-byte frames from A to B, pinned to CPU 0, for S seconds (default 5: lbtune
@@ -34,8 +34,12 @@ the same workload and run:
   tracepoint `drops queues napi` attaches to. One empty program per tracepoint, so each
   tracepoint's floor is known. This is what any tracepoint-based probe pays before doing
   any work. And (full socket) a program that only copies the device name out of the
-  record, as the queues probe must (bpf_probe_read_kernel: the kernel refuses to attach a
-  tracepoint program that reads the record's strings directly).
+  record, as the queues probe does on records (bpf_probe_read_kernel: the kernel refuses
+  to attach a tracepoint program that reads the record's strings directly); and (both
+  workloads) an empty BTF-typed tracepoint program (tp_btf, loaded as lbtune loads its
+  own: lbtune.host.trace.bpf.load_typed_tracepoint) on the queues probe's tracepoints, the
+  floor of the programs queues has where the kernel has BTF. tp_btf programs keep 15
+  bytes of their name: their tracepoint is the one their link names.
 
 ns/event comes from the kernel's BPF run-time statistics, per program (bpftool prog show,
 read after each flood, before the probe stops): lbtune's probes and the floors alike switch

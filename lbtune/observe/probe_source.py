@@ -285,8 +285,8 @@ def build_source(
             assert fmt is not None
             if probe == "queues" and need.event in typed:
                 if need.event != "net_dev_start_xmit":
-                    label = int(dict(RX_EVENTS)[need.event])
-                    instances.append(f"LBT_QUEUES_RX_BTF({need.event}, {label})")
+                    in_poll = int(dict(RX_EVENTS)[need.event])
+                    instances.append(f"LBT_QUEUES_RX_BTF({need.event}, {in_poll})")
                 attach.append(Attach(probe, need.name, f"lbt_{probe}_{need.event}",
                                      typed[need.event]))  # fmt: skip
                 continue  # reads no record: no args struct

@@ -149,7 +149,7 @@ def load_typed_tracepoint(
                      ctypes.addressof(code), ctypes.addressof(lic), 1, len(log),
                      ctypes.addressof(log))  # fmt: skip
     raw = name.encode()[: BPF_OBJ_NAME_LEN - 1]
-    attr[48 : 48 + len(raw)] = raw  # prog_name
+    ctypes.memmove(ctypes.addressof(attr) + 48, raw, len(raw))  # prog_name
     struct.pack_into("=I", attr, 68, BPF_TRACE_RAW_TP)  # expected_attach_type
     struct.pack_into("=I", attr, 108, btf_id)  # attach_btf_id
     fd = _sys_bpf(BPF_PROG_LOAD, attr)
