@@ -1,7 +1,7 @@
 """Probe overhead benchmark: packets per second of a 64-byte UDP flood with and without probes.
 
 Usage: python bench/probes.py [--rounds N] [--seconds S] [--workloads W,W] [--out FILE]
-       (root; bcc)
+       [--only PART,PART]  (root; bcc; --only runs the cases naming a part, for iterating)
 
 Two throwaway namespaces A and B joined by a veth pair; bench/udpflood.c (built here with
 gcc) floods 64-byte frames from A to B, pinned to CPU 0, for S seconds (default 5: lbtune
@@ -34,8 +34,12 @@ the same workload and run:
   tracepoint `drops queues napi` attaches to. One empty program per tracepoint, so each
   tracepoint's floor is known. This is what any tracepoint-based probe pays before doing
   any work. And (full socket) a program that only copies the device name out of the
-  record, as the queues probe must (bpf_probe_read_kernel: the kernel refuses to attach a
-  tracepoint program that reads the record's strings directly).
+  record, as the queues probe does on records (bpf_probe_read_kernel: the kernel refuses
+  to attach a tracepoint program that reads the record's strings directly); and (both
+  workloads) an empty BTF-typed tracepoint program (tp_btf, loaded as lbtune loads its
+  own: lbtune.host.trace.bpf.load_typed_tracepoint) on the queues probe's tracepoints, the
+  floor of the programs queues has where the kernel has BTF. tp_btf programs keep 15
+  bytes of their name: their tracepoint is the one their link names.
 
 ns/event comes from the kernel's BPF run-time statistics, per program (bpftool prog show,
 read after each flood, before the probe stops): lbtune's probes and the floors alike switch
@@ -99,7 +103,8 @@ from lbtune.host.trace.bpf import RunTimeStats
 from lbtune.observe.probes import COST_PERIOD_S, COST_WINDOW_S
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 copy = sys.argv[1] == "--copy-name"  # the programs copy the device name, as queues does
-tps = [tp for tp in sys.argv[1 + copy:]
+typed = sys.argv[1] == "--tp-btf"  # BTF-typed tracepoint programs, as queues' rx ones
+tps = [tp for tp in sys.argv[1 + (copy or typed):]
        if os.path.isdir("/sys/kernel/tracing/events/" + tp.replace(":", "/"))]
 names = ["lbt_fl_" + tp.split(":")[1] for tp in tps]
 body = ("u64 w[2] = {}; u32 loc = *(u32 *)((char *)ctx + 8); "
@@ -107,7 +112,19 @@ body = ("u64 w[2] = {}; u32 loc = *(u32 *)((char *)ctx + 8); "
 b = BPF(text="".join("int %s(void *ctx) { %sreturn 0; }\\n" % (n, body) for n in names))
 stats = RunTimeStats()
 assert stats.open(), stats.problem
+keep = []
+if typed:
+    from lbtune.host.trace.bpf import attach_typed_tracepoint, load_typed_tracepoint
+    from lbtune.host.trace.btf import KIND_TYPEDEF, BtfTypes
+    btf = BtfTypes(open("/sys/kernel/btf/vmlinux", "rb").read())
 for name, tp in zip(names, tps):
+    if typed:
+        fd, why = load_typed_tracepoint(b.dump_func(name.encode()), name, b"GPL",
+                                        btf.type_id(KIND_TYPEDEF, "btf_trace_" + tp.split(":")[1]))
+        assert fd >= 0, why
+        keep += [fd, attach_typed_tracepoint(fd)]
+        assert keep[-1] >= 0, tp
+        continue
     fn = b.load_func(name.encode(), BPF.TRACEPOINT)
     assert lib.bpf_attach_tracepoint(fn.fd, *(p.encode() for p in tp.split(":"))) >= 0, tp
 stop = threading.Event()
@@ -156,8 +173,20 @@ def sh(*argv: str) -> str:
 
 def programs() -> dict[int, dict[str, Any]]:
     """Every loaded BPF program by id, as bpftool shows it (run_cnt and run_time_ns are
-    there once the kernel counted any)."""
-    return {p["id"]: p for p in json.loads(sh("bpftool", "prog", "show", "--json") or "[]")}
+    there once the kernel counted any), with `tracepoint` set for lbtune's and the floors'.
+
+    tp_btf programs (lbtune loads them itself) keep only 15 bytes of their name; their
+    tracepoint is the one their raw_tracepoint link names."""
+    progs = {p["id"]: p for p in json.loads(sh("bpftool", "prog", "show", "--json") or "[]")}
+    for p in progs.values():
+        p["tracepoint"] = tracepoint_of(p.get("name", ""))
+    for link in json.loads(sh("bpftool", "link", "show", "--json") or "[]"):
+        p = progs.get(link.get("prog_id", -1))
+        named = p is not None and p.get("name", "").startswith("lbt_")
+        if p is not None and named and link.get("type") == "raw_tracepoint":
+            p["tracepoint"] = next((tp for tp in ALL_TPS
+                                    if tp.split(":")[1] == link.get("tp_name")), None)  # fmt: skip
+    return progs
 
 
 def bpf_stats_sysctl() -> str:
@@ -278,14 +307,14 @@ class Probe:
             time.sleep(0.1)
         time.sleep(0.5)  # every program attached
         self.ids = {i for i, p in programs().items()
-                    if i not in before and tracepoint_of(p.get("name", ""))}  # fmt: skip
+                    if i not in before and p["tracepoint"]}  # fmt: skip
 
     def stop(self) -> Measured:
         """Read the programs' statistics, stop it; lbtune's ns/event when it reports one."""
         assert self.proc is not None
         got = Measured()
         for i, p in programs().items():
-            tp = tracepoint_of(p.get("name", "")) if i in self.ids else None
+            tp = p["tracepoint"] if i in self.ids else None
             if tp is not None:
                 cnt, ns = got.programs.get(tp, (0, 0))
                 got.programs[tp] = (cnt + p.get("run_cnt", 0), ns + p.get("run_time_ns", 0))
@@ -302,6 +331,8 @@ class Probe:
 
 
 COPY_FLOOR = "floor: device-name copy alone, queues' tracepoints"
+TYPED_FLOOR = "floor: empty tp_btf program, queues' tracepoints"
+ALL_FLOOR = "floor: empty program, drops queues napi's tracepoints"
 
 
 def floor_probe(topo: Topology, args: list[str]) -> Probe:
@@ -327,10 +358,11 @@ def _cases(topo: Topology, workload: str, netqtop: Optional[str]) -> dict[str, O
                    else "floor: empty program, drops' tracepoints")  # fmt: skip
     for name, tps in (("floor: empty program, queues' tracepoints", RX_AND_TX),
                       (drops_floor, DROPS_TPS[workload]),
-                      ("floor: empty program, drops queues napi's tracepoints", ALL_TPS)):
+                      (ALL_FLOOR, ALL_TPS)):
         cases[name] = floor_probe(topo, tps)
     if workload == FULL:
         cases[COPY_FLOOR] = floor_probe(topo, ["--copy-name", *RX_AND_TX])
+    cases[TYPED_FLOOR] = floor_probe(topo, ["--tp-btf", *RX_AND_TX])
     if netqtop and workload == FULL:
         cases["bcc netqtop"] = Probe(
             ["ip", "netns", "exec", topo.b, "sh", "-c",
@@ -392,8 +424,7 @@ def summarize(
 def floor_for(results: list[Result], workload: str, tps: list[str]) -> Optional[float]:
     """An empty program's ns/event on `tps` in `workload`: the all-tracepoints floor's
     programs on them, pooled by their events."""
-    floor = next(r for r in results if r.workload == workload
-                 and r.name == "floor: empty program, drops queues napi's tracepoints")
+    floor = next(r for r in results if r.workload == workload and r.name == ALL_FLOOR)
     parts = [floor.programs[tp] for tp in tps if tp in floor.programs]
     parts = [p for p in parts if p["ns_per_event"] is not None and p["events"]]
     events = sum(p["events"] for p in parts)
@@ -415,6 +446,9 @@ def main() -> None:
     ap.add_argument("--workloads", default="full socket,closed port",
                     help="comma-separated, from: " + ", ".join(WORKLOADS))
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "probes.json")
+    ap.add_argument("--only", default="",
+                    help="comma-separated parts of case names: run only the cases naming one "
+                    "(and the baseline) while iterating; results keep full runs")  # fmt: skip
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/probes.py needs root (namespaces, BPF)")
@@ -435,6 +469,11 @@ def main() -> None:
     try:
         with Topology() as topo:
             cases = {w: _cases(topo, w, netqtop) for w in workloads}
+            only = [o.strip() for o in args.only.split(",") if o.strip()]
+            if only:
+                cases = {w: {n: p for n, p in c.items()
+                             if n == BASELINE or any(o in n for o in only)}
+                         for w, c in cases.items()}  # fmt: skip
             flood(topo, binary, 1.0, PORT)  # warm up
             pps = {(w, n): [] for w in workloads for n in cases[w]}  # type: ignore[var-annotated]
             per_cpu = {k: [] for k in pps}  # type: ignore[var-annotated]
@@ -462,8 +501,10 @@ def main() -> None:
                                      measured[(w, name)], base))  # fmt: skip
     goals = []
     for w in workloads:
-        r = next(r for r in results
-                 if r.workload == w and r.name == "lbtune probe drops queues napi")  # fmt: skip
+        r = next((r for r in results
+                  if r.workload == w and r.name == "lbtune probe drops queues napi"), None)
+        if r is None or not any(f.workload == w and f.name == ALL_FLOOR for f in results):
+            continue  # a run with --only
         for probe in PROBES:
             floor = floor_for(results, w, PROBE_TPS[probe])
             ns = r.ns_by_probe.get(probe)

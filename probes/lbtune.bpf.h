@@ -6,10 +6,15 @@
  * share a slot). One array lookup and one comparison of the two words then say whether the
  * device is wanted, whatever the number of interfaces: no string comparison per interface
  * and no hash-map call. The name copy (bpf_probe_read_kernel) is the only helper call, and
- * names of a length no wanted name has are turned away before it.
+ * names of a length no wanted name has are turned away before it. Where the device's
+ * struct is at hand (tp_btf), its name is read in place instead: no copy, no helper.
  *
- * Only tracepoint arguments are read: the record layout structs (struct lbt_args_*) are
- * generated from the running kernel's tracefs format files, never from kernel headers.
+ * Programs on tracepoint records read only the records: their layout structs (struct
+ * lbt_args_*) are generated from the running kernel's tracefs format files, never from
+ * kernel headers. Programs on BTF-typed tracepoints (tp_btf: the queues probe's rx
+ * entries, where the kernel has BTF) read the device's name in place (lbt_iface_dev), at
+ * an offset from the running kernel's BTF, and the verifier checks each load against that
+ * BTF: a wrong offset is refused at load, never read.
  */
 #define LBT_IFNAMSIZ 16
 
@@ -30,13 +35,22 @@ static __always_inline u32 lbt_name_slot(u64 w0, u64 w1)
 	return ((w0 ^ (w1 * LBT_IF_H2)) * LBT_IF_H1) >> LBT_IF_SHIFT;
 }
 
+/* The filter entry of the device whose NUL-padded name is (w0, w1), or NULL. */
+static __always_inline struct lbt_ifslot *lbt_iface_words(u64 w0, u64 w1)
+{
+	u32 slot = lbt_name_slot(w0, w1);
+	struct lbt_ifslot *s = lbt_ifaces.lookup(&slot);
+
+	if (!s || !s->id || s->w0 != w0 || s->w1 != w1)
+		return NULL;
+	return s;
+}
+
 /* The filter entry of the device named by a __data_loc field, or NULL. */
 static __always_inline struct lbt_ifslot *lbt_iface(void *args, u32 data_loc)
 {
 	u64 w[2] = {};
 	u32 len = data_loc >> 16; /* bytes, the terminating NUL included */
-	u32 slot;
-	struct lbt_ifslot *s;
 
 	/* LBT_IF_LENS has bit n set when a wanted name is n bytes long with its NUL: other
 	 * devices are turned away before the name is copied. */
@@ -53,9 +67,32 @@ static __always_inline struct lbt_ifslot *lbt_iface(void *args, u32 data_loc)
 	} else {
 		w[1] &= (1ULL << ((len - 8) * 8)) - 1; /* len <= 15 */
 	}
-	slot = lbt_name_slot(w[0], w[1]);
-	s = lbt_ifaces.lookup(&slot);
-	if (!s || !s->id || s->w0 != w[0] || s->w1 != w[1])
-		return NULL;
-	return s;
+	return lbt_iface_words(w[0], w[1]);
 }
+
+/* The filter entry of the device whose struct net_device is at `dev`, read in place: for
+ * programs whose arguments are BTF-typed kernel pointers (tp_btf), where the verifier
+ * checks every load against the running kernel's own types (LBT_DEV_NAME is the offset of
+ * net_device.name in this kernel's BTF). No helper call. The bytes after the name's NUL
+ * are cut off as the tracepoints' copy cuts them (a renamed device can keep the tail of
+ * its longer old name there). */
+#ifdef LBT_DEV_NAME
+#define LBT_ONES 0x0101010101010101ULL
+#define LBT_HIGHS 0x8080808080808080ULL
+static __always_inline struct lbt_ifslot *lbt_iface_dev(char *dev)
+{
+	u64 w0 = *(u64 *)(dev + LBT_DEV_NAME), w1 = *(u64 *)(dev + LBT_DEV_NAME + 8);
+	/* the lowest set bit of z marks the first NUL byte (bit 8k + 7 for byte k) */
+	u64 z = (w0 - LBT_ONES) & ~w0 & LBT_HIGHS;
+
+	if (z) {
+		w0 &= ((z & -z) >> 7) - 1;
+		w1 = 0;
+	} else {
+		z = (w1 - LBT_ONES) & ~w1 & LBT_HIGHS;
+		if (z)
+			w1 &= ((z & -z) >> 7) - 1;
+	}
+	return lbt_iface_words(w0, w1);
+}
+#endif /* LBT_DEV_NAME */

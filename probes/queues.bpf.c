@@ -103,6 +103,7 @@ int lbt_queues_##event(struct lbt_args_net_##event *args)                      \
 			      args->len, label);                                \
 }
 
+#ifndef LBT_Q_BTF_TX
 int lbt_queues_net_dev_start_xmit(struct lbt_args_net_net_dev_start_xmit *args)
 {
 	struct lbt_ifslot *s = lbt_iface(args, args->name);
@@ -117,3 +118,65 @@ int lbt_queues_net_dev_start_xmit(struct lbt_args_net_net_dev_start_xmit *args)
 	lbt_q_add(1, s->base + q, args->len, segs ? segs : 1);
 	return 0;
 }
+#else
+/* tx as a BTF-typed tracepoint (tp_btf): ctx[0] is the skb, ctx[1] the device. The name
+ * and the skb's fields are read in place (offsets from the running kernel's BTF); only a
+ * packet of a wanted device reads its GSO fields, from skb_shinfo(skb) = head + end,
+ * which the verifier lets a program read only through a helper (a GSO skb counts
+ * gso_segs wire packets, as the record's gso_size and gso_segs say). */
+_Static_assert(LBT_SHINFO_GSO_SEGS == LBT_SHINFO_GSO_SIZE + 2, "gso_segs after gso_size");
+int lbt_queues_net_dev_start_xmit(u64 *ctx)
+{
+	char *skb = (char *)ctx[0];
+	struct lbt_ifslot *s = lbt_iface_dev((char *)ctx[1]);
+	u16 gso[2] = {}; /* gso_size, gso_segs */
+	u64 head;
+	u32 q, segs = 1;
+
+	if (!s || !s->ntx)
+		return 0;
+	q = *(u16 *)(skb + LBT_SKB_QUEUE_MAPPING);
+	if (q > s->ntx)
+		q = s->ntx;
+	head = *(u64 *)(skb + LBT_SKB_HEAD) + *(u32 *)(skb + LBT_SKB_END);
+	if (!bpf_probe_read_kernel(gso, sizeof(gso), (void *)(head + LBT_SHINFO_GSO_SIZE)) &&
+	    gso[0] && gso[1])
+		segs = gso[1];
+	lbt_q_add(1, s->base + q, *(u32 *)(skb + LBT_SKB_LEN), segs);
+	return 0;
+}
+#endif /* LBT_Q_BTF_TX */
+
+#ifdef LBT_Q_BTF
+/* rx entries as BTF-typed tracepoints (tp_btf), where the kernel has BTF: ctx[0] is the
+ * skb itself, and the device, its name, the queue and the length are read in place at
+ * offsets from the running kernel's BTF (LBT_SKB_*, LBT_DEV_NAME; the verifier checks
+ * every load against that BTF). No helper call and no NAPI-id cache: reading the name in
+ * place costs less than the cache's lookup. The kernel also skips building the event
+ * record (and its copy of the name) for these programs. */
+static __always_inline int lbt_q_rx_btf(u64 *ctx, int label)
+{
+	char *skb = (char *)ctx[0];
+	char *dev = *(char **)(skb + LBT_SKB_DEV);
+	u32 queue_mapping = *(u16 *)(skb + LBT_SKB_QUEUE_MAPPING);
+	struct lbt_ifslot *s;
+	u32 q;
+
+	if (label)
+		LBT_NAPI_LABEL(queue_mapping);
+	s = lbt_iface_dev(dev);
+	if (!s || !s->nrx)
+		return 0;
+	q = s->nrx == 1 ? 0 : queue_mapping - s->rx_off;
+	if (q > s->nrx)
+		q = s->nrx; /* queue not recorded, or out of range */
+	lbt_q_add(0, s->base + q, *(u32 *)(skb + LBT_SKB_LEN), 1);
+	return 0;
+}
+
+#define LBT_QUEUES_RX_BTF(event, label)                                         \
+int lbt_queues_##event(u64 *ctx)                                                \
+{                                                                               \
+	return lbt_q_rx_btf(ctx, label);                                        \
+}
+#endif /* LBT_Q_BTF */

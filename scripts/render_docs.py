@@ -702,6 +702,8 @@ _PROBE_ROWS = (
     ("floor: an empty program on the queues probe's tracepoints",
      "floor: empty program, queues' tracepoints"),
     ("bcc netqtop (counts nothing here)", "bcc netqtop"),
+    ("floor: an empty tp_btf program on the queues probe's tracepoints",
+     "floor: empty tp_btf program, queues' tracepoints"),
 )
 
 
@@ -798,6 +800,12 @@ figures({
     "probes.pps_spread": lambda: (lambda r: f"{max(r) / min(r):.1f}")(
         _pr("no probe")["rounds_pps"]),
     "probes.queues_floor": lambda: f"{_pr(_PROBE_ROWS[4][1])['loss_cpu_pct']:.1f}",
+    "probes.typed_floor": lambda: f"{_pr(_PROBE_ROWS[6][1])['loss_cpu_pct']:.1f}",
+    "probes.typed_empty.ns": lambda: f"{_pr(_PROBE_ROWS[6][1])['ns_pooled']:.1f}",
+    "probes.queues.goal_ns": lambda: f"{_goal('probes', 'full socket', 'queues'):.1f}",
+    "probes.closed.queues.goal_ns": lambda: f"{_goal('probes', 'closed port', 'queues'):.1f}",
+    "probes.records.queues.goal_ns": lambda: f"{_goal('probes_records', 'full socket', 'queues'):.1f}",  # noqa: E501
+    "probes.records.closed.queues.goal_ns": lambda: f"{_goal('probes_records', 'closed port', 'queues'):.1f}",  # noqa: E501
 })
 
 # --- tuning (bench/tune.py) ----------------------------------------------------------------

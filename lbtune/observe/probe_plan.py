@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 from lbtune.errors import BadInput, NeedsPrivilege
 from lbtune.host.host import Host
 from lbtune.host.net.nic import nic_names
-from lbtune.host.trace.btf import kernel_enums
+from lbtune.host.trace.btf import BTF_DIR, KIND_TYPEDEF, BtfError, BtfTypes, kernel_enums
 from lbtune.host.trace.tracefs import TracepointFormat, ensure_tracefs, read_format
 from lbtune.observe.dropreasons import CONSUMED, NOT_DROPPED_YET, DropReasons, resolve_drop_reasons
 from lbtune.observe.probe_source import (
@@ -29,6 +29,7 @@ from lbtune.observe.probe_source import (
     check_needs,
     perfect_hash,
     probes_dir,
+    usable,
 )
 
 # Bounds of every map (the kernel allocates them up front; nothing grows while running).
@@ -267,12 +268,14 @@ def plan_probes(
     probes: Sequence[str],
     ifaces: Optional[Sequence[str]] = None,
     status: Optional[Status] = None,
+    typed: bool = True,
 ) -> ProbePlan:
     """Check the kernel and build the C for `probes`; nothing is loaded yet.
 
     BadInput for an unknown probe or interface, or a host tree that is not the running
     machine; NeedsPrivilege when not root, or when the kernel lacks a tracepoint or field
-    (the message names each missing piece).
+    (the message names each missing piece). `typed` False keeps the queues probe's
+    programs on the tracepoint records even where BTF allows tp_btf (`_typed_queues`).
     """
     wanted = _wanted(host, probes)
     if status:
@@ -306,7 +309,8 @@ def plan_probes(
     kernel = host.fs.read("/proc/sys/kernel/osrelease") or os.uname().release
     where = f", netns {host.netns}" if host.netns else ""
     header = f"lbtune probes {', '.join(wanted)} for Linux {kernel}{where}"
-    source = build_source(wanted, formats, defines, c_dir, header)
+    queues_typed = _typed_queues(host, formats, defines) if typed and "queues" in wanted else {}
+    source = build_source(wanted, formats, defines, c_dir, header, queues_typed)
     return ProbePlan(wanted, kernel, host.netns, source, plans, slots, names, reasons,
                      has_reason, tuple(notes))  # fmt: skip
 
@@ -340,6 +344,72 @@ def _plan_ports(
         defines["LBT_P_SHIFT"] = 64 - PORT_CACHE_BITS
     if missing:
         notes.append("closed ports unnamed without " + " and ".join(missing))
+
+
+# What the queues probe's tp_btf programs read, (struct, member, size, define); tx also
+# reads the GSO fields of skb_shinfo(skb) = skb->head + skb->end (an offset on 64-bit).
+TYPED_READS = (("sk_buff", "dev", 8, "LBT_SKB_DEV"),
+               ("sk_buff", "queue_mapping", 2, "LBT_SKB_QUEUE_MAPPING"),
+               ("sk_buff", "len", 4, "LBT_SKB_LEN"),
+               ("net_device", "name", 16, "LBT_DEV_NAME"))  # fmt: skip
+TYPED_TX_READS = (("sk_buff", "head", 8, "LBT_SKB_HEAD"),
+                  ("sk_buff", "end", 4, "LBT_SKB_END"),
+                  ("skb_shared_info", "gso_size", 2, "LBT_SHINFO_GSO_SIZE"),
+                  ("skb_shared_info", "gso_segs", 2, "LBT_SHINFO_GSO_SEGS"))  # fmt: skip
+
+
+def _offsets(btf: BtfTypes, reads: Sequence[tuple[str, str, int, str]]) -> Optional[dict[str, int]]:
+    """define -> byte offset of each member, None unless every one has the size read."""
+    out = {}
+    for struct_name, member, size, define in reads:
+        found = btf.member(struct_name, member)
+        if found is None or found[1] != size:
+            return None
+        out[define] = found[0]
+    return out
+
+
+def _typed_queues(
+    host: Host, formats: dict[str, Optional[TracepointFormat]], defines: dict[str, Any]
+) -> dict[str, int]:
+    """The queues probe's events it reads as BTF-typed tracepoints (tp_btf), by the BTF id
+    of their `btf_trace_<event>` typedef, and the defines those programs need.
+
+    A tp_btf program gets the skb (and on tx the device) itself: it reads the device's name
+    in place instead of copying the record's name string with a helper call (the copy was
+    most of the probe's cost, docs/probes.md). Needs the running kernel's BTF (vmlinux),
+    its typedef for the event (Linux 5.5+ has one per tracepoint), and the members read at
+    byte offsets with the sizes read. Without them, every program stays on the records.
+    """
+    blob = host.fs.read_bytes(f"{BTF_DIR}/vmlinux")
+    if not blob:
+        return {}
+    try:
+        btf = BtfTypes(blob)
+    except BtfError:
+        return {}
+    common = _offsets(btf, TYPED_READS)
+    if common is None:
+        return {}
+    tx = _offsets(btf, TYPED_TX_READS)
+    if tx is not None and tx["LBT_SHINFO_GSO_SEGS"] != tx["LBT_SHINFO_GSO_SIZE"] + 2:
+        tx = None  # the program reads both in one 4-byte copy
+    out = {}
+    for need in NEEDS["queues"]:
+        type_id = btf.type_id(KIND_TYPEDEF, f"btf_trace_{need.event}")
+        if type_id is None or not usable(need, formats):
+            continue
+        if need.event == "net_dev_start_xmit":
+            if tx is None:
+                continue
+            defines["LBT_Q_BTF_TX"] = None
+            defines.update(tx)
+        else:
+            defines["LBT_Q_BTF"] = None
+        out[need.event] = type_id
+    if out:
+        defines.update(common)
+    return out
 
 
 def _min_napi_id(host: Host) -> int:

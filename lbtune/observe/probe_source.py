@@ -78,6 +78,9 @@ class Attach:
     probe: str
     tracepoint: str  # "system:event"
     function: str
+    # tp_btf: the BTF id of the kernel's `btf_trace_<event>` typedef, the program loaded
+    # as a BTF-typed raw tracepoint; None: a tracepoint program on the event's record
+    btf_id: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -259,12 +262,17 @@ def build_source(
     defines: Mapping[str, Define],
     c_dir: Path,
     header: str = "",
+    typed: Optional[Mapping[str, int]] = None,
 ) -> ProbeSource:
     """The final C for `probes` (checked with `check_needs` first) and what to attach.
 
     `defines` become `#define NAME VALUE` (None: `#define NAME`), settings lbtune computed
-    for this run. `header` is a comment naming the kernel and options.
+    for this run. `header` is a comment naming the kernel and options. `typed` maps the
+    queues probe's events (tx, rx entries) to their `btf_trace_<event>` BTF id where it
+    reads them as BTF-typed tracepoints, tp_btf (the defines then carry LBT_Q_BTF_TX /
+    LBT_Q_BTF and the BTF offsets, `lbtune.observe.probe_plan._typed_queues`).
     """
+    typed = typed or {}
     wanted = [p for p in PROBES if p in probes]
     used: dict[str, TracepointFormat] = {}
     attach: list[Attach] = []
@@ -275,6 +283,13 @@ def build_source(
                 continue
             fmt = formats[need.name]
             assert fmt is not None
+            if probe == "queues" and need.event in typed:
+                if need.event != "net_dev_start_xmit":
+                    in_poll = int(dict(RX_EVENTS)[need.event])
+                    instances.append(f"LBT_QUEUES_RX_BTF({need.event}, {in_poll})")
+                attach.append(Attach(probe, need.name, f"lbt_{probe}_{need.event}",
+                                     typed[need.event]))  # fmt: skip
+                continue  # reads no record: no args struct
             if need.system == "net" and need.event != "net_dev_start_xmit":
                 napi_context = dict(RX_EVENTS)[need.event]
                 if probe == "queues":

@@ -245,7 +245,10 @@ class ProbeSession:
                 status("attaching")
             self._stats_on()  # the first window opens with the probes, not with a thread
             for a in plan.source.attach:
-                self._program.attach(a.tracepoint, a.function)
+                if a.btf_id is not None:
+                    self._program.attach_btf(a.tracepoint, a.function, a.btf_id)
+                else:
+                    self._program.attach(a.tracepoint, a.function)
             self._sampler = threading.Thread(
                 target=self._sample_costs, name="lbtune-probe-cost", daemon=True
             )
@@ -268,9 +271,11 @@ class ProbeSession:
         ifaces: Optional[Sequence[str]] = None,
         status: Optional[Status] = None,
         cost_window: float = COST_WINDOW_S,
+        typed: bool = True,
     ) -> ProbeSession:
         """Plan, compile once, load and attach `probes` (see `plan_probes`)."""
-        return cls(host, plan_probes(host, probes, ifaces, status), status, cost_window)
+        plan = plan_probes(host, probes, ifaces, status, typed)
+        return cls(host, plan, status, cost_window)
 
     def __enter__(self) -> ProbeSession:
         return self

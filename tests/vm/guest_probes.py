@@ -176,6 +176,7 @@ def session(flagdir: str, host_mac: str, n_closed: int, m_rcvbuf: int, per_queue
         known = s.plan.reasons
         out["reasons"] = {n: known.value(n) if known else None for n in names}
         out["programs"] = len(set(s.program_ids()) & lbtune_programs())
+        out["typed"] = sorted(a.tracepoint for a in s.plan.source.attach if a.btf_id is not None)
         s.read()  # the start: whatever happened while attaching is not counted below
         q0 = _eth0_queue_packets()
         _closed_port(n_closed)

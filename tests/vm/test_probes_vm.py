@@ -237,6 +237,14 @@ def test_napi_work_per_virtio_queue(probes):
     assert work == rx
 
 
+def test_queues_reads_6_1s_own_structs_as_tp_btf(probes):
+    """Debian's 6.1 has BTF: the queues probe's tx and rx entries are BTF-typed tracepoints
+    there (offsets from 6.1's BTF, checked by 6.1's verifier), and the counts above are
+    theirs."""
+    assert "net:net_dev_start_xmit" in probes["typed"], probes["typed"]
+    assert [tp for tp in probes["typed"] if tp != "net:net_dev_start_xmit"], probes["typed"]
+
+
 def test_every_program_loaded_and_none_is_left(probes):
     assert probes["programs"] >= 3
     assert set(probes["local"]["costs"]) == {"drops", "queues", "napi"}

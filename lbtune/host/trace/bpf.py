@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import os
 import platform
 import struct
@@ -26,6 +27,11 @@ from lbtune.errors import NeedsPrivilege
 
 BPF_ENABLE_STATS = 32  # enum bpf_cmd, include/uapi/linux/bpf.h (Linux 5.8+)
 BPF_STATS_RUN_TIME = 0
+BPF_PROG_LOAD = 5
+BPF_RAW_TRACEPOINT_OPEN = 17  # Linux 5.5+ for BTF-typed (tp_btf) programs
+BPF_PROG_TYPE_TRACING = 26
+BPF_TRACE_RAW_TP = 23  # enum bpf_attach_type: tp_btf
+BPF_OBJ_NAME_LEN = 16
 _SYS_BPF = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351, "riscv64": 280}
 BCC_FIX = (
     "apt-get install python3-bpfcc (dnf install python3-bcc), and run lbtune from the "
@@ -105,6 +111,60 @@ class RunTimeStats:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _sys_bpf(cmd: int, attr: ctypes.Array[ctypes.c_char]) -> int:
+    """bpf(2); the result, or -errno."""
+    nr = _SYS_BPF.get(platform.machine())
+    if nr is None:
+        return -errno.ENOSYS
+    libc = ctypes.CDLL(None, use_errno=True)
+    r = int(libc.syscall(nr, cmd, ctypes.byref(attr), ctypes.sizeof(attr)))
+    return r if r >= 0 else -ctypes.get_errno()
+
+
+class _Loaded:
+    """A program lbtune loaded itself (a tp_btf program): its fd, as bcc's Function has."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+
+def load_typed_tracepoint(
+    insns: bytes, name: str, license: bytes, btf_id: int
+) -> tuple[int, str]:
+    """Load compiled instructions as a BTF-typed tracepoint program (tp_btf: type
+    TRACING, attach type BPF_TRACE_RAW_TP, attach_btf_id the kernel's `btf_trace_<event>`
+    typedef); (fd, "") or (-errno, the verifier's last line).
+
+    bcc 0.26 names its TRACING programs' attach types by function-name prefix and has none
+    for tp_btf, so lbtune loads these itself; bcc already put its map fds into the
+    instructions (`dump_func`). The kernel keeps 15 bytes of the name.
+    """
+    code = ctypes.create_string_buffer(insns, len(insns))
+    lic = ctypes.create_string_buffer(license)
+    log = ctypes.create_string_buffer(1 << 16)
+    attr = ctypes.create_string_buffer(120)  # union bpf_attr, BPF_PROG_LOAD up to attach_prog_fd
+    struct.pack_into("=IIQQIIQ", attr, 0, BPF_PROG_TYPE_TRACING, len(insns) // 8,
+                     ctypes.addressof(code), ctypes.addressof(lic), 1, len(log),
+                     ctypes.addressof(log))  # fmt: skip
+    raw = name.encode()[: BPF_OBJ_NAME_LEN - 1]
+    ctypes.memmove(ctypes.addressof(attr) + 48, raw, len(raw))  # prog_name
+    struct.pack_into("=I", attr, 68, BPF_TRACE_RAW_TP)  # expected_attach_type
+    struct.pack_into("=I", attr, 108, btf_id)  # attach_btf_id
+    fd = _sys_bpf(BPF_PROG_LOAD, attr)
+    if fd >= 0:
+        return fd, ""
+    lines = [ln.strip() for ln in log.value.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return fd, lines[-1] if lines else os.strerror(-fd)
+
+
+def attach_typed_tracepoint(prog_fd: int) -> int:
+    """Attach a tp_btf program to its tracepoint (the one its BTF id names): the link fd,
+    or -errno. Closing the fd detaches it."""
+    attr = ctypes.create_string_buffer(16)
+    struct.pack_into("=QI", attr, 0, 0, prog_fd)  # raw_tracepoint.name NULL, prog_fd
+    return _sys_bpf(BPF_RAW_TRACEPOINT_OPEN, attr)
 
 
 def _flatten(value: Any) -> tuple[Any, ...]:
@@ -242,6 +302,7 @@ class BpfProgram:
                 raise NeedsPrivilege(f"bcc could not compile the probes: {why}") from None
         atexit.unregister(self._bpf.cleanup)  # close() does it; keep no reference behind
         self._attached: list[int] = []  # perf event fds, one per (tracepoint, program)
+        self._links: list[int] = []  # tp_btf link fds and program fds, closed on close()
         self._functions: dict[str, Any] = {}
         self._closed = False
 
@@ -265,6 +326,28 @@ class BpfProgram:
         if fd < 0:
             raise NeedsPrivilege(f"cannot attach {function} to tracepoint {tracepoint}")
         self._attached.append(fd)
+
+    def attach_btf(self, tracepoint: str, function: str, btf_id: int) -> None:
+        """Load `function` as a BTF-typed tracepoint program (tp_btf) on the tracepoint
+        whose `btf_trace_<event>` typedef has BTF id `btf_id`, and attach it."""
+        from bcc import lib
+
+        fn = self._functions.get(function)
+        if fn is None:
+            insns = self._bpf.dump_func(function.encode())
+            license = lib.bpf_module_license(self._bpf.module) or b"GPL"
+            fd, why = load_typed_tracepoint(insns, function, license, btf_id)
+            if fd < 0:
+                raise NeedsPrivilege(f"the kernel refused program {function}: {why}")
+            self._links.append(fd)
+            fn = self._functions[function] = _Loaded(fd)
+        link = attach_typed_tracepoint(fn.fd)
+        if link < 0:
+            raise NeedsPrivilege(
+                f"cannot attach {function} to tracepoint {tracepoint} (tp_btf): "
+                f"{os.strerror(-link)}"
+            )
+        self._links.append(link)
 
     def update(self, table: str, key: Sequence[Any], value: Sequence[Any]) -> None:
         """Set one entry of a (non per-CPU) map; key and value as flat field sequences (an
@@ -332,6 +415,9 @@ class BpfProgram:
         for fd in self._attached:
             lib.bpf_close_perf_event_fd(fd)
         self._attached.clear()
+        for fd in reversed(self._links):  # links first, then their programs
+            os.close(fd)
+        self._links.clear()
         self._functions.clear()
         self._bpf.cleanup()
 

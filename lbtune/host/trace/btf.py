@@ -175,3 +175,109 @@ def kernel_enums(fs: HostFS, modules: bool = True) -> list[BtfEnum]:
         except BtfError:
             continue
     return out
+
+
+# ------------------------------------------------------------------------------ struct layouts
+
+KIND_STRUCT = 4
+KIND_UNION = 5
+KIND_TYPEDEF = 8
+
+
+@dataclass(frozen=True)
+class _Type:
+    kind: int
+    name: str
+    vlen: int
+    kflag: int
+    size_or_type: int
+    body: int  # offset of the kind-specific data in the type section
+
+
+class BtfTypes:
+    """The type section of a BTF blob, for named lookups: a typedef's id, a struct
+    member's byte offset (through anonymous structs and unions) as this kernel lays it out.
+    """
+
+    def __init__(self, blob: bytes) -> None:
+        self._types, self._strings, e = _sections(blob)
+        self._head = struct.Struct(e + "III")
+        self._member = struct.Struct(e + "III")
+        self._list: list[_Type] = [_Type(0, "", 0, 0, 0, 0)]  # id 0 is void
+        self._by_name: dict[tuple[int, str], int] = {}
+        pos, end = 0, len(self._types)
+        while pos < end:
+            if pos + 12 > end:
+                raise BtfError("truncated type section")
+            name_off, info, size = self._head.unpack_from(self._types, pos)
+            kind, vlen, kflag = (info >> 24) & 0x1F, info & 0xFFFF, info >> 31
+            extra = _EXTRA.get(kind)
+            if extra is None:
+                raise BtfError(f"unknown BTF kind {kind} at type offset {pos}")
+            name = self._strings.get(name_off) if name_off else ""
+            self._by_name.setdefault((kind, name), len(self._list))
+            self._list.append(_Type(kind, name, vlen, kflag, size, pos + 12))
+            pos += 12 + extra[0] + extra[1] * vlen
+            if pos > end:
+                raise BtfError("truncated type section")
+
+    def type_id(self, kind: int, name: str) -> Optional[int]:
+        """The id of the first type of `kind` named `name`."""
+        return self._by_name.get((kind, name))
+
+    def _members(self, t: _Type) -> list[tuple[str, int, int, int]]:
+        """(name, type id, bit offset, bitfield bits or 0) of a struct's or union's members."""
+        out = []
+        for i in range(t.vlen):
+            name_off, type_id, offset = self._member.unpack_from(self._types, t.body + 12 * i)
+            bits = 0
+            if t.kflag:  # the high byte is a bitfield's size
+                offset, bits = offset & 0xFFFFFF, offset >> 24
+            out.append((self._strings.get(name_off) if name_off else "", type_id, offset, bits))
+        return out
+
+    def _find(self, type_id: int, member: str) -> Optional[tuple[int, int, int]]:
+        """(bit offset, type id, bitfield bits) of `member` in a struct/union, searching
+        anonymous members."""
+        t = self._list[type_id]
+        if t.kind not in (KIND_STRUCT, KIND_UNION):
+            return None
+        for name, mtype, offset, bits in self._members(t):
+            if name == member:
+                return offset, mtype, bits
+            if not name and self._list[mtype].kind in (KIND_STRUCT, KIND_UNION):
+                inner = self._find(mtype, member)
+                if inner is not None:
+                    return offset + inner[0], inner[1], inner[2]
+        return None
+
+    def size(self, type_id: int) -> Optional[int]:
+        """Bytes of a type (through typedefs and qualifiers); None for void or functions."""
+        for _ in range(32):  # a chain of typedefs and qualifiers, never a cycle in valid BTF
+            if not 0 < type_id < len(self._list):
+                return None
+            t = self._list[type_id]
+            if t.kind in (1, 4, 5, 6, 16, 19):  # INT, STRUCT, UNION, ENUM, FLOAT, ENUM64
+                return t.size_or_type
+            if t.kind == 2:  # PTR
+                return 8
+            if t.kind == 3:  # ARRAY: elem type, index type, nelems
+                elem, _index, nelems = self._member.unpack_from(self._types, t.body)
+                size = self.size(elem)
+                return None if size is None else size * nelems
+            if t.kind not in (8, 9, 10, 11, 18):  # TYPEDEF, VOLATILE, CONST, RESTRICT, TYPE_TAG
+                return None
+            type_id = t.size_or_type
+        return None
+
+    def member(self, struct_name: str, member: str) -> Optional[tuple[int, int]]:
+        """(byte offset, byte size) of `member` in `struct struct_name`, None when there is
+        no such member or it is a bitfield (not whole bytes)."""
+        sid = self.type_id(KIND_STRUCT, struct_name)
+        if sid is None:
+            return None
+        found = self._find(sid, member)
+        if found is None or found[0] % 8 or found[2]:
+            return None
+        size = self.size(found[1])
+        return None if size is None else (found[0] // 8, size)

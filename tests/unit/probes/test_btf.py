@@ -90,3 +90,76 @@ def test_the_running_kernels_btf_parses_completely():
     enums = kernel_enums(HostFS("/"))
     assert any(e.name == "skb_drop_reason" for e in enums)
     assert len(enums) > 100
+
+
+# ------------------------------------------------------------------------------ struct layouts
+
+
+def _layout_blob() -> bytes:
+    """A BTF blob shaped like the kernel's where the queues probe reads it: sk_buff's `dev`
+    inside an anonymous union of anonymous structs, a bitfield (kflag), typedefs and const
+    on the way to sizes, net_device's `name` a char array, and a tracepoint typedef."""
+    strings = bytearray(b"\0")
+
+    def s(text: str) -> int:
+        strings.extend(text.encode() + b"\0")
+        return len(strings) - len(text) - 1
+
+    types = bytearray()
+
+    def t(name: int, kind: int, vlen: int, size: int, extra: bytes = b"", kflag: int = 0) -> None:
+        types.extend(struct.pack("<III", name, (kflag << 31) | (kind << 24) | vlen, size) + extra)
+
+    def members(*ms: tuple[str, int, int]) -> bytes:
+        return b"".join(struct.pack("<III", s(n) if n else 0, tid, off) for n, tid, off in ms)
+
+    t(s("unsigned short"), 1, 0, 2, struct.pack("<I", 16))  # 1: INT u16
+    t(s("unsigned int"), 1, 0, 4, struct.pack("<I", 32))  # 2: INT u32
+    t(s("char"), 1, 0, 1, struct.pack("<I", 8))  # 3: INT char
+    t(s("__u16"), 8, 0, 1)  # 4: TYPEDEF __u16 -> 1
+    t(0, 10, 0, 2)  # 5: CONST unsigned int
+    t(0, 2, 0, 9)  # 6: PTR -> 9 (net_device)
+    t(0, 3, 0, 0, struct.pack("<III", 3, 2, 16))  # 7: ARRAY char[16]
+    t(0, 2, 0, 8)  # 8: PTR -> 8 (itself, a next pointer)
+    t(s("net_device"), 4, 2, 320, members(("ifindex", 2, 224 * 8), ("name", 7, 280 * 8)))  # 9
+    t(0, 4, 3, 24, members(("next", 8, 0), ("prev", 8, 64), ("dev", 6, 128)))  # 10: anon struct
+    t(0, 5, 2, 24, members(("", 10, 0), ("dev_scratch", 2, 128)))  # 11: anon union
+    t(s("sk_buff"), 4, 4, 232, members(("", 11, 0), ("len", 5, 112 * 8),
+                                       ("queue_mapping", 4, 124 * 8),
+                                       ("cloned", 1, (1 << 24) | (126 * 8))), kflag=1)  # 12
+    t(s("btf_trace_netif_rx_entry"), 8, 0, 6)  # 13: TYPEDEF (the type does not matter here)
+    header = struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, len(types), len(types), len(strings))
+    return header + bytes(types) + bytes(strings)
+
+
+def test_struct_members_through_anonymous_unions_typedefs_and_arrays():
+    from lbtune.host.trace.btf import KIND_STRUCT, KIND_TYPEDEF, BtfTypes
+
+    btf = BtfTypes(_layout_blob())
+    assert btf.member("sk_buff", "dev") == (16, 8)  # union -> struct -> pointer
+    assert btf.member("sk_buff", "len") == (112, 4)  # through const
+    assert btf.member("sk_buff", "queue_mapping") == (124, 2)  # through a typedef
+    assert btf.member("net_device", "name") == (280, 16)  # char[16]
+    assert btf.member("sk_buff", "cloned") is None  # a bitfield: not whole bytes
+    assert btf.member("sk_buff", "napi_id") is None and btf.member("nope", "len") is None
+    assert btf.type_id(KIND_TYPEDEF, "btf_trace_netif_rx_entry") == 13
+    assert btf.type_id(KIND_STRUCT, "sk_buff") == 12
+    assert btf.type_id(KIND_TYPEDEF, "btf_trace_netif_receive_skb_entry") is None
+
+
+def test_struct_layouts_refuse_hostile_blobs():
+    from lbtune.host.trace.btf import BtfTypes
+
+    with pytest.raises(BtfError):
+        BtfTypes(_layout_blob()[:40])
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/sys/kernel/btf/vmlinux"), reason="capability: kernel without BTF"
+)
+def test_the_running_kernels_sk_buff_layout():
+    from lbtune.host.trace.btf import BtfTypes
+
+    btf = BtfTypes(pathlib.Path("/sys/kernel/btf/vmlinux").read_bytes())
+    assert btf.member("sk_buff", "dev") is not None
+    assert btf.member("sk_buff", "len")[1] == 4 and btf.member("net_device", "name")[1] == 16

@@ -128,6 +128,27 @@ def test_one_source_for_all_probes_and_what_it_attaches():
         assert f"int {a.function}(" in text or f"({event}," in text or f"({event})" in text
 
 
+def test_typed_rx_entries_read_no_record_and_attach_by_btf_id():
+    c_dir = probes_dir()
+    assert c_dir is not None
+    typed = {"netif_rx_entry": 101, "napi_gro_receive_entry": 102}
+    src = build_source(["napi", "queues"], formats(), DEFINES, c_dir, typed=typed)
+    by_tp = {a.tracepoint: a for a in src.attach if a.probe == "queues"}
+    assert by_tp["net:netif_rx_entry"].btf_id == 101
+    assert by_tp["net:napi_gro_receive_entry"].btf_id == 102
+    # the others stay tracepoint programs on their records, tx among them
+    assert by_tp["net:net_dev_start_xmit"].btf_id is None
+    assert by_tp["net:netif_receive_skb_entry"].btf_id is None
+    text = src.text
+    assert "LBT_QUEUES_RX_BTF(netif_rx_entry, 0)" in text
+    assert "LBT_QUEUES_RX_BTF(napi_gro_receive_entry, 1)" in text
+    assert "LBT_QUEUES_RX(netif_receive_skb_entry, 1)" in text
+    assert "struct lbt_args_net_netif_rx_entry {" not in text  # no record read
+    assert "struct lbt_args_net_net_dev_start_xmit {" in text
+    # napi's labels still ride on the queues handlers
+    assert not [a for a in src.attach if a.probe == "napi" and a.tracepoint.startswith("net:")]
+
+
 def test_napi_alone_labels_from_napi_context_entries_only():
     c_dir = probes_dir()
     assert c_dir is not None
