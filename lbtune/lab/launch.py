@@ -5,7 +5,8 @@ guest of the lab that is up (`lbtune lab up`, lbtune.lab.guests.session), or, wh
 in a freshly booted UML guest (lbtune.lab.guests.uml.UmlGuest), and returns its JSON value;
 the guest's progress lines reach `on_step` while it runs. Both go through
 lbtune.lab.guests.api.Guest. `run_lab` (`lbtune lab run`), `run_failover_lab`
-(`lbtune lab failover`), `run_cluster_lab` (`lbtune lab cluster`) and `run_adaptive_lab` (`lbtune lab run --adaptive`) are its callers.
+(`lbtune lab failover`), `run_cluster_lab` (`lbtune lab cluster`) and `run_adaptive_lab`
+(`lbtune lab run --adaptive`) are its callers.
 
 The experiments run in the UML guest: a lab kept up with `--vm` makes them LabBusy (take it
 down, then run again). Stopping: Ctrl-C (SIGINT) and, while `host.signals.interruptible()` is

@@ -72,7 +72,7 @@ def render(result: Any) -> None:
 
     say(f"lab cluster: {c['directors']} directors, {c['scheduler']}, sloppy_tcp "
         f"{'on' if c['sloppy'] else 'off'}, sync {'on' if c['sync'] else 'off'}, "
-        f"{'BFD 100 ms x 3' if c['bfd'] else 'no BFD (hold time 3 s)'}, {c['keepalive']} "
+        f"{'BFD 100 ms x 5' if c['bfd'] else 'no BFD (hold time 3 s)'}, {c['keepalive']} "
         f"keep-alive connections, lab kernel {result.kernel}")
     say(f"{'#':>2}  {'event':<6} {'dir':<4} {'router':>8} {'paths':>6} {'failed new':>10} "
         f"{'broken: its':>11} {'others':>7} {'moved':>5}")
@@ -84,5 +84,5 @@ def render(result: Any) -> None:
     say("  router: event -> the router's kernel route without (kill, drain) or with (return, "
         "add) the director")
     say("  broken: its = of the keep-alive connections the event's director carried, others = "
-        "of those the other directors carried; moved: alive and on another director after")
+        "of those the other directors carried; moved: sent to another director after the event")
     say("OK" if result.ok else f"FAILED: {result.reason}")

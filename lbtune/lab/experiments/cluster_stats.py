@@ -12,7 +12,8 @@ orchestrator's events (lbtune.lab.experiments.cluster), on the guest's one CLOCK
 * per event: the failed fresh connections of its window (from the event to the next one,
   both moved back by the fresh connections' timeout), the keep-alive connections open at the
   event split into those the event's director carried and those the others carried, how
-  many of each broke within the window, and how many changed director (moved).
+  many of each broke within the window, and how many the router sends to another director
+  after it (moved, whether they survived the move or not).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class EventRow:
     carried_others: int  # ... on the other directors
     broken_dir: int
     broken_others: int
-    moved: int  # open at the event, alive after it, on another director afterwards
+    moved: int  # open at the event, sent to another director afterwards (broken or not)
     unknown: int = 0  # open at the event but the router's answer named no director
     reasons: tuple[str, ...] = ()
 
@@ -89,18 +90,20 @@ def event_rows(log: ClientLog, events: Sequence[ClusterEvent], end: float,
         probes = [ok for t, ok in log.probes if lo <= t < hi]
         live = [c for c in log.conns
                 if c.opened and c.opened < ev.t and (c.broken is None or c.broken >= ev.t)]
-        mine, others, unknown = [], [], 0
+        mine: list[KaConn] = []
+        others: list[KaConn] = []
+        unknown = 0
         for c in live:
             who = ev.before.get(c.port, "")
             if not who:
                 unknown += 1
             (mine if who == ev.director else others).append(c)
 
-        def broke(cs: list[KaConn]) -> list[KaConn]:
-            return [c for c in cs if c.broken is not None and c.broken < hi + timeout]
+        def broke(cs: list[KaConn], until: float = hi + timeout) -> list[KaConn]:
+            return [c for c in cs if c.broken is not None and c.broken < until]
 
-        moved = sum(1 for c in live if c not in broke(live) and ev.before.get(c.port)
-                    and ev.after.get(c.port) and ev.after[c.port] != ev.before[c.port])
+        moved = sum(1 for c in live if ev.before.get(c.port) and ev.after.get(c.port)
+                    and ev.after[c.port] != ev.before[c.port])
         took = None if ev.took_s is None else round(ev.took_s, 3)
         rows.append(EventRow(i + 1, ev.kind, ev.director, took,
                              f"{ev.paths_before} -> {ev.paths_after}",
