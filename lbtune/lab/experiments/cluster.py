@@ -20,8 +20,9 @@ r"""A scale-out director cluster in the lab: directors behind ECMP, killed, adde
    fresh connection every 20 ms and keep-alive connections with a request every 300 ms;
 4. events: `kills` times a director (dir1, dir2, dir3 in turn) dies like a host (BIRD and the
    gate SIGKILLed, its cable pulled) and comes back (IPVS table cleared as after a reboot,
-   cable in, apply, BIRD, gate); then dir4 is added (3 -> 4) and dir2 drained (its gate
-   stopped: it withdraws the VIP, and the director stays up). Before each event and after
+   cable in, apply, BIRD, gate); then dir4 is added (3 -> 4) and the director carrying the
+   most keep-alive connections drained (its gate stopped: it withdraws the VIP, and the
+   director stays up). Before each event and after
    it settled, the router's `ip route get` of every keep-alive connection's ports says
    which director it goes to.
 
@@ -547,7 +548,9 @@ def run_cluster(config: ClusterLabConfig,
             if not (event("kill", d) and event("return", d)):
                 break
         if not reason and config.add_drain and event("add", extra):
-            event("drain", cluster[1 % n])
+            # the director of the cluster carrying the most keep-alive connections
+            carried = list(run.carriers().values())
+            event("drain", max(cluster, key=lambda d: carried.count(d.node.name)))
         end = time.monotonic()
         with run.step("collect"):
             log = ClientLog.from_json(run.stop_client(stop, out))
