@@ -96,7 +96,7 @@ class ClusterLabConfig:
     sloppy: bool = True
     sync: bool = False
     bfd: bool = True
-    add_drain: bool = True  # then dir N+1 added and dir2 drained
+    add_drain: bool = True  # then dir N+1 added and the busiest director drained
     keepalive: int = 12
     ka_interval: float = 0.3
     interval: float = 0.02
