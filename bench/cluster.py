@@ -29,7 +29,7 @@ import argparse
 import pathlib
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from results_io import run_meta, write_json
 
@@ -104,7 +104,7 @@ def main() -> int:
                     keepalive_connections=12, keepalive_interval_s=0.3, probe_interval_ms=20,
                     bfd="100 ms x 5", hold_time_s=3, ok=oks)  # fmt: skip
     out = pathlib.Path(args.out)
-    write_json(out, meta, [asdict(r) for r in rows])
+    write_json(out, meta, rows)
     lines = [
         f"# lab cluster ({meta['date']}, commit {meta['commit']}, lab kernel {kernel}, guest "
         f"1 CPU, 3 directors + 1 added, 2 nginx DR real servers, {args.kills} kills per case)",
