@@ -31,11 +31,13 @@ from lbtune.errors import BadInput, ExitCode
               help="Long-lived keep-alive connections of the client.")
 @click.option("--settle", type=float, default=2.0, show_default=True,
               help="Seconds of steady traffic after each event.")
+@click.option("--throughput", type=float, default=5.0, show_default=True,
+              help="Seconds of wrk through all directors, then through one (0: none).")
 @common_options
 @click.pass_context
 def cluster_command(ctx: click.Context, /, directors: int, kills: int, scheduler: str,
                     sloppy: bool, sync: bool, bfd: bool, add_drain: bool, keepalive: int,
-                    settle: float) -> int:  # fmt: skip
+                    settle: float, throughput: float) -> int:  # fmt: skip
     """N directors with BIRD, `ipvs apply`, `ipvs export --format bird` and `ipvs gate`, an
     ECMP router (BIRD, L4 hash) and a client behind it; kill a director like a dead host and
     bring it back, add one, drain one.
@@ -54,7 +56,8 @@ def cluster_command(ctx: click.Context, /, directors: int, kills: int, scheduler
         raise BadInput("lab cluster builds its own namespaces in the lab kernel: no --netns/--root")
     config = ClusterLabConfig(directors=directors, kills=kills, scheduler=scheduler,
                               sloppy=sloppy, sync=sync, bfd=bfd, add_drain=add_drain,
-                              keepalive=keepalive, settle=settle)  # fmt: skip
+                              keepalive=keepalive, settle=settle,
+                              throughput=throughput)  # fmt: skip
     result = run_with_progress(run_cluster_lab, config)
     if s.json:
         emit_json(result.to_json())
@@ -85,4 +88,10 @@ def render(result: Any) -> None:
         "add) the director")
     say("  broken: its = of the keep-alive connections the event's director carried, others = "
         "of those the other directors carried; moved: sent to another director after the event")
+    tp = result.throughput
+    if tp.get("one_rps"):
+        say(f"  throughput (wrk, a new connection per request): {tp['rps']:.0f} req/s through "
+            f"{tp['directors']:.0f} directors, {tp['one_rps']:.0f} through one (an active/backup "
+            f"pair's master): {tp['rps'] / tp['one_rps']:.2f}x; the guest's one CPU runs them "
+            "all, the client and the servers")
     say("OK" if result.ok else f"FAILED: {result.reason}")

@@ -62,6 +62,7 @@ from lbtune.lab.inguest.labnet import (
     plan_topology,
     teardown_topology,
 )
+from lbtune.lab.inguest.load import load_argv, parse_wrk, pick_tool
 from lbtune.lab.inguest.servers import HTTP_PORT, WebServer
 from lbtune.lab.inguest.shell import LabStepFailed, Shell, lbtune_argv, lbtune_env, netns_argv
 from lbtune.lab.progress import INFO, ProgressWriter, Steps
@@ -102,6 +103,7 @@ class ClusterLabConfig:
     interval: float = 0.02
     settle: float = 2.0
     servers: int = 2
+    throughput: float = 5.0  # s of wrk through all directors, then through one (0: none)
 
     def __post_init__(self) -> None:
         if not 2 <= self.directors <= 3:
@@ -121,13 +123,15 @@ class ClusterLabConfig:
             raise BadInput(f"--interval {self.interval:g}: 0.005 to 1 s")
         if not 0.5 <= self.settle <= 30:
             raise BadInput(f"--settle {self.settle:g}: 0.5 to 30 s")
+        if not (self.throughput == 0 or 1 <= self.throughput <= 60):
+            raise BadInput(f"--throughput {self.throughput:g}: 0 (none) or 1 to 60 s")
         if self.kills == 0 and not self.add_drain:
             raise BadInput("nothing to do: --kills 0 and --no-add-drain")
 
     def budget(self) -> float:
         """Generous seconds for the whole run in the guest (boot excluded)."""
         per_event = 2 * self.settle + 3 * HOLD_TIME + 60
-        return 150 + (2 * self.kills + 2) * per_event
+        return 150 + (2 * self.kills + 2) * per_event + 2 * self.throughput + 30
 
 
 def cluster_toml(cfg: ClusterLabConfig, topo: Topology) -> str:
@@ -431,6 +435,17 @@ class _Cluster:
             detail = err.decode(errors="replace").strip().splitlines()
             raise LabStepFailed(f"no client result: {(detail or [str(e)])[-1]}") from None
 
+    def wrk(self, seconds: float) -> float:
+        """Requests/s of wrk from the client, a new connection per request (each one hashed
+        by the router on its own ports)."""
+        url = f"http://{self.topo.vip}:{HTTP_PORT}/"
+        argv = load_argv(pick_tool("wrk"), url, seconds, 1, 32, keepalive=False)
+        out = self.shell.check(argv, CLIENT_NS, timeout=seconds + 30)
+        res = parse_wrk(out, tuple(argv))
+        if res.failures:
+            raise LabStepFailed(f"wrk: {res.failures} failed request(s) {dict(res.errors)}")
+        return round(res.rps, 1)
+
     def teardown(self) -> None:
         if self.client_proc is not None and self.client_proc.poll() is None:
             self.client_proc.kill()
@@ -459,6 +474,7 @@ def run_cluster(config: ClusterLabConfig,
     n = config.directors
     cluster, extra = run.dirs[:n], run.dirs[n]
     events: list[ClusterEvent] = []
+    throughput: dict[str, float] = {}
     configs: dict[str, str] = {}
     log: Optional[ClientLog] = None
     reason = ""
@@ -554,6 +570,19 @@ def run_cluster(config: ClusterLabConfig,
         end = time.monotonic()
         with run.step("collect"):
             log = ClientLog.from_json(run.stop_client(stop, out))
+        if config.throughput and not reason:
+            active = sorted(up, key=lambda x: int(x[3:]))
+            with run.step("throughput", f"wrk {config.throughput:g} s through "
+                          f"{len(active)} directors, then through {active[0]} alone"):
+                throughput["directors"] = len(active)
+                throughput["rps"] = run.wrk(config.throughput)
+                # what an active/backup pair has: one director carrying everything
+                for d in run.dirs:
+                    if d.node.name in active[1:]:
+                        d.gate.signal(signal.SIGTERM)
+                if run.wait_paths(lambda p: p == {active[0]}, detect) is None:
+                    raise LabStepFailed(f"the router kept more than {active[0]}")
+                throughput["one_rps"] = run.wrk(config.throughput)
     except LabStepFailed as e:
         reason = reason or str(e)
     finally:
@@ -562,7 +591,8 @@ def run_cluster(config: ClusterLabConfig,
     rows = event_rows(log, events, end) if log is not None else ()
     return ClusterResult.build(config=dataclasses.asdict(config), rows=rows, reason=reason,
                                configs=configs, kernel=os.uname().release,
-                               router_log=run.router_log())  # fmt: skip
+                               router_log=run.router_log(),
+                               throughput=throughput)  # fmt: skip
 
 
 def guest_run(config: Mapping[str, Any], progress: Optional[ProgressWriter] = None) -> Any:

@@ -123,11 +123,14 @@ class ClusterResult:
     configs: dict[str, str] = field(default_factory=dict)  # bird.conf per director, router
     kernel: str = ""
     router_log: tuple[str, ...] = ()  # the router BIRD's session changes (BGP, BFD)
+    # wrk through every active director ("rps", "directors") and through one ("one_rps")
+    throughput: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def build(cls, config: dict[str, Any], rows: Sequence[EventRow], reason: str,
               configs: dict[str, str], kernel: str,
-              router_log: Sequence[str] = ()) -> ClusterResult:  # fmt: skip
+              router_log: Sequence[str] = (),
+              throughput: Optional[dict[str, float]] = None) -> ClusterResult:  # fmt: skip
         stateless = config.get("scheduler") == "mh" and bool(config.get("sloppy"))
         if not reason:
             missed = [r.n for r in rows if r.took_s is None]
@@ -143,7 +146,7 @@ class ClusterResult:
                           f"{r.broken_dir + r.broken_others} established connection(s) broke "
                           f"with mh and sloppy TCP ({', '.join(r.reasons)})")
         return cls(config, not reason, reason, tuple(rows), stateless, configs, kernel,
-                   tuple(router_log))
+                   tuple(router_log), dict(throughput or {}))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,4 +163,5 @@ def result_from_json(data: Mapping[str, Any]) -> ClusterResult:
         configs=dict(data.get("configs", {})),
         kernel=str(data.get("kernel", "")),
         router_log=tuple(data.get("router_log", ())),
+        throughput=dict(data.get("throughput", {})),
     )
