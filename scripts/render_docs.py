@@ -405,6 +405,7 @@ figures({
 
 # --- director cluster (bench/cluster.py) ---------------------------------------------------
 register("cluster.table")(lambda: md_table("cluster"))
+register("cluster.throughput")(lambda: md_table("cluster", index=1))
 figures({
     "cluster.commit": lambda: meta("cluster")["commit"],
     "cluster.lab_kernel": lambda: meta("cluster")["lab_kernel"],

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.lab
 
 # one kill (and return), the add and the drain; 16 keep-alive connections, so the killed
 # director carries some of them (12 would miss it once in ~130 runs)
-FAST = ("--kills", "1", "--settle", "1.5", "--keepalive", "16", "--json")
+FAST = ("--kills", "1", "--settle", "1.5", "--keepalive", "16", "--throughput", "2",
+        "--json")
 
 
 def _rows(r: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -56,7 +57,8 @@ def stateless(lab_kernel: LabKernel,
 def control(lab_kernel: LabKernel,
             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # fmt: skip
     code, r, err, _ = _cluster(tmp_path_factory.mktemp("wlc"), "--scheduler", "wlc",
-                               "--no-sloppy", "--no-add-drain", *FAST)  # fmt: skip
+                               "--no-sloppy", "--no-add-drain", "--throughput", "0",
+                               *FAST)  # fmt: skip
     assert code == 0, (r.get("reason"), _rows(r), r.get("router_log"), err[-2000:])
     return r
 
@@ -75,6 +77,9 @@ def test_the_directors_run_what_the_users_commands_wrote(stateless: dict[str, An
     assert "router id 10.77.0.2;" in conf and "neighbor 10.77.0.1 as 65000;" in conf
     assert "bfd on;" in conf and "hold time 3;" in conf
     assert "merge paths on;" in stateless["configs"]["router"]
+    # wrk went through the three active directors, then through one alone, without a failure
+    tp = stateless["throughput"]
+    assert tp["directors"] == 3 and tp["rps"] > 0 and tp["one_rps"] > 0, tp
 
 
 def test_a_killed_director_breaks_no_established_connection(stateless: dict[str, Any]) -> None:

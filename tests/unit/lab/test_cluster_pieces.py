@@ -91,6 +91,7 @@ def test_the_routers_bird_config_parses(tmp_path: Path, bfd: bool) -> None:
     ({"kills": 10}, "--kills 10: 0 to 9"),
     ({"scheduler": "rr"}, "--scheduler rr: one of mh, wlc"),
     ({"kills": 0, "add_drain": False}, "nothing to do"),
+    ({"throughput": 0.5}, "--throughput 0.5: 0 \\(none\\) or 1 to 60 s"),
 ])
 def test_bad_settings_are_refused(kw: dict[str, object], said: str) -> None:
     with pytest.raises(BadInput, match=said):
