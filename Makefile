@@ -65,6 +65,7 @@ bench: setup
 	$(VENV)/bin/python bench/watch_profile.py
 	$(VENV)/bin/python bench/ansible.py
 	$(VENV)/bin/python bench/failover.py
+	$(VENV)/bin/python bench/cluster.py
 	$(VENV)/bin/python bench/vm.py
 	$(VENV)/bin/python bench/vm_apply.py
 	$(VENV)/bin/python bench/nic_spread.py

@@ -403,6 +403,16 @@ figures({
     "ipvs.10000.ipvsadm_s": lambda: f"{_ipvs('10000x5', 'ipvsadm -R')['median_ms'] / 1000:.0f}",
 })
 
+# --- director cluster (bench/cluster.py) ---------------------------------------------------
+register("cluster.table")(lambda: md_table("cluster"))
+register("cluster.throughput")(lambda: md_table("cluster", index=1))
+figures({
+    "cluster.commit": lambda: meta("cluster")["commit"],
+    "cluster.lab_kernel": lambda: meta("cluster")["lab_kernel"],
+    "cluster.kills": lambda: meta("cluster")["kills"],
+})
+
+
 # --- where a no-op apply spends its time (bench/ipvs_profile.py) ---------------------------
 
 _PHASES = (  # docs label, key in fresh_ms or phases_ms of before, of now

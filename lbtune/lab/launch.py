@@ -5,7 +5,8 @@ guest of the lab that is up (`lbtune lab up`, lbtune.lab.guests.session), or, wh
 in a freshly booted UML guest (lbtune.lab.guests.uml.UmlGuest), and returns its JSON value;
 the guest's progress lines reach `on_step` while it runs. Both go through
 lbtune.lab.guests.api.Guest. `run_lab` (`lbtune lab run`), `run_failover_lab`
-(`lbtune lab failover`) and `run_adaptive_lab` (`lbtune lab run --adaptive`) are its callers.
+(`lbtune lab failover`), `run_cluster_lab` (`lbtune lab cluster`) and `run_adaptive_lab`
+(`lbtune lab run --adaptive`) are its callers.
 
 The experiments run in the UML guest: a lab kept up with `--vm` makes them LabBusy (take it
 down, then run again). Stopping: Ctrl-C (SIGINT) and, while `host.signals.interruptible()` is
@@ -22,6 +23,9 @@ from typing import Any, Optional, Sequence
 
 from lbtune.host.signals import interruptible
 from lbtune.lab.experiments.adaptive import AdaptiveConfig
+from lbtune.lab.experiments.cluster import ClusterLabConfig
+from lbtune.lab.experiments.cluster_stats import ClusterResult
+from lbtune.lab.experiments.cluster_stats import result_from_json as cluster_from_json
 from lbtune.lab.experiments.failover import FailoverConfig
 from lbtune.lab.experiments.failover_stats import FailoverResult
 from lbtune.lab.experiments.failover_stats import result_from_json as failover_from_json
@@ -32,6 +36,7 @@ from lbtune.lab.progress import ProgressCallback, ProgressReader
 
 GUEST_TARGET = "lbtune.lab.experiments.scenario:guest_run"
 FAILOVER_TARGET = "lbtune.lab.experiments.failover:guest_run"
+CLUSTER_TARGET = "lbtune.lab.experiments.cluster:guest_run"
 ADAPTIVE_TARGET = "lbtune.lab.experiments.adaptive:guest_run"
 BOOT_BUDGET = 300.0  # seconds for boot, set-up, checks and teardown around the load
 FAILOVER_BOOT_BUDGET = 120.0
@@ -87,6 +92,17 @@ def run_failover_lab(
     payload = dataclasses.asdict(config)
     timeout = FAILOVER_BOOT_BUDGET + config.budget()
     return failover_from_json(run(FAILOVER_TARGET, [payload], timeout, on_step, kernel))
+
+
+def run_cluster_lab(
+    config: ClusterLabConfig,
+    on_step: Optional[ProgressCallback] = None,
+    kernel: Optional[LabKernel] = None,
+) -> ClusterResult:
+    """Run the director-cluster experiment (`lbtune lab cluster`) in a lab kernel (see `run`)."""
+    payload = dataclasses.asdict(config)
+    timeout = FAILOVER_BOOT_BUDGET + config.budget()
+    return cluster_from_json(run(CLUSTER_TARGET, [payload], timeout, on_step, kernel))
 
 
 def run_adaptive_lab(

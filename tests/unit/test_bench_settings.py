@@ -31,6 +31,7 @@ SETTINGS = {
          "rates": "rates_mbit"},
     ),
     "failover.py": ("failover.json", {"kills": "kills"}),
+    "cluster.py": ("cluster.json", {"kills": "kills"}),
     "agent_scale.py": ("agent_scale.json", {"rounds": "rounds", "count": "connections"}),
     "receive_faults.py": ("receive_faults.json", {"rounds": "rounds"}),
     "vm.py": ("vm.json", {"rounds": "rounds"}),

@@ -208,3 +208,8 @@ def status_command(ctx: click.Context) -> int:
 from lbtune.cli.lab.failover import failover_command  # noqa: E402
 
 lab_group.add_command(failover_command)
+
+# `lab cluster` (N active directors behind ECMP, BIRD) likewise.
+from lbtune.cli.lab.cluster import cluster_command  # noqa: E402
+
+lab_group.add_command(cluster_command)
