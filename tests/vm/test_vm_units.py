@@ -1,6 +1,10 @@
 """The Debian package under a real systemd (issue 32): `make deb` built on the host, installed
-with `dpkg -i` in the VM guest booted with the host's systemd as PID 1 (VmGuest.boot(init=
-"systemd"): the guest agent is a service there, lbtune.lab.guests.vm.render_systemd_units).
+by the Ansible collection's role lbtune.fleet.deploy (the real `ansible-playbook`, connection
+local, run inside the VM guest booted with the host's systemd as PID 1: VmGuest.boot(init=
+"systemd"), the guest agent a service there, lbtune.lab.guests.vm.render_systemd_units). The
+role runs four times: --check --diff (changes reported, nothing installed), the deploy (the
+package installed, the exporter and the agent enabled, active and answering), again
+(changed=0), and with a changed option (its diff, and the unit restarted: a new MainPID).
 
 For each unit: it starts (Type=notify: `systemctl start` returns once the daemon is ready),
 answers (the exporter scraped, the agent's /healthz, `lbtune ipvs apply` handed to `ipvs
@@ -18,6 +22,7 @@ and serve). With LBTUNE_VM_TRANSCRIPT=FILE the commands and their output are wri
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -33,6 +38,7 @@ import pytest
 
 from lbtune.lab.guests.uml import LabUnavailable
 from lbtune.lab.guests.vm import VmGuest
+from tests.fleet.ansible_run import recap, settings
 
 pytestmark = pytest.mark.vm
 
@@ -79,7 +85,20 @@ PRIVILEGE = {  # unit: (runs as root, effective capabilities)
     "lbtune-adapt@web.service": (True, CAP_NET_ADMIN),
 }
 
-state: dict[str, Any] = {"log": []}
+# the units the collection's deploy enables and starts here (a real server's: the exporter
+# everywhere, the agent with lbtune_agent); the director's two are started by the tests below
+DEPLOYED = ("lbtune-exporter.service", "lbtune-agent.service")
+# the venv's ansible-playbook: the guest sees the host's / (read-only) and this checkout
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+PLAYBOOK = """\
+- hosts: all
+  gather_facts: false
+  roles:
+    - lbtune.fleet.deploy
+"""
+INVENTORY = "guest ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+
+state: dict[str, Any] = {"log": [], "play_seconds": {}}
 
 
 def _log(what: str, text: str = "") -> None:
@@ -172,6 +191,47 @@ def answers(vm: VmGuest, unit: str) -> str:
     return str(r.stdout)
 
 
+def deploy(vm: VmGuest, name: str, exporter_options: str, *flags: str) -> dict[str, Any]:
+    """Run the collection's lbtune.fleet.deploy in the guest against the guest itself: the
+    package from the work directory, the exporter with `exporter_options`, the agent with
+    its options in UNITS. Timed; returns the exit code, output and recap."""
+    d = vm.workdir / "deploy"
+    d.mkdir(exist_ok=True)
+    (d / "play.yml").write_text(PLAYBOOK, encoding="utf-8")
+    (d / "inventory.ini").write_text(INVENTORY, encoding="utf-8")
+    variables = {"lbtune_deb": state["deb"], "lbtune_exporter_options": exporter_options,
+                 "lbtune_agent": True, "lbtune_agent_options": UNITS[DEPLOYED[1]][2]}
+    (d / f"{name}.json").write_text(json.dumps(variables), encoding="utf-8")
+    env = [f"{k}={v}" for k, v in settings(Path("/tmp/ansible")).items()]
+    argv = ["env", *env, str(ANSIBLE_PLAYBOOK), "-i", str(d / "inventory.ini"),
+            str(d / "play.yml"), "-e", f"@{d / name}.json", *flags]
+    t0 = time.monotonic()
+    r = vm.run(argv, timeout=TIMEOUT)
+    state["play_seconds"][name] = round(time.monotonic() - t0, 1)
+    _log(f"guest# ansible-playbook -i inventory.ini play.yml -e @{name}.json {' '.join(flags)}"
+         f"  # {state['play_seconds'][name]} s", r.stdout + r.stderr)
+    return {"rc": r.returncode, "out": r.stdout + r.stderr,
+            "recap": recap(r.stdout).get("guest", {})}
+
+
+def dpkg_seconds(vm: VmGuest) -> dict[str, float]:
+    """dpkg's unpacking and configuring of lbtune, timed from /var/log/dpkg.log (1 s
+    resolution): from `startup archives unpack` to `startup packages configure`, then to
+    `status installed lbtune`."""
+    r = vm.run(["cat", "/var/log/dpkg.log"], timeout=60)
+    when: dict[str, float] = {}
+    for line in r.stdout.splitlines():
+        for key, pat in (("unpack", " startup archives unpack"),
+                         ("configure", " startup packages configure"),
+                         ("installed", " status installed lbtune ")):
+            if pat in line:
+                stamp = time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+                when[key] = time.mktime(stamp)  # the last of each: this install's
+    assert set(when) == {"unpack", "configure", "installed"}, r.stdout[-2000:]
+    return {"dpkg_unpack_seconds": when["configure"] - when["unpack"],
+            "dpkg_configure_seconds": when["installed"] - when["configure"]}
+
+
 def privilege(vm: VmGuest, unit: str) -> tuple[bool, int]:
     pid = show(vm, unit, "MainPID")["MainPID"]
     r = vm.run(["grep", "-E", "^(Uid|CapEff):", f"/proc/{pid}/status"], timeout=60)
@@ -183,21 +243,55 @@ def privilege(vm: VmGuest, unit: str) -> tuple[bool, int]:
 # ------------------------------------------------------------------------------ the package
 
 
-def test_the_package_installs_under_systemd_as_pid_1(guest: VmGuest) -> None:
+def test_the_collection_deploys_the_package_under_systemd_as_pid_1(guest: VmGuest) -> None:
     r = sh(guest, "cat /proc/1/comm; systemctl is-system-running", timeout=120)
     assert r.stdout.split()[0] == "systemd", r.stdout
     # The throwaway guest skips man-db's index rebuild (minutes under TCG): `man` finds the
     # pages by their path without it.
-    # dpkg -i in its two halves, each timed: unpacking (dpkg reads its database over 9p)
-    # and configuring (postinst: py3compile of the bundled tree, daemon-reload)
-    for half, argv in (("unpack", f"rm -f /var/lib/man-db/auto-update; dpkg --unpack "
-                                  f"{state['deb']}"), ("configure", "dpkg --configure lbtune")):
-        t0 = time.monotonic()
-        r = sh(guest, argv)
-        state[f"dpkg_{half}_seconds"] = round(time.monotonic() - t0, 1)
-        assert r.returncode == 0, r.stdout + r.stderr
+    sh(guest, "rm -f /var/lib/man-db/auto-update")
+    listen = "--listen 127.0.0.1:9178"  # the default, written out; the fourth run drops it
+
+    # --check --diff: changes reported, nothing changed
+    run = deploy(guest, "check", listen, "--check", "--diff")
+    assert run["rc"] == 0 and run["recap"]["failed"] == 0, run["out"][-4000:]
+    # the copy, the options files, and the units reported for after the package's install
+    assert run["recap"]["changed"] == 3, run["recap"]
+    assert f'+EXPORTER_OPTS="{listen}"' in run["out"], run["out"][-4000:]
+    assert "then lbtune-agent.service would be enabled and started" in run["out"]
+    r = sh(guest, "dpkg-query -W -f '${Status}\\n' lbtune; for f in /etc/default/lbtune-"
+                  "exporter /etc/default/lbtune-agent /var/cache/lbtune/deb; do test -e $f && "
+                  "echo $f exists; done; systemctl is-enabled lbtune-exporter lbtune-agent")
+    assert "no packages found matching lbtune" in r.stderr, r.stdout + r.stderr
+    assert "exists" not in r.stdout and "enabled" not in r.stdout.split(), r.stdout
+
+    # the deploy: installed, both units enabled, active and answering
+    run = deploy(guest, "deploy", listen)
+    assert run["rc"] == 0 and run["recap"]["failed"] == 0, run["out"][-4000:]
+    assert run["recap"]["changed"] == 4, run["recap"]  # copy, install, options, units
+    state.update(dpkg_seconds(guest))
     r = sh(guest, "dpkg-query -W -f '${Status} ${Version}\\n' lbtune")
     assert r.stdout.startswith("install ok installed "), r.stdout
+    for unit in DEPLOYED:
+        r = sh(guest, f"systemctl is-enabled {unit}; systemctl is-active {unit}")
+        assert r.stdout.split() == ["enabled", "active"], r.stdout + r.stderr
+        answers(guest, unit)
+    pid = show(guest, DEPLOYED[0], "MainPID")["MainPID"]
+
+    # again: nothing to change
+    run = deploy(guest, "again", listen)
+    assert run["rc"] == 0 and run["recap"]["changed"] == 0, run["out"][-4000:]
+
+    # an option changed: its diff, and that unit (only) restarted
+    agent_pid = show(guest, DEPLOYED[1], "MainPID")["MainPID"]
+    run = deploy(guest, "option", "", "--diff")
+    assert run["rc"] == 0 and run["recap"]["failed"] == 0, run["out"][-4000:]
+    assert run["recap"]["changed"] == 2, run["recap"]  # the file, the restart
+    assert f'-EXPORTER_OPTS="{listen}"' in run["out"] and '+EXPORTER_OPTS=""' in run["out"]
+    s = show(guest, DEPLOYED[0], "ActiveState", "MainPID")
+    assert s["ActiveState"] == "active" and s["MainPID"] not in ("0", pid), (s, pid)
+    assert show(guest, DEPLOYED[1], "MainPID")["MainPID"] == agent_pid
+    answers(guest, DEPLOYED[0])
+
     r = sh(guest, "lbtune --version; systemctl list-unit-files --no-legend 'lbtune*'; "
                   "man -w lbtune-apply; man lbtune-apply 2>/dev/null | head -n 3")  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -220,8 +314,14 @@ def test_the_package_installs_under_systemd_as_pid_1(guest: VmGuest) -> None:
 @pytest.mark.parametrize("unit", list(UNITS))
 def test_a_unit_starts_answers_restarts_stops_and_refuses_a_bad_option(
         guest: VmGuest, unit: str) -> None:  # fmt: skip
-    set_options(guest, unit, UNITS[unit][2])
-    r = sh(guest, f"systemctl start {unit}; systemctl status --no-pager --lines=3 {unit}")
+    if unit in DEPLOYED:  # enabled and started by the collection's deploy, with these options
+        r = sh(guest, f"grep -x '{UNITS[unit][1]}=\"{UNITS[unit][2]}\"' {UNITS[unit][0]}; "
+                      f"systemctl is-enabled {unit}; "
+                      f"systemctl status --no-pager --lines=3 {unit}")  # fmt: skip
+        assert r.returncode == 0 and "\nenabled\n" in r.stdout, r.stdout
+    else:
+        set_options(guest, unit, UNITS[unit][2])
+        r = sh(guest, f"systemctl start {unit}; systemctl status --no-pager --lines=3 {unit}")
     s = show(guest, unit, "ActiveState", "MainPID", "StatusText")
     assert s["ActiveState"] == "active", r.stdout + r.stderr
     assert s["StatusText"], s  # READY=1 came with its STATUS= line
@@ -276,3 +376,4 @@ def test_nothing_failed_and_the_journal_has_no_traceback(guest: VmGuest) -> None
                   "journalctl --sync; journalctl -o cat -u 'lbtune-*' | grep -c Traceback")
     assert r.stdout.split() == ["0"], r.stdout
     _log("harness: dpkg seconds", repr({k: v for k, v in state.items() if k.startswith("dpkg")}))
+    _log("harness: ansible-playbook seconds", repr(state["play_seconds"]))
