@@ -202,7 +202,9 @@ def deploy(vm: VmGuest, name: str, exporter_options: str, *flags: str) -> dict[s
     variables = {"lbtune_deb": state["deb"], "lbtune_exporter_options": exporter_options,
                  "lbtune_agent": True, "lbtune_agent_options": UNITS[DEPLOYED[1]][2]}
     (d / f"{name}.json").write_text(json.dumps(variables), encoding="utf-8")
+    # pipelining: each module runs from the local connection's stdin, no temporary file
     env = [f"{k}={v}" for k, v in settings(Path("/tmp/ansible")).items()]
+    env.append("ANSIBLE_PIPELINING=1")
     argv = ["env", *env, str(ANSIBLE_PLAYBOOK), "-i", str(d / "inventory.ini"),
             str(d / "play.yml"), "-e", f"@{d / name}.json", *flags]
     t0 = time.monotonic()
