@@ -96,6 +96,7 @@ PLAYBOOK = """\
   roles:
     - lbtune.fleet.deploy
 """
+ANSIBLE_TMP = "/root/lbtune-ansible"  # in the guest (its overlay)
 INVENTORY = "guest ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
 
 state: dict[str, Any] = {"log": [], "play_seconds": {}}
@@ -206,9 +207,11 @@ def deploy(vm: VmGuest, name: str, exporter_options: str, *flags: str) -> dict[s
                  "lbtune_exporter_options": exporter_options,
                  "lbtune_agent": True, "lbtune_agent_options": UNITS[DEPLOYED[1]][2]}
     (d / f"{name}.json").write_text(json.dumps(variables), encoding="utf-8")
-    # pipelining: each module runs from the local connection's stdin, no temporary file
-    env = [f"{k}={v}" for k, v in settings(Path("/tmp/ansible")).items()]
-    env.append("ANSIBLE_PIPELINING=1")
+    # pipelining: each module runs from the local connection's stdin, no temporary file.
+    # Nothing under /tmp: the first unit with PrivateTmp= the deploy starts mounts the
+    # guest's tmp.mount over it, under the running module (its AnsiballZ payload, TMPDIR)
+    env = [f"{k}={v}" for k, v in settings(Path(ANSIBLE_TMP)).items()]
+    env += ["ANSIBLE_PIPELINING=1", f"TMPDIR={ANSIBLE_TMP}/tmp"]
     argv = ["env", *env, str(ANSIBLE_PLAYBOOK), "-i", str(d / "inventory.ini"),
             str(d / "play.yml"), "-e", f"@{d / name}.json", *flags]
     t0 = time.monotonic()
@@ -254,7 +257,7 @@ def test_the_collection_deploys_the_package_under_systemd_as_pid_1(guest: VmGues
     assert r.stdout.split()[0] == "systemd", r.stdout
     # The throwaway guest skips man-db's index rebuild (minutes under TCG): `man` finds the
     # pages by their path without it.
-    sh(guest, "rm -f /var/lib/man-db/auto-update")
+    sh(guest, f"rm -f /var/lib/man-db/auto-update; mkdir -p {ANSIBLE_TMP}/tmp")
     listen = "--listen 127.0.0.1:9178"  # the default, written out; the fourth run drops it
 
     # --check --diff: changes reported, nothing changed
