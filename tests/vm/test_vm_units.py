@@ -225,14 +225,14 @@ def deploy(vm: VmGuest, name: str, exporter_options: str, *flags: str) -> dict[s
 
 def dpkg_seconds(vm: VmGuest) -> dict[str, float]:
     """dpkg's unpacking and configuring of lbtune, timed from /var/log/dpkg.log (1 s
-    resolution): from `startup archives unpack` to `startup packages configure`, then to
-    `status installed lbtune`."""
+    resolution): from `startup archives` (dpkg -i: `install`) to `configure lbtune`, then
+    to `status installed lbtune`."""
     r = vm.run(["cat", "/var/log/dpkg.log"], timeout=60)
     when: dict[str, float] = {}
     for line in r.stdout.splitlines():
-        for key, pat in (("unpack", " startup archives unpack"),
-                         ("configure", " startup packages configure"),
-                         ("installed", " status installed lbtune ")):
+        for key, pat in (("unpack", " startup archives "),
+                         ("configure", " configure lbtune:"),
+                         ("installed", " status installed lbtune:")):
             if pat in line:
                 stamp = time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
                 when[key] = time.mktime(stamp)  # the last of each: this install's
