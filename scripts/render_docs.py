@@ -677,8 +677,6 @@ figures({
     "monitor.rate": lambda: n(meta("monitor")["udp_rate"]),
     "monitor.nop.ratio": lambda: (
         f"{row('monitor', case='lbtune monitor --no-probes')['ratio_to_network_top']:.2f}x"),
-    "monitor.network_top_cpu": lambda: f"{row('monitor', case='network-top')['cpu_per_minute']:.2f}",  # noqa: E501
-    "monitor.goal_ms_per_s": lambda: f"{row('monitor', case='network-top')['cpu_per_minute'] / 3 / 60 * 1000:.1f}",  # noqa: E501
 })
 
 # --- where the watchers' CPU goes (bench/watch_profile.py) ---------------------------------

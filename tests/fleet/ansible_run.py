@@ -47,21 +47,30 @@ def playbook(tmp: pathlib.Path, tasks: str, hosts: list[str], *flags: str,
       diff: false
       changed_when: false
 """)
-    env = dict(os.environ,
-               ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-               ANSIBLE_HOME=str(tmp / "ansible-home"),
-               ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"),
-               ANSIBLE_REMOTE_TEMP=str(tmp / "ansible-tmp"),
-               ANSIBLE_NOCOLOR="1",
-               ANSIBLE_RETRY_FILES_ENABLED="0",
+    env = dict(os.environ, **settings(tmp),
                PATH=path or f"{BIN}:{os.environ.get('PATH', '')}")
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(play), *flags],
                           capture_output=True, text=True, env=env, timeout=300)
-    recap = {}
-    for m in re.finditer(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+"
-                         r"failed=(\d+)\s+skipped=(\d+)", proc.stdout, re.M):
-        recap[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)),
-                             "failed": int(m.group(5)), "skipped": int(m.group(6))}
     got = {p.stem: json.loads(p.read_text()) for p in results.glob("*.json")}
-    return {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "recap": recap,
-            "r": got}
+    return {"rc": proc.returncode, "out": proc.stdout + proc.stderr,
+            "recap": recap(proc.stdout), "r": got}
+
+
+def settings(tmp: pathlib.Path) -> dict[str, str]:
+    """The ANSIBLE_* environment of a run: this checkout's collections, state under tmp."""
+    return {"ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
+            "ANSIBLE_HOME": str(tmp / "ansible-home"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
+            "ANSIBLE_REMOTE_TEMP": str(tmp / "ansible-tmp"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_RETRY_FILES_ENABLED": "0"}
+
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    """The PLAY RECAP of an `ansible-playbook` run: host -> ok, changed, failed, skipped."""
+    got = {}
+    for m in re.finditer(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+"
+                         r"failed=(\d+)\s+skipped=(\d+)", stdout, re.M):
+        got[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)),
+                           "failed": int(m.group(5)), "skipped": int(m.group(6))}
+    return got
