@@ -119,6 +119,12 @@ def unavailable() -> Optional[str]:
         return f"{NSPAWN} not found (Debian's systemd-container, which `make setup` installs)"
     if not Path("/lib/systemd/systemd").is_file():
         return "/lib/systemd/systemd not found (the init the container boots)"
+    try:
+        filesystems = Path("/proc/filesystems").read_text()
+    except OSError:
+        filesystems = ""
+    if "\toverlay\n" not in filesystems:  # mounting one would load the module: not here
+        return "no overlay filesystem in this kernel (/proc/filesystems)"
     for h in HIERARCHIES:
         if not (CGROUP / h / "cgroup.procs").is_file():
             return f"no cgroup hierarchy at {CGROUP / h} (nspawn's layout on this host)"

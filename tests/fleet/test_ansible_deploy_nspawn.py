@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from tests.fleet.ansible_run import recap, settings
-from tests.fleet.nspawn import Container, NspawnUnavailable
+from tests.fleet.nspawn import Container, NspawnUnavailable, unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -79,7 +79,12 @@ def package(deb_build: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def system(package: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+def system(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:  # fmt: skip
+    why = unavailable()  # before the package is built
+    if why:
+        pytest.skip(f"systemd-nspawn cannot boot a container here: {why}")
+    package: Path = request.getfixturevalue("package")
     exchange = tmp_path_factory.mktemp("exchange")
     shutil.copy(package, exchange / package.name)
     # /tmp and /run are the container's own tmpfs: the checkout and the venv are bound at
@@ -88,6 +93,8 @@ def system(package: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     if not Path(sys.prefix).is_relative_to(REPO):
         binds.append((sys.prefix, sys.prefix, True))
     before = host_state()
+    if before["dpkg"][1].startswith("install ok"):  # the container starts as a copy of this host
+        pytest.skip("this host has the lbtune package installed: the container would too")
     t0 = time.monotonic()
     try:
         c = Container.boot(tmp_path_factory.mktemp("nspawn"), binds)
@@ -154,8 +161,9 @@ def deploy(sys_: System, name: str, exporter_options: str, *flags: str) -> dict[
 def test_the_role_deploys_the_package_into_a_system_booted_with_systemd(
         system: System) -> None:  # fmt: skip
     c = system.c
-    r = sh(c, "cat /proc/1/comm; systemctl is-system-running; ls /etc/default/ | grep -c lbtune")
-    assert r.stdout.split()[:3] == ["systemd", "running", "0"], r.stdout + r.stderr
+    r = sh(c, "cat /proc/1/comm; systemctl is-system-running; systemctl --failed --no-legend")
+    # degraded: a unit of this host's basic.target failed in the container (listed above)
+    assert r.stdout.split()[:2] in (["systemd", "running"], ["systemd", "degraded"]), r.stdout
     sh(c, f"mkdir -p {ANSIBLE_TMP}/tmp")
     deb = system.deb
 
