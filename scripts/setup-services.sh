@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The service side of scripts/setup.sh: the lab's packages (nginx, haproxy, keepalived) must
-# never start as services of this host, and set-up must never stop or disable a service
-# that was there before it ran.
+# never start as services of this host (nor systemd-container's machines.target be enabled at
+# boot), and set-up must never stop or disable a service that was there before it ran.
 #
 #   setup-services.sh before STATE   record each lab unit's boot state before the install
 #   setup-services.sh after STATE    after the install: give back the boot state of units
@@ -22,11 +22,19 @@ LAB_UNITS=(${LBTUNE_LAB_UNITS:-nginx haproxy keepalived})
 
 say() { printf '[setup] %s\n' "$*"; }
 
+# A name without a suffix is a service (nginx -> nginx.service); machines.target stays itself.
+unit_file() {
+  case "$1" in
+    *.*) printf '%s\n' "$1" ;;
+    *) printf '%s.service\n' "$1" ;;
+  esac
+}
+
 # One word: enabled, disabled, static, masked, not-found, ... (is-enabled prints it and
 # exits non-zero for everything but enabled; an unknown unit prints nothing on old systemd).
 boot_state() {
   local out
-  out=$("$SYSTEMCTL" is-enabled "$1.service" 2>/dev/null) || true
+  out=$("$SYSTEMCTL" is-enabled "$(unit_file "$1")" 2>/dev/null) || true
   printf '%s\n' "${out:-not-found}" | head -n 1
 }
 
@@ -54,7 +62,7 @@ case "$step" in
       esac
       if [ "$now" = enabled ]; then
         # The install enabled a unit that was $was: give it back its boot state.
-        "$SYSTEMCTL" disable --quiet "$unit.service"
+        "$SYSTEMCTL" disable --quiet "$(unit_file "$unit")"
         say "$unit: installed for the lab, not started, not enabled at boot (was $was)"
       fi
     done < "$state"

@@ -24,8 +24,11 @@ LAB_PKGS=(nginx-light haproxy wrk apache2-utils keepalived irqbalance bird2)
 # The fleet tests run Prometheus (and promtool, which also lints the agent's /metrics) by hand
 # in a namespace; the exporter bench runs node_exporter by hand on a loopback port. Neither
 # runs as a service of this host: the same policy-rc.d and setup-services.sh handle them.
-FLEET_PKGS=(prometheus prometheus-node-exporter)
-export LBTUNE_LAB_UNITS="nginx haproxy keepalived irqbalance bird prometheus prometheus-node-exporter"
+# systemd-container: systemd-nspawn boots the throwaway system the collection's deploy role is
+# tested against (tests/fleet/nspawn.py: this host's root under a volatile overlay, in its own
+# mount namespace); its postinst enables machines.target, given back its boot state the same way.
+FLEET_PKGS=(prometheus prometheus-node-exporter systemd-container)
+export LBTUNE_LAB_UNITS="nginx haproxy keepalived irqbalance bird prometheus prometheus-node-exporter machines.target"
 VENV=.venv
 
 say() { printf '[setup] %s\n' "$*"; }

@@ -11,6 +11,8 @@ import io
 import json
 import os
 import pathlib
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -116,6 +118,20 @@ def cli() -> Any:
 @pytest.fixture
 def hosts() -> pathlib.Path:
     return HOSTS
+
+
+@pytest.fixture(scope="session")
+def deb_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """`make deb` of this checkout into a temporary BUILD directory, once per session: the
+    package (lbtune_VERSION_all.deb) and the wheel (dist/). tests/unit/test_deb.py checks
+    them; tests/fleet/test_ansible_deploy_nspawn.py deploys the package."""
+    build = tmp_path_factory.mktemp("build")
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    r = subprocess.run(["make", "-C", str(repo), "deb", f"BUILD={build}",
+                        f"PYTHON={sys.executable}"], capture_output=True, text=True,
+                       check=False)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return build
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")

@@ -1,4 +1,5 @@
-"""The fleet tier: the exporter scraped by Debian's Prometheus, its alert rules, promtool.
+"""The fleet tier: the exporter scraped by Debian's Prometheus, its alert rules, promtool; the
+Ansible collection (its deploy role against a systemd-nspawn container: tests/fleet/nspawn.py).
 
 Everything here runs in the tox `py` env. Tests that need a network namespace or to run the
 real Prometheus server need root: without it they skip, and under CI that skip fails like any

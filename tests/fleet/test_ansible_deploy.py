@@ -1,8 +1,9 @@
 """The collection's role lbtune.fleet.deploy refuses bad variables in one message, before
 anything reaches the host. Run by the real `ansible-playbook` (connection local) in check mode
 with a package path that does not exist, so a check that let a case through could still change
-nothing here. What the role does on a host is proven in the VM guest under systemd
-(tests/vm/test_vm_units.py: check, deploy, idempotence, a changed option's restart)."""
+nothing here. What the role does on a host is proven against a system booted with systemd
+(tests/fleet/test_ansible_deploy_nspawn.py: check, deploy, idempotence, a changed option's
+restart)."""
 
 from __future__ import annotations
 

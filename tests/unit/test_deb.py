@@ -2,9 +2,10 @@
 offline, holds what docs/install.md says, depends on the distro only for what the distro's
 version serves, passes lintian with the overrides it ships, and its bundled tree runs under
 Debian's own /usr/bin/python3; the wheel installs into a fresh venv and `lbtune --version`
-runs. The build (about 15 s) and lintian (about 15 s) run once per module, into a temporary
-directory: nothing is installed on this machine (tests/vm/test_vm_units.py installs the
-package in the VM guest and runs its units under systemd).
+runs. The build (about 15 s, once per session: tests/conftest.py's `deb_build`) and lintian
+(about 15 s) run into a temporary directory: nothing is installed on this machine
+(tests/vm/test_vm_units.py installs the package in the VM guest and runs its units under
+systemd; tests/fleet/test_ansible_deploy_nspawn.py deploys it into an nspawn container).
 
 Needs the wheelhouse `make setup` fills (scripts/wheelhouse.sh) and Debian's dpkg-deb and
 lintian (set-up installs lintian).
@@ -28,13 +29,8 @@ VERSION = deb.version()
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    build = tmp_path_factory.mktemp("build")
-    r = subprocess.run(["make", "-C", str(REPO), "deb", f"BUILD={build}",
-                        f"PYTHON={sys.executable}"], capture_output=True, text=True,
-                       check=False)  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return build
+def built(deb_build: Path) -> Path:
+    return deb_build  # tests/conftest.py: `make deb` once per session
 
 
 @pytest.fixture(scope="module")

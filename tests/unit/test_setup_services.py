@@ -50,12 +50,15 @@ def fake(tmp_path: Path) -> Path:
     return state
 
 
-def _run(state: Path, step: str, statefile: Path) -> subprocess.CompletedProcess[str]:
+def _run(state: Path, step: str, statefile: Path,
+         units: str = "") -> subprocess.CompletedProcess[str]:  # fmt: skip
     env = {
         "PATH": "/usr/bin:/bin",
         "SYSTEMCTL": str(state.parent / "systemctl"),
         "FAKE_STATE": str(state),
     }
+    if units:
+        env["LBTUNE_LAB_UNITS"] = units
     return subprocess.run(
         ["bash", str(SERVICES), step, str(statefile)],
         env=env, capture_output=True, text=True, check=False, timeout=30,
@@ -170,3 +173,30 @@ def test_bird_is_installed_for_the_cluster_tests_and_handled_like_the_other_lab_
     assert pkgs and units
     assert "bird2" in pkgs.group(1).split()
     assert "bird" in units.group(1).split()
+
+
+def test_systemd_container_is_installed_for_the_deploy_test_and_machines_target_handled() -> None:
+    """systemd-container (systemd-nspawn boots the system tests/fleet/
+    test_ansible_deploy_nspawn.py deploys into) enables machines.target in its postinst: the
+    target must get back the boot state it had before set-up, like the lab's services."""
+    text = SETUP.read_text()
+    pkgs = re.search(r"^FLEET_PKGS=\(([^)]*)\)", text, re.MULTILINE)
+    units = re.search(r'^export LBTUNE_LAB_UNITS="([^"]*)"', text, re.MULTILINE)
+    assert pkgs and units
+    assert "systemd-container" in pkgs.group(1).split()
+    assert "machines.target" in units.group(1).split()
+
+
+def test_a_target_the_install_enabled_is_disabled_again_by_its_own_name(
+        fake: Path, tmp_path: Path) -> None:  # fmt: skip
+    statefile = tmp_path / "units"
+    env_units = "nginx machines.target"
+    r = _run(fake, "before", statefile, units=env_units)
+    assert r.returncode == 0, r.stderr
+    assert "is-enabled machines.target" in _calls(fake)
+    _unit(fake, "machines.target", "enabled", None)  # postinst: deb-systemd-helper enable
+    r = _run(fake, "after", statefile, units=env_units)
+    assert r.returncode == 0, r.stderr
+    assert _read(fake, "machines.target", "enabled") == "disabled"
+    assert "disable --quiet machines.target" in _calls(fake)
+    assert not [c for c in _calls(fake) if c.split()[0] in ("stop", "mask")]
