@@ -39,7 +39,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from lbtune.errors import BadInput, LbtuneError
 from lbtune.host.deadline import wait_until
+from lbtune.lab.experiments.client import ClientProcess
 from lbtune.lab.experiments.cluster_stats import (
     ClientLog,
     ClusterEvent,
@@ -240,7 +240,7 @@ class _Cluster:
         self.router_conf = os.path.join(RUN_DIR, "router.conf")
         self.router_sock = os.path.join(RUN_DIR, "router.ctl")
         self.web: list[WebServer] = []
-        self.client_proc: Optional[subprocess.Popen[bytes]] = None
+        self.client = ClientProcess("client")
         self.ports_file = os.path.join(RUN_DIR, "client.ports")
         self.by_addr = {d.node.address: d.node.name for d in self.dirs}
 
@@ -408,32 +408,10 @@ class _Cluster:
 
     # -- the client --------------------------------------------------------------------------
     def start_client(self, stop: str, out: str) -> None:
-        argv = netns_argv(CLIENT_NS, [
-            "nice", "-n", "-10", sys.executable, "-m", "lbtune.lab.inguest.failoverclient",
-            "--vip", self.topo.vip, "--port", str(HTTP_PORT),
-            "--interval", f"{self.config.interval:g}", "--keepalive", str(self.config.keepalive),
-            "--ka-interval", f"{self.config.ka_interval:g}",
-            "--stop", stop, "--out", out, "--ports", self.ports_file])  # fmt: skip
-        self.client_proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    def stop_client(self, stop: str, out: str) -> dict[str, Any]:
-        with open(stop, "w", encoding="ascii") as fh:
-            fh.write("stop\n")
-        assert self.client_proc is not None
-        try:
-            _, err = self.client_proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.client_proc.kill()
-            raise LabStepFailed("the client did not stop") from None
-        self.client_proc = None
-        try:
-            with open(out, encoding="utf-8") as fh:
-                doc: dict[str, Any] = json.load(fh)
-                return doc
-        except (OSError, ValueError) as e:
-            detail = err.decode(errors="replace").strip().splitlines()
-            raise LabStepFailed(f"no client result: {(detail or [str(e)])[-1]}") from None
+        self.client.start(CLIENT_NS, vip=self.topo.vip, port=HTTP_PORT,
+                          interval=self.config.interval, keepalive=self.config.keepalive,
+                          stop=stop, out=out, ports_file=self.ports_file,
+                          extra=("--ka-interval", f"{self.config.ka_interval:g}"))
 
     def wrk(self, seconds: float) -> float:
         """Requests/s of wrk from the client, a new connection per request (each one hashed
@@ -447,9 +425,7 @@ class _Cluster:
         return round(res.rps, 1)
 
     def teardown(self) -> None:
-        if self.client_proc is not None and self.client_proc.poll() is None:
-            self.client_proc.kill()
-            self.client_proc.wait()
+        self.client.kill()
         for d in self.dirs:
             d.gate.signal(signal.SIGTERM)
             d.bird.signal(signal.SIGTERM)
@@ -511,7 +487,7 @@ def run_cluster(config: ClusterLabConfig,
             run.start_client(stop, out)
             ok = _wait(lambda: len(run.ka_ports()) >= config.keepalive, 30)
             time.sleep(config.settle)
-            if ok is None or run.client_proc is None or run.client_proc.poll() is not None:
+            if ok is None or not run.client.alive():
                 raise LabStepFailed("the client's keep-alive connections never all served")
 
         up = {d.node.name for d in cluster}
@@ -569,7 +545,7 @@ def run_cluster(config: ClusterLabConfig,
             event("drain", max(cluster, key=lambda d: carried.count(d.node.name)))
         end = time.monotonic()
         with run.step("collect"):
-            log = ClientLog.from_json(run.stop_client(stop, out))
+            log = ClientLog.from_json(run.client.stop(stop, out))
         if config.throughput and not reason:
             active = sorted(up, key=lambda x: int(x[3:]))
             with run.step("throughput", f"wrk {config.throughput:g} s through "

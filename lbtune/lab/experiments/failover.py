@@ -30,13 +30,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from lbtune.errors import BadInput, LbtuneError
 from lbtune.host.deadline import wait_until
+from lbtune.lab.experiments.client import ClientProcess
 from lbtune.lab.experiments.failover_stats import (
     ClientRecord,
     Event,
@@ -173,7 +173,7 @@ class _Failover:
         self.topo = plan_topology(config.servers, directors=2)
         self.dirs = [_Director(n, self.shell) for n in self.topo.directors]
         self.web: list[WebServer] = []
-        self.client_proc: Optional[subprocess.Popen[bytes]] = None
+        self.client = ClientProcess("prober")
         self.ports_file = os.path.join(RUN_DIR, "client.ports")
 
     def export(self, me: Node, peer: Node, role: str, toml: str) -> str:
@@ -294,45 +294,12 @@ class _Failover:
         d.start()
 
     def start_client(self, stop: str, out: str) -> None:
-        # niced up: on the one-CPU guest the measuring client must not wait behind the
-        # orchestrator's own `ip` processes, or fresh connections would be skipped during the
-        # outage
-        argv = netns_argv(self.topo.client.netns, [
-            "nice", "-n", "-10", sys.executable, "-m", "lbtune.lab.inguest.failoverclient",
-            "--vip", self.topo.vip, "--port", str(HTTP_PORT),
-            "--interval", f"{self.config.interval:g}", "--keepalive", str(self.config.keepalive),
-            "--stop", stop, "--out", out, "--ports", self.ports_file])  # fmt: skip
-        self.client_proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    def check_client(self) -> None:
-        assert self.client_proc is not None
-        if self.client_proc.poll() is not None:
-            err = (self.client_proc.stderr.read() if self.client_proc.stderr else b"").decode(
-                errors="replace").strip().splitlines()
-            raise LabStepFailed(f"the prober exited: {(err or ['no output'])[-1]}")
-
-    def stop_client(self, stop: str, out: str) -> ClientRecord:
-        with open(stop, "w", encoding="ascii") as fh:
-            fh.write("stop\n")
-        assert self.client_proc is not None
-        try:
-            _, err = self.client_proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.client_proc.kill()
-            raise LabStepFailed("the prober did not stop") from None
-        self.client_proc = None
-        try:
-            with open(out, encoding="utf-8") as fh:
-                return ClientRecord.from_json(json.load(fh))
-        except (OSError, ValueError) as e:
-            detail = err.decode(errors="replace").strip().splitlines()
-            raise LabStepFailed(f"no prober result: {(detail or [str(e)])[-1]}") from None
+        self.client.start(self.topo.client.netns, vip=self.topo.vip, port=HTTP_PORT,
+                          interval=self.config.interval, keepalive=self.config.keepalive,
+                          stop=stop, out=out, ports_file=self.ports_file)
 
     def teardown(self) -> None:
-        if self.client_proc is not None and self.client_proc.poll() is None:
-            self.client_proc.kill()
-            self.client_proc.wait()
+        self.client.kill()
         for d in self.dirs:
             d.stop()
         for w in self.web:
@@ -383,7 +350,7 @@ def run_failover(
         with run.step("load", "prober: fresh connections and keep-alive connections"):
             run.start_client(stop, out)
             time.sleep(config.settle + 1.0)  # the failover client's start-up, then steady traffic
-            run.check_client()
+            run.client.check()
         watch_sync = config.sync and config.keepalive > 0
         for k in range(1, config.kills + 1):
             held: Optional[int] = None
@@ -426,7 +393,7 @@ def run_failover(
                          f"{took:.2f} s{synced}; client ARP -> {owner or '?'}")  # fmt: skip
         end = time.monotonic()
         with run.step("collect"):
-            record = run.stop_client(stop, out)
+            record = ClientRecord.from_json(run.client.stop(stop, out))
     except LabStepFailed as e:
         reason = reason or str(e)
     finally:
