@@ -176,7 +176,9 @@ class Exporter:
         self.min_interval = min_interval
         self.verify_every = verify_every
         self.clock = clock
-        self.sampler = Sampler(self.host, None, sample_spec(exporter_rules()), clock,
+        # The SYN queues (a walk of the whole connection table) only when a rule can read
+        # them: every scrape is a TCP connection, so the sampler's own gate never closes.
+        self.sampler = Sampler(self.host, None, sample_spec(exporter_rules(), True), clock,
                                config_every=CONFIG_EVERY)  # fmt: skip
         self.totals = Totals()
         self._lock = threading.Lock()

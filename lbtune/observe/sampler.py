@@ -37,11 +37,17 @@ class SampleSpec:
     `config`: kernel paths of configuration files (a `*` component for every entry of a
     directory), read into `Sample.config`. `receivers`: dump connected TCP sockets under
     receive pressure into `Sample.tcp_receivers` (walks every TCP connection: costly on a
-    host with very many, so only when asked).
+    host with very many, so only when asked). `syn_queues_on`: None reads the listeners'
+    SYN queues on every take (the walk left out only when it cannot find anything, see
+    `Sampler._listen`); SNMP counter names instead read them, live, only on the first take and
+    when one of these counters moved since the previous take, and leave `syn_recv` None
+    (not read) otherwise: for a consumer whose only reader of the SYN queues is rules that
+    look at them when those counters moved (the exporter: `registry.sample_spec`).
     """
 
     config: tuple[str, ...] = ()
     receivers: bool = False
+    syn_queues_on: Optional[tuple[str, ...]] = None
 
 
 class Sampler:
@@ -70,6 +76,8 @@ class Sampler:
         self._config: Optional[tuple[float, ConfigValues]] = None
         # (Tcp.InSegs read before the last SYN-queue walk, the requests it found)
         self._syn_walk: Optional[tuple[int, int]] = None
+        # the values of spec.syn_queues_on at the previous take (None: no take yet)
+        self._syn_gate: Optional[tuple[Optional[int], ...]] = None
         if self.ifaces:
             # Fail on a typo before the window starts, not after it.
             check_interfaces(host.fs, self.ifaces)
@@ -166,6 +174,12 @@ class Sampler:
         every tick); the walk is left out when it cannot find anything: the last walk found
         every SYN queue empty and no TCP segment has come in since (Tcp.InSegs, read before
         that walk, is the same), for a request is made only by an incoming SYN."""
+        gate = self.spec.syn_queues_on
+        if gate is not None and self.host.is_live:
+            now = tuple(snmp.values.get(k) for k in gate)
+            moved, self._syn_gate = now != self._syn_gate, now
+            if not moved:  # nothing that reads the SYN queues can fire: not read
+                return self.host.listen_sockets(syn_recv=False)
         insegs = snmp.values.get("Tcp.InSegs") if self.host.is_live else None
         if insegs is not None and self._syn_walk == (insegs, 0):
             found = self.host.listen_sockets(syn_recv=False)

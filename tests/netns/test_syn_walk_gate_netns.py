@@ -82,3 +82,57 @@ def test_the_syn_queue_walk_is_left_out_only_when_it_cannot_find_anything(netns:
     assert ticks["expired"]["walked"] and ticks["expired"]["syn_recv"] == [0], ticks
     assert ticks["expired"]["kernel"] == 0, ticks
     assert ticks["idle after"]["calls"] == [False] and ticks["idle after"]["syn_recv"] == [0]
+
+
+def _exporter_ticks() -> list[dict[str, Any]]:
+    from lbtune.diagnose.rules import sample_spec
+    from lbtune.exporter.collect import exporter_rules
+
+    host = Host.open("/")
+    walks: list[bool] = []
+    real = host.listen_sockets
+
+    def spy(syn_recv: bool = True) -> Any:
+        walks.append(syn_recv)
+        return real(syn_recv=syn_recv)
+
+    host.listen_sockets = spy  # type: ignore[method-assign]
+    sampler = Sampler(host, spec=sample_spec(exporter_rules(), True))  # the exporter's
+    fault = SynQueueFull(cookies=False, backlog=8, syns=5)
+    fault.setup()
+    out: list[dict[str, Any]] = []
+
+    def tick(what: str) -> None:
+        walks.clear()
+        sample = sampler.take()
+        mine = [s.syn_recv for s in sample.listen if s.port == fault.port]
+        out.append({"what": what, "calls": list(walks), "syn_recv": mine,
+                    "kernel": _half_open()})  # fmt: skip
+
+    try:
+        tick("first")
+        tick("idle")
+        fault.trigger()  # 5 requests wait in a queue of 9: nothing dropped
+        tick("waiting, none dropped")
+        fault.trigger()  # 5 more: 9 fit, 1 dropped (TcpExt.TCPReqQFullDrop)
+        tick("dropped")
+        tick("still full, no new drop")
+    finally:
+        fault.close()
+    return out
+
+
+def test_the_exporter_reads_the_syn_queues_only_when_a_rule_can_read_them(netns: str) -> None:
+    """The exporter's sampler: every scrape is a TCP connection, so Tcp.InSegs always moved;
+    the SYN queues are read only when a counter that leads a rule to them moved (issue 33),
+    else `syn_recv` is None (not read), never a made-up 0."""
+    ip("netns", "exec", netns, "sysctl", "-qw", "net.ipv4.tcp_syncookies=0")
+    ticks = {t["what"]: t for t in in_netns(netns, _exporter_ticks)}
+    assert ticks["first"]["calls"] == [True] and ticks["first"]["syn_recv"] == [0], ticks
+    assert ticks["idle"]["calls"] == [False] and ticks["idle"]["syn_recv"] == [None], ticks
+    waiting = ticks["waiting, none dropped"]
+    assert waiting["calls"] == [False] and waiting["syn_recv"] == [None], ticks
+    assert waiting["kernel"] == 5, ticks  # they are there; no rule would look
+    dropped = ticks["dropped"]
+    assert dropped["calls"] == [True] and dropped["syn_recv"] == [9] == [dropped["kernel"]]
+    assert ticks["still full, no new drop"]["calls"] == [False], ticks

@@ -6,6 +6,9 @@ entry of a directory) and whether it needs connected TCP sockets (`receivers`), 
 sampler reads exactly those at sampling time; `sample_spec` collects them for a set of rules.
 A rule that judges the NICs' ethtool settings (coalescing, features, pause, RSS) says
 `nic_settings=True`: they are read (`diagnose.nicsettings`) only when a chosen rule needs them.
+A rule that reads the listeners' SYN queues (`ListenSocket.syn_recv`) names the SNMP counters
+whose movement in the window is the only way it gets to read them (`syn_queues_on`): a
+consumer that runs nothing else on them (the exporter) has them read only then.
 It also declares whether its findings can carry a fix `lbtune apply` makes (`profile_fix`:
 a profile line); a rule whose every fix is the application's, the platform's or made by hand
 says `profile_fix=False` (tests/unit/diagnose/test_fix_profiles.py holds every rule to it).
@@ -46,6 +49,7 @@ class Rule:
     receivers: bool = False
     profile_fix: bool = True
     nic_settings: bool = False
+    syn_queues_on: tuple[str, ...] = ()
 
     @cached_property
     def config(self) -> tuple[str, ...]:
@@ -70,6 +74,7 @@ def rule(
     receivers: bool = False,
     profile_fix: bool = True,
     nic_settings: bool = False,
+    syn_queues_on: Sequence[str] = (),
 ) -> Callable[[RuleFn], RuleFn]:
     """Register a rule (see the module docstring for what it declares)."""
 
@@ -84,6 +89,7 @@ def rule(
                 receivers,
                 profile_fix,
                 nic_settings,
+                tuple(syn_queues_on),
             )
         )
         return fn
@@ -103,10 +109,16 @@ def select(only: Optional[Iterable[str]] = None) -> list[Rule]:
     return [r for r in RULES if r.id in wanted]
 
 
-def sample_spec(rules: Sequence[Rule]) -> SampleSpec:
-    """What the sampler must read for `rules`."""
+def sample_spec(rules: Sequence[Rule], gate_syn_queues: bool = False) -> SampleSpec:
+    """What the sampler must read for `rules`. `gate_syn_queues`: the SYN queues only when
+    a counter some rule names in `syn_queues_on` moved (`SampleSpec.syn_queues_on`), for a
+    consumer that shows nothing else of them."""
     config = tuple(dict.fromkeys(p for r in rules for p in r.config))
-    return SampleSpec(config=config, receivers=any(r.receivers for r in rules))
+    gate = None
+    if gate_syn_queues:
+        gate = tuple(dict.fromkeys(c for r in rules for c in r.syn_queues_on))
+    return SampleSpec(config=config, receivers=any(r.receivers for r in rules),
+                      syn_queues_on=gate)  # fmt: skip
 
 
 def run_rules(ctx: Context, rules: Optional[Sequence[Rule]] = None) -> list[Finding]:
