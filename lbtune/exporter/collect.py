@@ -93,6 +93,8 @@ def _plain(f: Family) -> bool:
 
 
 def _label_value(v: str) -> str:
+    if "\\" not in v and "\n" not in v and '"' not in v:
+        return v  # (most values: nothing to escape)
     return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
