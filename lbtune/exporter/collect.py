@@ -178,10 +178,11 @@ class Exporter:
         self.min_interval = min_interval
         self.verify_every = verify_every
         self.clock = clock
-        # The SYN queues (a walk of the whole connection table) only when a rule can read
-        # them: every scrape is a TCP connection, so the sampler's own gate never closes.
-        self.sampler = Sampler(self.host, None, sample_spec(exporter_rules(), True), clock,
-                               config_every=CONFIG_EVERY)  # fmt: skip
+        # The SYN queues (a walk of the whole connection table) only at a scrape whose window
+        # saw a SYN overflow counter move, the only windows whose rules read them: every
+        # scrape is a TCP connection, so the sampler's Tcp.InSegs gate never closes.
+        self.sampler = Sampler(self.host, None, sample_spec(exporter_rules()), clock,
+                               config_every=CONFIG_EVERY, syn_walk_hold=0.0)  # fmt: skip
         self.totals = Totals()
         self._lock = threading.Lock()
         self._previous: Optional[Sample] = None

@@ -7,8 +7,9 @@ sampler reads exactly those at sampling time; `sample_spec` collects them for a 
 A rule that judges the NICs' ethtool settings (coalescing, features, pause, RSS) says
 `nic_settings=True`: they are read (`diagnose.nicsettings`) only when a chosen rule needs them.
 A rule that reads the listeners' SYN queues (`ListenSocket.syn_recv`) names the SNMP counters
-whose movement in the window is the only way it gets to read them (`syn_queues_on`): a
-consumer that runs nothing else on them (the exporter) has them read only then.
+whose movement in the window is the only way it gets to read them (`syn_queues_on`): the
+sampler's `SYN_OVERFLOWS`, after whose movement alone the monitor and the exporter read
+them (`Sampler.syn_walk_hold`), must hold them all (tests/unit/diagnose/test_syn_queue_gate.py).
 It also declares whether its findings can carry a fix `lbtune apply` makes (`profile_fix`:
 a profile line); a rule whose every fix is the application's, the platform's or made by hand
 says `profile_fix=False` (tests/unit/diagnose/test_fix_profiles.py holds every rule to it).
@@ -109,16 +110,10 @@ def select(only: Optional[Iterable[str]] = None) -> list[Rule]:
     return [r for r in RULES if r.id in wanted]
 
 
-def sample_spec(rules: Sequence[Rule], gate_syn_queues: bool = False) -> SampleSpec:
-    """What the sampler must read for `rules`. `gate_syn_queues`: the SYN queues only when
-    a counter some rule names in `syn_queues_on` moved (`SampleSpec.syn_queues_on`), for a
-    consumer that shows nothing else of them."""
+def sample_spec(rules: Sequence[Rule]) -> SampleSpec:
+    """What the sampler must read for `rules`."""
     config = tuple(dict.fromkeys(p for r in rules for p in r.config))
-    gate = None
-    if gate_syn_queues:
-        gate = tuple(dict.fromkeys(c for r in rules for c in r.syn_queues_on))
-    return SampleSpec(config=config, receivers=any(r.receivers for r in rules),
-                      syn_queues_on=gate)  # fmt: skip
+    return SampleSpec(config=config, receivers=any(r.receivers for r in rules))
 
 
 def run_rules(ctx: Context, rules: Optional[Sequence[Rule]] = None) -> list[Finding]:

@@ -1,6 +1,7 @@
 """The rules read the listeners' SYN queues only when a counter they name in `syn_queues_on`
-moved (issue 33): the exporter has the SYN queues read (a walk of the whole connection
-table) only then, so a rule that reads them in any other case would judge by "not read".
+moved (issue 33): the exporter and the monitor have the SYN queues read (a walk of the whole
+connection table) only after one of the sampler's `SYN_OVERFLOWS` moved, so a rule that
+reads them in any other case would judge by "not read".
 
 On every fixture host with listeners, a since-boot window in which every counter moved but
 the named ones (held at 0): the findings with every SYN queue full are the findings with no
@@ -13,10 +14,11 @@ from dataclasses import replace
 
 import pytest
 
-from lbtune.diagnose.rules import RULES, sample_spec
-from lbtune.exporter.collect import Exporter, exporter_rules
+from lbtune.diagnose.rules import RULES
+from lbtune.exporter.collect import Exporter
 from lbtune.host.runtime import Runtime
 from lbtune.observe.model import SnmpCounters
+from lbtune.observe.sampler import SYN_OVERFLOWS
 from lbtune.observe.window import Window
 from tests.conftest import HOSTS
 
@@ -26,11 +28,9 @@ WITH_LISTENERS = [h.name for h in sorted(HOSTS.iterdir())
                   if (h / SS).is_file() and "LISTEN" in (h / SS).read_text()]  # fmt: skip
 
 
-def test_the_rules_that_read_the_syn_queues_name_their_counters() -> None:
-    assert set(GATE) == {"TcpExt.TCPReqQFullDrop", "TcpExt.TCPReqQFullDoCookies",
-                         "TcpExt.SyncookiesSent"}  # fmt: skip
-    assert sample_spec(exporter_rules(), True).syn_queues_on == GATE
-    assert sample_spec(exporter_rules()).syn_queues_on is None  # the monitor, diagnose
+def test_the_sampler_reads_the_syn_queues_after_every_counter_a_rule_names() -> None:
+    assert {r.id for r in RULES if r.syn_queues_on} == {"syn-queue-full", "syn-cookies"}
+    assert set(GATE) == set(SYN_OVERFLOWS)
 
 
 @pytest.mark.parametrize("host", WITH_LISTENERS)
