@@ -189,11 +189,23 @@ def _textfile(exp: Exporter, out_path: Optional[str], window: float, once: bool,
     return 0
 
 
+def _settle_heap() -> None:
+    """Everything start-up made (modules, rules, the first sample) moved out of the garbage
+    collector's sight: its full collections, which a scrape's thousands of short-lived
+    objects set off, otherwise walk all of it again (a tenth of a scrape's CPU on a 48-CPU
+    host). Nothing of it is freed later anyway."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def _serve(exp: Exporter, addr: str, port: int, until: Optional[float], as_json: bool) -> int:
     from lbtune.exporter.collect import CONTENT_TYPE, index_page
     from lbtune.host.endpoints.http import HttpEndpoint, Reply
 
     exp.prime()
+    _settle_heap()
 
     def route(path: str) -> Reply:
         if path == "/metrics":

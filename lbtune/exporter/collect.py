@@ -93,6 +93,8 @@ def _plain(f: Family) -> bool:
 
 
 def _label_value(v: str) -> str:
+    if "\\" not in v and "\n" not in v and '"' not in v:
+        return v  # (most values: nothing to escape)
     return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
@@ -176,8 +178,11 @@ class Exporter:
         self.min_interval = min_interval
         self.verify_every = verify_every
         self.clock = clock
+        # The SYN queues (a walk of the whole connection table) only at a scrape whose window
+        # saw a SYN overflow counter move, the only windows whose rules read them: every
+        # scrape is a TCP connection, so the sampler's Tcp.InSegs gate never closes.
         self.sampler = Sampler(self.host, None, sample_spec(exporter_rules()), clock,
-                               config_every=CONFIG_EVERY)  # fmt: skip
+                               config_every=CONFIG_EVERY, syn_walk_hold=0.0)  # fmt: skip
         self.totals = Totals()
         self._lock = threading.Lock()
         self._previous: Optional[Sample] = None

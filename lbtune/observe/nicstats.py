@@ -8,7 +8,7 @@ sees ~2000 names and must not run every pattern over every one each second.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from lbtune.errors import BadInput
 from lbtune.host.fs import HostFS
@@ -47,8 +47,12 @@ def _classify(dm: DriverMap, name: str, cache: dict[str, _Class]) -> _Class:
 
 
 # Per driver and set of names (in their order): which queue and field each name feeds. The
-# names of a port are the same every tick, so a tick only looks its values up.
-_Plan = tuple[tuple[tuple[str, int], tuple[tuple[str, tuple[str, ...]], ...]], ...]
+# names of a port are the same every tick, so a tick only looks its values up. A field's
+# source is one name, or the names whose values it sums.
+_Source = Union[str, tuple[str, ...]]
+_QueuePlan = tuple[str, int, Optional[_Source], Optional[_Source], Optional[_Source],
+                   tuple[tuple[str, _Source], ...]]  # fmt: skip
+_Plan = tuple[_QueuePlan, ...]
 _PLANS: dict[tuple[str, tuple[str, ...]], _Plan] = {}
 _PLANS_LIMIT = 256  # name sets remembered (a port's set changes when its channels do)
 
@@ -63,10 +67,13 @@ def _plan(dm: DriverMap, names: tuple[str, ...]) -> _Plan:
             c = _classify(dm, name, cache)
         if c is not None:
             queues.setdefault((c[0], c[1]), {}).setdefault(c[2], []).append(name)
-    return tuple(
-        (key, tuple((f, tuple(ns)) for f, ns in fields.items()))
-        for key, fields in sorted(queues.items())
-    )
+    out = []
+    for (direction, queue), fields in sorted(queues.items()):
+        src = {f: ns[0] if len(ns) == 1 else tuple(ns) for f, ns in fields.items()}
+        extra = tuple((f, v) for f, v in src.items() if f not in _MAIN_FIELDS)
+        out.append((direction, queue, src.get("packets"), src.get("bytes"), src.get("drops"),
+                    extra))  # fmt: skip
+    return tuple(out)
 
 
 def map_queue_counters(
@@ -85,21 +92,18 @@ def map_queue_counters(
         if len(_PLANS) >= _PLANS_LIMIT:
             _PLANS.clear()
         plan = _PLANS[(dm.driver, names)] = _plan(dm, names)
-    out = []
     get = stats.__getitem__
-    for (direction, queue), fields in plan:
-        values = {f: get(ns[0]) if len(ns) == 1 else sum(map(get, ns)) for f, ns in fields}
-        out.append(
-            QueueCounters(
-                direction=direction,
-                queue=queue,
-                packets=values.get("packets"),
-                bytes=values.get("bytes"),
-                drops=values.get("drops"),
-                extra={k: v for k, v in values.items() if k not in _MAIN_FIELDS},
-            )
-        )
-    return tuple(out)
+
+    def value(src: Optional[_Source]) -> Optional[int]:
+        if src is None:
+            return None
+        return get(src) if isinstance(src, str) else sum(map(get, src))
+
+    return tuple(
+        QueueCounters(direction, queue, value(p), value(b), value(d),
+                      {f: get(n) if isinstance(n, str) else sum(map(get, n)) for f, n in extra})
+        for direction, queue, p, b, d, extra in plan
+    )  # fmt: skip
 
 
 def nic_drop_counters(driver: Optional[str], stats: Mapping[str, int]) -> dict[str, int]:

@@ -264,10 +264,18 @@ class Window:
         return [d for d in (self.nic(name) for name in sorted(self.after.nics)) if d]
 
     def listeners(self) -> list[ListenDelta]:
+        found: list[ListenDelta] = self._once("listeners", self._listeners)
+        return list(found)  # the caller's list (computed once: rules and series ask again)
+
+    def _listeners(self) -> list[ListenDelta]:
         before = self.before.listen if self.before else ()
         return [ListenDelta(s, d) for s, d in _socket_drops(before, self.after.listen)]
 
     def udp(self) -> list[UdpDelta]:
+        found: list[UdpDelta] = self._once("udp", self._udp)
+        return list(found)
+
+    def _udp(self) -> list[UdpDelta]:
         before = self.before.udp if self.before else ()
         return [UdpDelta(s, d) for s, d in _socket_drops(before, self.after.udp)]
 
@@ -281,6 +289,10 @@ class Window:
         return [ReceiverDelta(s, d) for s, d in _socket_drops(before, after)]
 
     def qdiscs(self) -> list[QdiscDelta]:
+        found: list[QdiscDelta] = self._once("qdiscs", self._qdiscs)
+        return list(found)  # the caller's list (a rule asks again for every finding)
+
+    def _qdiscs(self) -> list[QdiscDelta]:
         old = {(q.dev, q.handle, q.parent): q for q in self.before.qdiscs} if self.before else {}
         out = []
         for q in self.after.qdiscs:

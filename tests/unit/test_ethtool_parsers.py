@@ -317,3 +317,55 @@ def test_whole_text_parse_equals_the_line_parse_on_odd_texts(text):
         assert str(got.value) == str(e)
         return
     assert parse_ethtool_S(text, "t") == want
+
+
+def _revalued(text: str, n: int) -> str:
+    """`text` with every counter's value changed (some negative), and the blanks around
+    values changed too: a later read of the same port."""
+    import re
+
+    def new(m: re.Match[str]) -> str:
+        v = (int(m[2]) * 7 + n) * (-1 if (int(m[2]) + n) % 5 == 0 else 1)
+        return f":{' ' if n % 2 else chr(9) + ' '}{v}{m[3] if n % 3 else ' '}{m[4]}"
+
+    return re.sub(r":([ \t]+)(-?[0-9]+)([ \t]*)(\n|$)", new, text)
+
+
+@pytest.mark.parametrize("name,text", _recorded_stats(), ids=lambda v: v if "/" in v else "")
+def test_later_reads_of_a_known_layout_equal_the_line_parse(name, text):
+    """The names of a text read once are taken for a later text that differs only in its
+    values (ethtool._stats_layout): every later text parses as the line parser reads it."""
+    from lbtune.host.net.ethtool import _parse_ethtool_S_lines
+
+    for n in range(4):
+        later = _revalued(text, n) if n else text
+        try:
+            want = _parse_ethtool_S_lines(later, name)
+        except MalformedHostFile:
+            with pytest.raises(MalformedHostFile):
+                parse_ethtool_S(later, name)
+            continue
+        assert parse_ethtool_S(later, name) == want
+
+
+@pytest.mark.parametrize("later", [
+    "NIC statistics:\n     rx_packets: 12     tx_packets: 3\n\n",  # two on one line
+    "NIC statistics:\n     rx_packets: 12\ntx_packets: 3\n",  # one not indented
+    "NIC statistics:\n     rx_packets: 12\n     tx_packets: 3x\n",  # not a number
+    "NIC statistics:\n     rx_packets: 12\n     tx_packets:3\n",  # no blank before it
+    "NIC statistics:\n     rx_packets: 1_2\n     tx_packets: 3\n",
+    "NIC statistics:\n     rx_packets: +12\n     tx_packets: 3\n",
+    "NIC statistics:\n     rx_packets: 12\n     tx_packets: \u0663\n",  # a non-ASCII digit
+])  # fmt: skip
+def test_a_text_unlike_the_known_layout_is_read_afresh(later):
+    from lbtune.host.net.ethtool import _parse_ethtool_S_lines
+
+    parse_ethtool_S("NIC statistics:\n     rx_packets: 1\n     tx_packets: 2\n", "t")
+    try:
+        want = _parse_ethtool_S_lines(later, "t")
+    except MalformedHostFile as e:
+        with pytest.raises(MalformedHostFile) as got:
+            parse_ethtool_S(later, "t")
+        assert str(got.value) == str(e)
+        return
+    assert parse_ethtool_S(later, "t") == want

@@ -167,7 +167,8 @@ def reason_of(
     if gauge and ctx.window.cumulative:
         when = "when captured"
     text = f"{title}: {count:,} {unit} {when} (lbtune diagnose {rule_id})"
-    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    if not text.isprintable():  # (checked whole first: a finding is made per rule per tick)
+        text = "".join(ch if ch.isprintable() else " " for ch in text)
     if len(text) > MAX_REASON:
         text = text[: MAX_REASON - 3] + "..."
     return text

@@ -239,6 +239,7 @@ def _syn_findings(
     "syn-queue-full",
     "SYN queue full with syncookies off: SYNs dropped",
     sysctls=("net.core.somaxconn", "net.ipv4.tcp_syncookies", "net.ipv4.tcp_max_syn_backlog"),
+    syn_queues_on=("TcpExt.TCPReqQFullDrop",),
 )
 def syn_queue_full(ctx: Context) -> Iterator[Finding]:
     n = ctx.window.snmp("TcpExt.TCPReqQFullDrop")
@@ -281,6 +282,7 @@ def syn_queue_full(ctx: Context) -> Iterator[Finding]:
     "syn-cookies",
     "SYN queue overflowed and syncookies answered",
     sysctls=("net.core.somaxconn",),
+    syn_queues_on=("TcpExt.TCPReqQFullDoCookies", "TcpExt.SyncookiesSent"),
 )
 def syn_cookies(ctx: Context) -> Iterator[Finding]:
     n = ctx.window.snmp("TcpExt.TCPReqQFullDoCookies")

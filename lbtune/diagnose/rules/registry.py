@@ -6,6 +6,10 @@ entry of a directory) and whether it needs connected TCP sockets (`receivers`), 
 sampler reads exactly those at sampling time; `sample_spec` collects them for a set of rules.
 A rule that judges the NICs' ethtool settings (coalescing, features, pause, RSS) says
 `nic_settings=True`: they are read (`diagnose.nicsettings`) only when a chosen rule needs them.
+A rule that reads the listeners' SYN queues (`ListenSocket.syn_recv`) names the SNMP counters
+whose movement in the window is the only way it gets to read them (`syn_queues_on`): the
+sampler's `SYN_OVERFLOWS`, after whose movement alone the monitor and the exporter read
+them (`Sampler.syn_walk_hold`), must hold them all (tests/unit/diagnose/test_syn_queue_gate.py).
 It also declares whether its findings can carry a fix `lbtune apply` makes (`profile_fix`:
 a profile line); a rule whose every fix is the application's, the platform's or made by hand
 says `profile_fix=False` (tests/unit/diagnose/test_fix_profiles.py holds every rule to it).
@@ -46,6 +50,7 @@ class Rule:
     receivers: bool = False
     profile_fix: bool = True
     nic_settings: bool = False
+    syn_queues_on: tuple[str, ...] = ()
 
     @cached_property
     def config(self) -> tuple[str, ...]:
@@ -70,6 +75,7 @@ def rule(
     receivers: bool = False,
     profile_fix: bool = True,
     nic_settings: bool = False,
+    syn_queues_on: Sequence[str] = (),
 ) -> Callable[[RuleFn], RuleFn]:
     """Register a rule (see the module docstring for what it declares)."""
 
@@ -84,6 +90,7 @@ def rule(
                 receivers,
                 profile_fix,
                 nic_settings,
+                tuple(syn_queues_on),
             )
         )
         return fn

@@ -294,12 +294,13 @@ def parse_tc_qdisc(text: str, source: str) -> list[QdiscStats]:
             continue
         if current is None or not line[:1].isspace():
             continue
-        sent = _SENT.search(line)
+        # (substring tests first: most indented lines are neither, and a search is dearer)
+        sent = _SENT.search(line) if "Sent " in line else None
         if sent is not None:
             current.sent = (
                 int(sent[1]), int(sent[2]), int(sent[3]), int(sent[4]), int(sent[5])
             )  # fmt: skip
-        backlog = _BACKLOG.search(line)
+        backlog = _BACKLOG.search(line) if "backlog " in line else None
         if backlog is not None and current.backlog is None:
             size = round(float(backlog[1]) * _UNITS[backlog[2]])
             current.backlog = (size, int(backlog[3]))

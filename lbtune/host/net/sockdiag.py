@@ -481,7 +481,8 @@ def _ss_lines(text: str, source: str, tcp_states: Sequence[str]) -> tuple[list[_
     Netid column. See `parse_ss` for what is skipped and what raises."""
     out: list[_SsLine] = []
     netid_column = False
-    old_style = _OLD_STYLE.search(text) is not None
+    # (the substring test first: the expression tries every position of a long listing)
+    old_style = ":::" in text and _OLD_STYLE.search(text) is not None
     for lineno, first, record in _records(text):
         tokens = first.split()
         if tokens[0] in ("Netid", "State"):
