@@ -236,6 +236,9 @@ class Exporter:
                     window = Window(self._previous, current)
                     self._previous = current
                 else:
+                    # a recorded tree: every scrape reads the same capture since boot, so
+                    # its counters are that capture's totals, not added to the last scrape's
+                    self.totals.values.clear()
                     window = capture_window(self.sampler)
                 result = self._collect(window, started)
             except (LbtuneError, OSError) as e:

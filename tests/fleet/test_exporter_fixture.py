@@ -10,8 +10,10 @@ import sys
 
 import pytest
 
+from lbtune.exporter.collect import Exporter
 from lbtune.exporter.series import Collection, Options, Totals, counter_deltas
 from lbtune.host.host import Host
+from lbtune.host.runtime import Runtime
 from lbtune.observe.sampler import Sampler
 from lbtune.observe.window import Window
 from tests.conftest import DELL, HOSTS, TINY, copy_host, run_cli
@@ -177,6 +179,23 @@ def test_counters_are_window_deltas_seeded_since_boot_and_never_go_back(tmp_path
         seen.append(totals.values[key])
     # since boot 100, then +30, then the counter reset to 7: counted from zero, +7
     assert seen == [100, 130, 137]
+
+
+def test_scrapes_of_a_recorded_tree_report_its_counters_once_not_summed_per_scrape():
+    """`lbtune --root TREE exporter` serving HTTP: each scrape reads the same capture since
+    boot, so a counter is the capture's value at every scrape (it used to grow by the whole
+    since-boot count per scrape: 25382, 50764, 76146 ...)."""
+    exp = Exporter(Runtime(root=str(HOSTS / DELL)), min_interval=0)
+    try:
+        texts = [exp.scrape().text.decode() for _ in range(3)]
+    finally:
+        exp.close()
+    counters = [{line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                 for line in _series(t) if line.split("{")[0].endswith("_total")}
+                for t in texts]  # fmt: skip
+    drops = 'lbtune_drops_total{cause="nic_ring"}'
+    assert counters[0][drops] > 0
+    assert counters[0] == counters[1] == counters[2]
 
 
 def test_exporter_help_lists_in_the_readme():
