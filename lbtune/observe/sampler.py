@@ -29,6 +29,11 @@ from lbtune.observe.softnet import read_softnet
 
 T = TypeVar("T")
 
+# The counters of SYNs a full SYN queue dropped or answered with a cookie: the only rules
+# that read a listener's SYN queue (lbtune.diagnose.rules.listen) report nothing unless
+# one of them moved in their window.
+SYN_OVERFLOWS = ("TcpExt.TCPReqQFullDrop", "TcpExt.TCPReqQFullDoCookies", "TcpExt.SyncookiesSent")
+
 
 @dataclass(frozen=True)
 class SampleSpec:
@@ -52,6 +57,14 @@ class Sampler:
     configuration values again only that often: they are limits an operator changes by
     hand, and reading dozens of sysctl files was a sixth of a monitor tick. 0 (diagnose,
     captures) reads them on every `take()`.
+
+    `syn_walk_hold` (seconds) lets such a sampler walk the SYN queues only while a SYN
+    overflow counter (SYN_OVERFLOWS) has moved in the last `syn_walk_hold` seconds: the
+    rules that read a SYN queue report nothing otherwise, so a consumer that judges windows
+    no longer than that loses nothing, and a host with TCP traffic but no SYN overflow (where
+    the walk could not be left out by Tcp.InSegs) stops walking its connection table every
+    second. Left out so, `ListenSocket.syn_recv` is None (not read). None (diagnose, the
+    exporter) walks whenever a request may be waiting.
     """
 
     def __init__(
@@ -61,6 +74,7 @@ class Sampler:
         spec: SampleSpec = SampleSpec(),
         clock: Clock = SYSTEM_CLOCK,
         config_every: float = 0.0,
+        syn_walk_hold: Optional[float] = None,
     ) -> None:
         self.host = host
         self.ifaces = list(ifaces) if ifaces else None
@@ -70,6 +84,9 @@ class Sampler:
         self._config: Optional[tuple[float, ConfigValues]] = None
         # (Tcp.InSegs read before the last SYN-queue walk, the requests it found)
         self._syn_walk: Optional[tuple[int, int]] = None
+        self.syn_walk_hold = syn_walk_hold
+        # (the SYN_OVERFLOWS counters as last read, when one of them last moved)
+        self._syn_overflow: Optional[tuple[tuple[Optional[int], ...], float]] = None
         if self.ifaces:
             # Fail on a typo before the window starts, not after it.
             check_interfaces(host.fs, self.ifaces)
@@ -165,16 +182,31 @@ class Sampler:
         bucket of the kernel's connection table (half a millisecond on an idle 2-core host,
         every tick); the walk is left out when it cannot find anything: the last walk found
         every SYN queue empty and no TCP segment has come in since (Tcp.InSegs, read before
-        that walk, is the same), for a request is made only by an incoming SYN."""
+        that walk, is the same), for a request is made only by an incoming SYN; and with a
+        `syn_walk_hold`, while no SYN queue has overflowed for that long."""
         insegs = snmp.values.get("Tcp.InSegs") if self.host.is_live else None
         if insegs is not None and self._syn_walk == (insegs, 0):
             found = self.host.listen_sockets(syn_recv=False)
             return None if found is None else [replace(s, syn_recv=0) for s in found]
+        if self.host.is_live and not self._syn_overflow_recent(snmp):
+            return self.host.listen_sockets(syn_recv=False)  # SYN queues not read: None
         found = self.host.listen_sockets()
         if found is not None:
             pending = sum(s.syn_recv or 0 for s in found)
             self._syn_walk = None if insegs is None else (insegs, pending)
         return found
+
+    def _syn_overflow_recent(self, snmp: SnmpCounters) -> bool:
+        """Whether a SYN overflow counter moved in the last `syn_walk_hold` seconds (always
+        true without a hold; true on the first sample, with nothing to compare)."""
+        if self.syn_walk_hold is None:
+            return True
+        now = self.clock.monotonic()
+        counts = tuple(snmp.values.get(name) for name in SYN_OVERFLOWS)
+        last = self._syn_overflow
+        moved = now if last is None or last[0] != counts else last[1]
+        self._syn_overflow = (counts, moved)
+        return now - moved <= self.syn_walk_hold
 
     def _read_config(self, now: float) -> ConfigValues:
         kept = self._config
