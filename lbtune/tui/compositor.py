@@ -22,6 +22,7 @@ in tests/tui run with the pinned one): another version gets Textual's own compos
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Optional
 
 import textual
@@ -33,7 +34,9 @@ from textual.geometry import Region
 CHECKED = frozenset({"8.2.8"})
 
 
+@lru_cache(maxsize=1)
 def band_compositor_fits() -> bool:
+    # cached: textual.__version__ reads the package's metadata on every access
     return getattr(textual, "__version__", "") in CHECKED
 
 
