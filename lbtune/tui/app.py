@@ -24,6 +24,8 @@ from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.screen import Screen
@@ -33,6 +35,7 @@ from textual.widgets import Footer, Static
 
 from lbtune.host.threadname import name_this_thread
 from lbtune.tui.compositor import BandCompositor, band_compositor_fits
+from lbtune.tui.driver import QuietLinuxDriver
 from lbtune.tui.feed import Feed
 from lbtune.tui.frame import Frame, FrameBuilder
 from lbtune.tui.lines import Line, line
@@ -233,6 +236,7 @@ class MonitorApp(App[int]):
         self._shown_header: Optional[Text] = None
         self._laid_out = False
         self._user_condensed = False
+        self._panels: Optional[tuple[PanelView, ...]] = None
 
     # ------------------------------------------------------------------ layout
 
@@ -258,6 +262,14 @@ class MonitorApp(App[int]):
                                 lambda f, a, w: cpus.render(f, a.condensed, w))  # fmt: skip
         yield Static("", id="status")
         yield Footer()
+
+    def get_driver_class(self) -> type[Driver]:
+        # The input thread that sleeps until there is input (lbtune.tui.driver), where it
+        # was checked; Textual's own elsewhere and when TEXTUAL_DRIVER names one.
+        own = super().get_driver_class()
+        if own is LinuxDriver and band_compositor_fits():
+            return QuietLinuxDriver
+        return own
 
     def get_default_screen(self) -> Screen[None]:
         return _Screen(id="_default")
@@ -360,7 +372,9 @@ class MonitorApp(App[int]):
     def _show(self) -> None:
         if self.frame is None:
             return
-        for panel in self.query(PanelView):
+        if not self._panels:  # the same six widgets for the app's life: queried once
+            self._panels = tuple(self.query(PanelView))
+        for panel in self._panels:
             panel.show(self.frame, self)
         self._header()
 

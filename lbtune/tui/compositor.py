@@ -1,13 +1,20 @@
-"""A Textual compositor that renders only the rows an update needs.
+"""A Textual compositor that renders only what an update writes.
 
 On a partial update Textual's compositor asks every widget whose clip (its container's
-visible area) crosses the changed rows for *all* its visible lines, then keeps only the
-changed rows: with six panels, their containers, the header, status line and footer, a
-tick that changes a dozen lines renders the whole screen again from the widgets' caches,
-and that was the largest part of the monitor's main thread (docs/monitor.md, bench/
-watch_profile.py). `BandCompositor` narrows each clip to the band of rows the update
-covers (the whole screen's width, so the cuts of a line are untouched) while the update is
-rendered: a widget renders those rows only.
+visible area) crosses the band of rows around the changed regions for *all* its visible
+lines in that band, then writes only the changed spans: with six panels, their boxes and
+columns, the header, status line and footer, a tick that changes a dozen lines renders most
+of the screen again from the widgets' caches, and that was the largest part of the
+monitor's main thread (docs/monitor.md, bench/watch_profile.py). `BandCompositor` renders,
+for each changed region, only the widgets in front of it down to the first that covers it
+whole (a widget paints every cell of its region, so nothing behind that one shows there),
+and each of those only for the rows of the changed regions it takes part in: a changed
+line of a panel renders that line of that panel, not its box, its column or the screen.
+
+What reaches the terminal is unchanged: Textual writes a changed span from the pieces
+("chops") of its rows between the cuts (the widgets' edges), and a piece that touches a
+changed region is the frontmost widget's there, which is rendered (tests/tui/
+test_band_compositor.py compares the bytes with Textual's own compositor's).
 
 Used only with the Textual versions it was checked against (the snapshot and pilot tests
 in tests/tui run with the pinned one): another version gets Textual's own compositor.
@@ -15,37 +22,71 @@ in tests/tui run with the pinned one): another version gets Textual's own compos
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Optional
 
 import textual
 from textual._compositor import Compositor
 from textual.geometry import Region
 
-# Versions whose Compositor._get_renders and visible_widgets this was read against.
+# Versions whose Compositor._get_renders, render_partial_update and visible_widgets this
+# was read against.
 CHECKED = frozenset({"8.2.8"})
 
 
+@lru_cache(maxsize=1)
 def band_compositor_fits() -> bool:
+    # cached: textual.__version__ reads the package's metadata on every access
     return getattr(textual, "__version__", "") in CHECKED
 
 
 class BandCompositor(Compositor):
-    _band: Optional[Region] = None
+    # While a partial update renders: the widgets to render, each with the rows (a band
+    # across the screen) it is needed for.
+    _bands: Optional[dict[Any, Region]] = None
+    _dirty: Optional[list[Region]] = None
 
     @property
     def visible_widgets(self) -> Any:
         widgets = super().visible_widgets
-        band = self._band
-        if band is None:
+        bands = self._bands
+        if bands is None:
             return widgets
-        return {w: (region, clip.intersection(band))
-                for w, (region, clip) in widgets.items() if clip.overlaps(band)}  # fmt: skip
+        return {w: (region, clip.intersection(bands[w]))
+                for w, (region, clip) in widgets.items() if w in bands}  # fmt: skip
+
+    def render_partial_update(self) -> Any:
+        self._dirty = list(self._dirty_regions)
+        try:
+            return super().render_partial_update()
+        finally:
+            self._dirty = None
+
+    def _needed(self, dirty: list[Region]) -> dict[Any, Region]:
+        """Per widget to render: the band of rows (the screen's width) of the changed
+        regions it is in front of, down to the first that covers a region whole."""
+        rows: dict[Any, tuple[int, int]] = {}
+        order = [(w, region.intersection(clip))
+                 for w, (region, clip) in super().visible_widgets.items()]  # fmt: skip
+        for d in dirty:
+            top, bottom = d.y, d.bottom
+            for w, shown in order:
+                if not shown.overlaps(d):
+                    continue
+                y0, y1 = max(top, shown.y), min(bottom, shown.bottom)
+                had = rows.get(w)
+                rows[w] = (y0, y1) if had is None else (min(had[0], y0), max(had[1], y1))
+                if shown.contains_region(d):
+                    break
+        width = self.size.width
+        return {w: Region(0, y0, width, y1 - y0) for w, (y0, y1) in rows.items()}
 
     def _get_renders(self, crop: Optional[Region] = None) -> Any:
-        if crop is None:
+        dirty = self._dirty
+        if crop is None or not dirty:
             return super()._get_renders(crop)
-        self._band = Region(0, crop.y, self.size.width, crop.height)
+        self._bands = self._needed(dirty)
         try:
-            return list(super()._get_renders(crop))  # rendered while the band holds
+            return list(super()._get_renders(crop))  # rendered while the bands hold
         finally:
-            self._band = None
+            self._bands = None

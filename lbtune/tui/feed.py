@@ -47,6 +47,12 @@ PROBES_RECORDED = "recorded"  # a replay: what the recording holds
 # Seconds between two reads of the sysctls and sysfs limits the rules judge by: counters
 # change every tick, limits when an operator changes them (docs/monitor.md says so).
 CONFIG_EVERY = 10.0
+# Seconds the SYN queues are read (walking the connection table) after a SYN overflow
+# counter last moved (`Sampler.syn_walk_hold`): the only findings that name a listener by
+# its SYN queue need a SYN overflow in their window, which is at most the judge window (10 s,
+# tui/frame.py JUDGE_SECONDS) plus one refresh (at most 10 s). Beyond that the queues are
+# not read, and a busy host's connection table is not walked every second.
+SYN_WALK_HOLD = 30.0
 
 
 def monitor_rules() -> list[Rule]:
@@ -129,7 +135,8 @@ class LiveFeed:
 
     def __post_init__(self) -> None:
         self.sampler = Sampler(self.sys_host, self.ifaces, sample_spec(monitor_rules()),
-                               self.clock, config_every=CONFIG_EVERY)  # fmt: skip
+                               self.clock, config_every=CONFIG_EVERY,
+                               syn_walk_hold=SYN_WALK_HOLD)  # fmt: skip
         self.host = describe_host(self.sys_host, self.ifaces, "live")
         if self.record is not None:
             h = self.host

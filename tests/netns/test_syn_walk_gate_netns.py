@@ -82,3 +82,57 @@ def test_the_syn_queue_walk_is_left_out_only_when_it_cannot_find_anything(netns:
     assert ticks["expired"]["walked"] and ticks["expired"]["syn_recv"] == [0], ticks
     assert ticks["expired"]["kernel"] == 0, ticks
     assert ticks["idle after"]["calls"] == [False] and ticks["idle after"]["syn_recv"] == [0]
+
+
+def _held_ticks() -> list[dict[str, Any]]:
+    """A sampler with a 1 s `syn_walk_hold` (the monitor's): segments keep arriving (SYNs
+    that wait in a queue without overflowing it), yet once no SYN overflow counter has moved
+    for a second the queues are not read; an overflow opens the walk at the next tick."""
+    host = Host.open("/")
+    walks: list[bool] = []
+    real = host.listen_sockets
+
+    def spy(syn_recv: bool = True) -> Any:
+        walks.append(syn_recv)
+        return real(syn_recv=syn_recv)
+
+    host.listen_sockets = spy  # type: ignore[method-assign]
+    sampler = Sampler(host, syn_walk_hold=1.0)
+    fault = SynQueueFull(cookies=False, backlog=8, syns=3)
+    fault.setup()
+    out: list[dict[str, Any]] = []
+
+    def tick(what: str) -> None:
+        walks.clear()
+        sample = sampler.take()
+        mine = [s.syn_recv for s in sample.listen if s.port == fault.port]
+        out.append({"what": what, "calls": list(walks), "syn_recv": mine,
+                    "kernel": _half_open()})  # fmt: skip
+
+    try:
+        tick("first")  # nothing to compare yet: walked
+        fault.trigger()  # 3 SYNs wait: Tcp.InSegs moved, no overflow
+        tick("within the hold")
+        time.sleep(1.2)
+        fault.trigger()  # 3 more: segments came in, still no overflow
+        tick("after the hold")
+        fault.syns = 20  # more than the backlog: the queue overflows (TCPReqQFullDrop)
+        fault.trigger()
+        tick("overflow")
+    finally:
+        fault.close()
+    return out
+
+
+def test_with_a_hold_the_syn_queues_are_read_only_after_a_syn_overflow(netns: str) -> None:
+    ip("netns", "exec", netns, "sysctl", "-qw", "net.ipv4.tcp_syncookies=0")
+    ticks = {t["what"]: t for t in in_netns(netns, _held_ticks)}
+    assert ticks["first"]["calls"] == [True] and ticks["first"]["syn_recv"] == [0], ticks
+    assert ticks["within the hold"]["calls"] == [True], ticks
+    assert ticks["within the hold"]["syn_recv"] == [3] == [ticks["within the hold"]["kernel"]]
+    # requests wait (the kernel lists them) but nothing overflowed: not read, and not 0
+    assert ticks["after the hold"]["calls"] == [False], ticks
+    assert ticks["after the hold"]["syn_recv"] == [None] and ticks["after the hold"]["kernel"]
+    # the overflow is read at the tick that sees its counter move: the queue is full
+    over = ticks["overflow"]
+    assert over["calls"] == [True] and over["syn_recv"] == [over["kernel"]] == [9], ticks

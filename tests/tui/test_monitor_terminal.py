@@ -21,6 +21,7 @@ import pytest
 from lbtune.errors import BadInput
 from lbtune.host.textfile import open_user_text
 from lbtune.observe.recording import RecordingHeader, RecordingWriter, read_recording
+from lbtune.tui.compositor import band_compositor_fits
 from tests.conftest import DELL, run_cli
 from tests.tui.conftest import Script
 from tests.tui.test_monitor_pilot import _probes
@@ -89,6 +90,45 @@ def test_replay_in_a_real_terminal_keys_quit_and_restore(tmp_path):
         assert tmux("display", "-p", "-t", "mon", "#{alternate_on}").strip() == "0"
         lines = tmux.wait("echo").split()
         assert "icanon" in lines and "echo" in lines, shown  # not -icanon / -echo: cooked again
+    finally:
+        tmux("kill-server")
+
+
+def _wakeups(pid: int) -> int:
+    """Times the threads of `pid` have gone to sleep and been woken (voluntary switches)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux (make setup installs it)")
+@pytest.mark.skipif(not band_compositor_fits(),
+                    reason="another Textual than lbtune.tui.driver was checked against: "
+                           "Textual's own driver polls")  # fmt: skip
+def test_an_idle_monitor_sleeps_until_a_key(tmp_path):
+    """Nothing to draw and no key: no thread of the monitor wakes (Textual's own input
+    thread woke ten times a second, lbtune.tui.driver); a key still answers at once."""
+    rec = tmp_path / "dell.rec"
+    _recording(rec)
+    tmux = Tmux(tmp_path)
+    cmd = " ".join([*LBTUNE, "monitor", "--replay", str(rec), "--interval", "0.3"])
+    tmux("new-session", "-d", "-s", "mon", "-x", "150", "-y", "45",
+         f"cd {os.getcwd()}; {cmd}; echo EXIT=$?; sleep 60")  # fmt: skip
+    try:
+        tmux.wait("replay finished")
+        shell = int(tmux("display", "-p", "-t", "mon", "#{pane_pid}").strip())
+        pid = int(Path(f"/proc/{shell}/task/{shell}/children").read_text().split()[0])
+        assert "lbtune" in Path(f"/proc/{pid}/cmdline").read_text()  # the monitor, not sh
+        time.sleep(0.5)
+        before = _wakeups(pid)
+        time.sleep(2)
+        woke = _wakeups(pid) - before
+        assert woke <= 2, f"{woke} wake-ups in 2 s with nothing to do"
+        tmux("send-keys", "-t", "mon", "q")
+        assert "EXIT=0" in tmux.wait("EXIT=", timeout=5)
     finally:
         tmux("kill-server")
 

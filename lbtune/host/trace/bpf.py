@@ -267,6 +267,128 @@ def _flat(value: Any) -> tuple[Any, ...]:
     return tuple(cut)
 
 
+_BLOCK = 64  # entries compared with zeros at once when looking for the used ones
+
+
+def _lookup_batch_raw(t: Any) -> Optional[tuple[memoryview, memoryview, int]]:
+    """Every entry of a map as two buffers (the keys', the values') and their count, by
+    BPF_MAP_LOOKUP_BATCH calls as bcc's `items_lookup_batch` makes them, without the ctypes
+    object bcc makes of each entry (5,000 entries a second with the probes on, most of the
+    monitor's CPU). None where that cannot be done (no batch calls, another bcc)."""
+    try:
+        from bcc.libbcc import lib  # loaded with bcc by then (the map is bcc's)
+
+        # The key and value arrays, kept on the table (bcc tables are unhashable): it is read
+        # every second, and a read rewrites the entries [0, total) it returns.
+        buffers = getattr(t, "_lbtune_batch", None)
+        if buffers is None:
+            buffers = t._alloc_keys_values(alloc_k=True, alloc_v=True)
+            t._lbtune_batch = buffers
+        size, keys, values = buffers
+        ksize, vsize = ctypes.sizeof(t.Key), ctypes.sizeof(t.Leaf)
+    except Exception:
+        return None
+    out_batch = count = ctypes.c_uint32(0)  # one object, as bcc passes it
+    total = 0
+    while True:
+        count.value = size.value - total
+        res = lib.bpf_lookup_batch(
+            t.map_fd,
+            ctypes.byref(out_batch) if total else None,
+            ctypes.byref(out_batch),
+            ctypes.byref(keys, ksize * total),
+            ctypes.byref(values, vsize * total),
+            ctypes.byref(count),
+        )
+        err = ctypes.get_errno()
+        total += count.value
+        if res != 0 and err != errno.ENOENT:
+            return None  # the caller's fallback reads the map key by key
+        if res != 0 or total == size.value or count.value == 0:
+            break
+    # views, not copies: a direct-mapped cache is 4,096 entries per CPU
+    kview, vview = memoryview(keys).cast("B"), memoryview(values).cast("B")
+    return kview[: ksize * total], vview[: vsize * total], total
+
+
+Rows = list[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]
+
+
+def _raw_layouts(t: Any) -> Optional[tuple[struct.Struct, struct.Struct]]:
+    """Struct layouts of a map's key and per-CPU value when both have one without char
+    arrays (what `_rows_from_raw` reads); None otherwise."""
+    try:
+        key_layout = _layout(t.Key)
+        value_layout = _layout(getattr(t.Leaf, "_type_", t.Leaf))
+        vsize = ctypes.sizeof(t.Leaf)
+    except Exception:
+        return None
+    if key_layout is None or key_layout[1] or value_layout is None or value_layout[1]:
+        return None
+    if not vsize or vsize % value_layout[0].size:
+        return None
+    return key_layout[0], value_layout[0]
+
+
+def _read_percpu_raw(t: Any, skip_zero: bool) -> Optional[Rows]:
+    """`BpfProgram.read_percpu` from the raw buffers of one batch lookup; None where that
+    cannot be done (see _raw_layouts, _lookup_batch_raw)."""
+    layouts = _raw_layouts(t)
+    raw = None if layouts is None else _lookup_batch_raw(t)
+    if layouts is None or raw is None:
+        return None
+    return _rows_from_raw(t, layouts, raw, skip_zero)
+
+
+def _rows_from_raw(
+    t: Any, layouts: tuple[struct.Struct, struct.Struct],
+    raw: tuple[memoryview, memoryview, int], skip_zero: bool,
+) -> Rows:  # fmt: skip
+    kst, vst = layouts
+    keys, values, total = raw
+    ksize, vsize = ctypes.sizeof(t.Key), ctypes.sizeof(t.Leaf)
+    if skip_zero:  # a direct-mapped cache is mostly empty: compare blocks, then entries
+        flat = bytes(values)
+        block = vsize * _BLOCK
+        zero_block, zero = bytes(block), bytes(vsize)
+        entries: Sequence[int] = [
+            i
+            for start in range(0, len(flat), block)
+            if flat[start : start + block] != zero_block[: len(flat) - start]
+            for i in range(start // vsize, min(total, (start + block) // vsize))
+            if flat[i * vsize : (i + 1) * vsize] != zero
+        ]
+    else:
+        entries = range(total)
+    return [
+        (kst.unpack_from(keys, i * ksize),
+         list(vst.iter_unpack(values[i * vsize : (i + 1) * vsize])))
+        for i in entries
+    ]  # fmt: skip
+
+
+def _rows_from_items(items: Sequence[tuple[Any, Any]], skip_zero: bool) -> Rows:
+    """`BpfProgram.read_percpu` from bcc's (key, per-CPU leaf) ctypes pairs."""
+    out = []
+    zero = b""
+    layout: Optional[tuple[struct.Struct, tuple[int, ...]]] = None
+    for k, values in items:
+        if layout is None:  # bcc's per-CPU leaf is an array of the map's value type
+            layout = _layout(getattr(type(values), "_type_", type(values)))
+        raw = bytes(values)
+        if skip_zero:
+            if len(zero) != len(raw):
+                zero = bytes(len(raw))
+            if raw == zero:
+                continue
+        if layout is not None and not layout[1]:
+            rows = list(layout[0].iter_unpack(raw))
+        else:
+            rows = [_flat(v) for v in values]
+        out.append((_flat(k), rows))
+    return out
+
+
 def _fill(target: Any, values: Sequence[Any]) -> Any:
     """Set a ctypes struct's fields, in declaration order, from a flat sequence."""
     it = iter(values)
@@ -358,37 +480,26 @@ class BpfProgram:
 
     def read_percpu(
         self, table: str, skip_zero: bool = False
-    ) -> list[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]:
+    ) -> Rows:
         """Every entry of a per-CPU map as (key, [value per possible CPU]), flattened;
         `skip_zero` leaves out entries that are zero on every CPU (a direct-mapped cache is
         mostly empty, and the monitor reads it every second).
 
-        One BPF_MAP_LOOKUP_BATCH call where the kernel has it (5.6+), else key by key. Each
-        entry's values for all CPUs are unpacked from one buffer.
+        One BPF_MAP_LOOKUP_BATCH call where the kernel has it (5.6+), else key by key. The
+        entries are unpacked from the batch's own buffers (`_read_percpu_raw`) when the key
+        and value have struct layouts, else from bcc's ctypes object of each entry, each
+        entry's values for all CPUs from one buffer. Not for two threads at once on one
+        table (the batch buffers are the table's; the probe session reads under its lock).
         """
         t = self._bpf[table.encode()]
+        fast = _read_percpu_raw(t, skip_zero)
+        if fast is not None:
+            return fast
         try:
             items = list(t.items_lookup_batch())
         except Exception:
             items = [(k, t.getvalue(k)) for k in t]
-        out = []
-        zero = b""
-        layout: Optional[tuple[struct.Struct, tuple[int, ...]]] = None
-        for k, values in items:
-            if layout is None:  # bcc's per-CPU leaf is an array of the map's value type
-                layout = _layout(getattr(type(values), "_type_", type(values)))
-            raw = bytes(values)
-            if skip_zero:
-                if len(zero) != len(raw):
-                    zero = bytes(len(raw))
-                if raw == zero:
-                    continue
-            if layout is not None and not layout[1]:
-                rows = list(layout[0].iter_unpack(raw))
-            else:
-                rows = [_flat(v) for v in values]
-            out.append((_flat(k), rows))
-        return out
+        return _rows_from_items(items, skip_zero)
 
     def stats(self) -> list[ProgramStats]:
         """Run count and run time of every loaded program (zero while statistics are off)."""
