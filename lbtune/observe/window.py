@@ -203,7 +203,8 @@ class Window:
             return {}
         old = self.before.interrupts.get(irq) if self.before else None
         if old is None:
-            return dict(line.counts)  # since boot: every count as it is
+            counts: dict[int, int] = line.counts  # since boot: every count as it is (shared)
+            return counts
         before = old.counts.get
         return {
             cpu: (v - b if v >= b else v) if (b := before(cpu)) is not None else v
