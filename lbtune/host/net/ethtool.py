@@ -377,10 +377,10 @@ _LAYOUTS_LIMIT = 32
 
 
 # The same layouts as whitespace-separated words, for a body whose every line is one word
-# of name and one of value: by (number of words, first word), the text between the values
-# and the names. A body is that layout when it is this text with its own values (words of
-# `-?[0-9]+`) put in: then the expression would split it into that layout and these values.
-_WORDS: dict[tuple[int, str], tuple[list[str], tuple[str, ...]]] = {}
+# of name and one of value: by the name words, the text between the values and the names.
+# A body is that layout when it is this text with its own values (words of `-?[0-9]+`) put
+# in: then the expression would split it into that layout and these values.
+_WORDS: dict[tuple[str, ...], tuple[list[str], tuple[str, ...]]] = {}
 _INTEGERS = re.compile(r"-?[0-9]+(?: -?[0-9]+)*")
 
 
@@ -388,9 +388,7 @@ def _stats_words(body: str) -> Optional[dict[str, int]]:
     """The counters of a body in a layout `_stats_layout` kept, found by splitting it into
     words (one C call) instead of the expression (six times slower); None if it is not."""
     words = body.split()
-    if not words:
-        return None
-    known = _WORDS.get((len(words), words[0]))
+    known = _WORDS.get(tuple(words[0::2]))
     if known is None:
         return None
     between, keys = known
@@ -424,7 +422,7 @@ def _keep_words(body: str, keys: tuple[str, ...]) -> None:
         return
     if len(_WORDS) >= _LAYOUTS_LIMIT:
         _WORDS.clear()
-    _WORDS[(len(words), words[0])] = (between, keys)
+    _WORDS[tuple(words[0::2])] = (between, keys)
 
 
 def _stats_layout(body: str) -> Optional[dict[str, int]]:
@@ -439,6 +437,7 @@ def _stats_layout(body: str) -> Optional[dict[str, int]]:
     layout = tuple(parts[0::2])
     keys = _LAYOUTS.get(layout)
     if keys is not None:
+        _keep_words(body, keys)  # (another layout of the same names was kept)
         return dict(zip(keys, map(int, parts[1::2])))
     plain = _stats_plain(body)
     if plain is None:
