@@ -57,10 +57,10 @@ class HostFS:
         # given as a symlink (`current -> tree-2`) must be that real path, or everything
         # below it would read as outside the root.
         self.root = os.path.realpath(root)
-        # Real paths of directories already resolved, for host trees only: a tree is a record
-        # that only lbtune changes (and then clears this), while the live /sys changes under
-        # a long-running monitor. Resolving every component of every path again was most of
-        # the time of a plan on a 48-CPU fixture.
+        # Real paths of directories and links already resolved, for host trees only: a tree
+        # is a record that only lbtune changes (and then clears this), while the live /sys
+        # changes under a long-running monitor. Resolving every component of every path again
+        # was most of the time of a plan on a 48-CPU fixture.
         self._real_dirs: Optional[dict[str, str]] = None if self.root == "/" else {}
 
     @classmethod
@@ -91,6 +91,9 @@ class HostFS:
         cache = self._real_dirs
         if cache is None:
             return os.path.realpath(full)
+        known = cache.get(full)  # a directory resolved before, or a link
+        if known is not None:
+            return known
         parent, leaf = os.path.split(full)
         if not leaf:
             return os.path.realpath(full)
@@ -98,7 +101,11 @@ class HostFS:
         if real_parent is None:
             real_parent = cache[parent] = os.path.realpath(parent)
         candidate = os.path.join(real_parent, leaf)
-        return os.path.realpath(candidate) if os.path.islink(candidate) else candidate
+        if not os.path.islink(candidate):
+            return candidate
+        # A link resolved once too (/sys/class/net/DEV, read every tick on a tree)
+        real = cache[full] = os.path.realpath(candidate)
+        return real
 
     def _changed_links(self) -> None:
         if self._real_dirs is not None:

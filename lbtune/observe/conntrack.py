@@ -9,6 +9,8 @@ table-wide count repeated on every row, not a per-CPU value.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from typing import Optional
 
 from lbtune.errors import MalformedHostFile
@@ -23,6 +25,9 @@ MAX_LEGACY = "/proc/sys/net/nf_conntrack_max"  # init namespace only, older dist
 GAUGES = frozenset({"entries"})
 
 
+_hex = functools.partial(int, base=16)
+
+
 def parse_nf_conntrack_stat(text: str, source: str) -> tuple[dict[str, int], ...]:
     """Rows of /proc/net/stat/nf_conntrack as {header column name: value}, in file order."""
     lines = [line for line in text.splitlines() if line.strip()]
@@ -31,29 +36,33 @@ def parse_nf_conntrack_stat(text: str, source: str) -> tuple[dict[str, int], ...
     header = lines[0].split()
     if not header or any(not h.replace("_", "").isalpha() for h in header):
         raise MalformedHostFile(source, f"bad header row {lines[0][:60]!r}")
-    rows: list[dict[str, int]] = []
-    for n, line in enumerate(lines[1:], 2):
-        values = line.split()
-        if len(values) != len(header):
+    width = len(header)
+    words = [line.split() for line in lines[1:]]
+    for n, values in enumerate(words, 2):
+        if len(values) != width:
             raise MalformedHostFile(
                 source, f"line {n}: {len(values)} values for {len(header)} columns"
             )
-        try:
-            rows.append({name: int(v, 16) for name, v in zip(header, values)})
-        except ValueError:
-            raise MalformedHostFile(source, f"line {n}: not hexadecimal") from None
-    return tuple(rows)
+    try:  # every row's values in one pass (a row per possible CPU)
+        flat = list(map(_hex, itertools.chain.from_iterable(words)))
+    except ValueError:
+        for n, values in enumerate(words, 2):
+            try:
+                list(map(_hex, values))
+            except ValueError:
+                raise MalformedHostFile(source, f"line {n}: not hexadecimal") from None
+        raise
+    return tuple(dict(zip(header, flat[i : i + width])) for i in range(0, len(flat), width))
 
 
 def _totals(rows: tuple[dict[str, int], ...]) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for row in rows:
-        for name, value in row.items():
-            if name in GAUGES:
-                totals[name] = max(totals.get(name, 0), value)
-            else:
-                totals[name] = totals.get(name, 0) + value
-    return totals
+    """Each column summed over the rows (GAUGES: the largest, at least 0). Every row has
+    the header's names in its order, so the columns are the rows' values zipped."""
+    if not rows:
+        return {}
+    columns = zip(*(row.values() for row in rows))
+    return {name: max(max(column), 0) if name in GAUGES else sum(column)
+            for name, column in zip(rows[0], columns)}  # fmt: skip
 
 
 def read_conntrack(fs: HostFS) -> Optional[ConntrackStats]:

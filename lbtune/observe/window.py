@@ -33,6 +33,13 @@ def counter_delta(before: Optional[int], after: Optional[int]) -> int:
     return after - before if after >= before else after
 
 
+def _as_read(counters: Mapping[str, Optional[int]]) -> dict[str, int]:
+    """`counter_delta(None, v)` of every counter: a copy (0 for one not read)."""
+    if None not in counters.values():
+        return dict(counters)  # type: ignore[arg-type]
+    return {k: counter_delta(None, v) for k, v in counters.items()}
+
+
 @dataclass(frozen=True)
 class SoftnetDelta:
     cpu: int
@@ -203,7 +210,8 @@ class Window:
             return {}
         old = self.before.interrupts.get(irq) if self.before else None
         if old is None:
-            return dict(line.counts)  # since boot: every count as it is
+            counts: dict[int, int] = line.counts  # since boot: every count as it is (shared)
+            return counts
         before = old.counts.get
         return {
             cpu: (v - b if v >= b else v) if (b := before(cpu)) is not None else v
@@ -219,36 +227,29 @@ class Window:
         if after is None:
             return None
         before: Optional[NicCounters] = self.before.nics.get(dev) if self.before else None
-        old_q: dict[tuple[str, int], QueueCounters] = (
-            {(q.direction, q.queue): q for q in before.queues} if before else {}
-        )
+        if before is None:  # since boot: every counter as it is
+            return NicDelta(
+                dev, after.driver, _as_read(after.stats),
+                tuple(QueueDelta(q.direction, q.queue, q.packets, q.drops) for q in after.queues),
+                _as_read(after.nic_drops),
+            )  # fmt: skip
+        old_q: dict[tuple[str, int], QueueCounters] = {
+            (q.direction, q.queue): q for q in before.queues
+        }
         queues = []
         for q in after.queues:
             b = old_q.get((q.direction, q.queue))
-            queues.append(
-                QueueDelta(
-                    direction=q.direction,
-                    queue=q.queue,
-                    packets=None
-                    if q.packets is None
-                    else counter_delta(b.packets if b else None, q.packets),
-                    drops=None
-                    if q.drops is None
-                    else counter_delta(b.drops if b else None, q.drops),
-                )
-            )
+            bp, bd = (b.packets, b.drops) if b is not None else (None, None)
+            packets = None if q.packets is None else counter_delta(bp, q.packets)
+            drops = None if q.drops is None else counter_delta(bd, q.drops)
+            queues.append(QueueDelta(q.direction, q.queue, packets, drops))
+        old, old_drops = before.stats.get, before.nic_drops.get
         return NicDelta(
             dev=dev,
             driver=after.driver,
-            stats={
-                k: counter_delta(before.stats.get(k) if before else None, v)
-                for k, v in after.stats.items()
-            },
+            stats={k: counter_delta(old(k), v) for k, v in after.stats.items()},
             queues=tuple(queues),
-            nic_drops={
-                k: counter_delta(before.nic_drops.get(k) if before else None, v)
-                for k, v in after.nic_drops.items()
-            },
+            nic_drops={k: counter_delta(old_drops(k), v) for k, v in after.nic_drops.items()},
         )
 
     def ethtool(self, dev: str, name: str) -> Optional[int]:

@@ -369,3 +369,33 @@ def test_a_text_unlike_the_known_layout_is_read_afresh(later):
         assert str(got.value) == str(e)
         return
     assert parse_ethtool_S(later, "t") == want
+
+
+@pytest.mark.parametrize("name,text", _recorded_stats(), ids=lambda v: v if "/" in v else "")
+def test_later_reads_split_into_words_equal_the_line_parse(name, text):
+    """A later text of a known layout whose lines are one name word and one value word is
+    read by splitting it into words (ethtool._stats_words): new values, negative ones
+    among them, parse as the line parser reads them; a text unlike it is not read so."""
+    import re
+
+    from lbtune.host.net.ethtool import _parse_ethtool_S_lines, _stats_words
+
+    try:
+        _parse_ethtool_S_lines(text, name)
+    except MalformedHostFile:
+        return
+    parse_ethtool_S(text, name)
+    body = text.partition("\n")[2]
+    lines = [line for line in body.split("\n") if line.strip()]
+    as_words = "Queue#" not in body and all(len(line.split()) == 2 for line in lines)
+    for sign in (1, -1, 1):
+        later = re.sub(r"(?<=[ \t])-?[0-9]+(?=[ \t]*(?:\n|$))",
+                       lambda m: str(sign * (len(m[0]) * 7919 + 3)), text)  # noqa: B023  # fmt: skip
+        want = _parse_ethtool_S_lines(later, name)
+        assert parse_ethtool_S(later, name) == want
+        words = _stats_words(later.partition("\n")[2])
+        assert words == want if as_words else words is None
+    if as_words:
+        assert _stats_words(body) == _parse_ethtool_S_lines(text, name)
+        assert _stats_words(body.replace(":", ": x", 1)) is None
+        assert _stats_words(body.replace(" ", "  ", 1)) is None

@@ -105,3 +105,26 @@ def test_only_temps_of_dead_writers_are_removed(tmp_path):
         live.wait()
     HostFS(str(tmp_path)).remove_stale_temps("/etc/sysctl.d/b.conf")
     assert sorted(p.name for p in d.iterdir()) == ["keep.conf", "not-a-temp.lbtune-tmp-x"]
+
+
+def test_a_link_resolved_once_follows_lbtunes_own_changes(tmp_path):
+    """A tree's links are resolved once (a tree changes only through lbtune): a link read
+    again reads the same place, one lbtune replaces reads its new target, and a link
+    leading outside the root stays outside on every read."""
+    for dev in ("a", "b"):
+        (tmp_path / f"sys/devices/{dev}/eth0").mkdir(parents=True)
+        (tmp_path / f"sys/devices/{dev}/eth0/mtu").write_text(f"{1500 if dev == 'a' else 9000}\n")
+    (tmp_path / "sys/class/net").mkdir(parents=True)
+    os.symlink("../../devices/a/eth0", tmp_path / "sys/class/net/eth0")
+    os.symlink("/../../..", tmp_path / "sys/class/net/out")
+    fs = HostFS(str(tmp_path))
+    for _ in range(2):
+        assert fs.isdir("/sys/class/net/eth0") and fs.read_int("/sys/class/net/eth0/mtu") == 1500
+        assert fs.realpath("/sys/class/net/eth0") == "/sys/devices/a/eth0"
+        assert fs.realpath("/sys/class/net/out") == "/.lbtune-outside-root"
+        assert not fs.isdir("/sys/class/net/out")
+    fs.remove_file("/sys/class/net/eth0")
+    assert not fs.isdir("/sys/class/net/eth0") and fs.read("/sys/class/net/eth0/mtu") is None
+    fs.symlink("../../devices/b/eth0", "/sys/class/net/eth0")
+    assert fs.read_int("/sys/class/net/eth0/mtu") == 9000
+    assert fs.realpath("/sys/class/net/eth0") == "/sys/devices/b/eth0"

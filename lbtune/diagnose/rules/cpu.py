@@ -7,6 +7,7 @@ a namespace does not even show them, so from one these fixes are HOST fixes.
 
 from __future__ import annotations
 
+from itertools import compress
 from typing import Any, Iterable, Iterator, Optional
 
 from lbtune.diagnose.context import Context
@@ -232,10 +233,16 @@ def _misplaced(
     remote: list[_Fired] = []
     for qi in nic.irqs:
         fired = ctx.window.irq(qi.irq)
-        busy = {cpu for cpu, n in fired.items() if n > 0}
+        counts = fired.values()
+        if not any(counts):
+            continue  # (most queues of a short window: not a CPU to collect)
+        if min(counts) >= 0:  # the CPUs with a count, picked in C
+            busy = set(compress(fired, counts))
+        else:
+            busy = {cpu for cpu, n in fired.items() if n > 0}
         if not busy:
             continue
-        count = sum(fired.values())
+        count = sum(counts)
         if busy & topo.isolated:
             isolated.append((qi, count, busy & topo.isolated))
         elif len(topo.nodes) > 1 and local and not (busy & local):

@@ -458,3 +458,23 @@ def test_resets_of_aborted_connections_are_not_closed_ports(conf: dict[str, str]
     a = sample(0, snmp={"Tcp.OutRsts": 0, "TcpExt.TCPAbortOnClose": 0})
     b = sample(10, snmp={"Tcp.OutRsts": 900, "TcpExt.TCPAbortOnClose": 880})
     assert [f for f in run(conf, a, b) if f.rule == "tcp-no-listener"] == []
+
+
+def test_irq_placement_counts_only_cpus_an_irq_fired_on(conf: dict[str, str]) -> None:
+    """Since boot (one capture), counts as read: IRQs that never fired are no evidence, a
+    CPU is one an IRQ ran on when its count is above 0 (a malformed negative one is not)."""
+    from lbtune.host.kernel.interrupts import IrqLine
+
+    topo, nics = _two_node_vm(1)
+    eth0 = nics["eth0"]
+    nics["eth0"] = dataclasses.replace(eth0, irqs=tuple(
+        dataclasses.replace(q, affinity=frozenset({1}), effective=frozenset({1}))
+        for q in eth0.irqs))  # fmt: skip
+    irq = {30: IrqLine(30, {0: -5, 1: 50, 2: 0, 3: 0}, "PCI-MSI", ("virtio3-input.0",)),
+           31: IrqLine(31, {0: 0, 1: 0, 2: 0, 3: 0}, "PCI-MSI", ("virtio3-input.1",)),
+           32: IrqLine(32, {0: 7, 1: 0, 2: 0, 3: 0}, "PCI-MSI", ("virtio3-input.2",)),
+           33: IrqLine(33, {0: -1, 1: 0, 2: 0, 3: 0}, "PCI-MSI", ("virtio3-input.3",))}  # fmt: skip
+    (f,) = [f for f in run(conf, None, sample(2, interrupts=irq), topology=topo, nics=nics)
+            if f.rule == "irq-placement"]  # fmt: skip
+    assert f.count == 45 + 7 and "IRQs 30 (queue 0), 32 (queue 2) " in f.cause
+    assert "CPU(s) 0-1 " in f.cause

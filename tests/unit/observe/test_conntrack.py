@@ -62,6 +62,8 @@ def test_columns_found_by_name_not_position() -> None:
         ("00000001 00000002\n", "bad header"),
         ("entries drop\n00000001\n", "1 values for 2 columns"),
         ("entries drop\n00000001 0000000x\n", "not hexadecimal"),
+        ("entries drop\n00000001 00000002\n00000001 0000000x\n", "line 3: not hexadecimal"),
+        ("entries drop\n00000001 00000002\n00000001\n", "line 3: 1 values for 2 columns"),
     ],
 )
 def test_malformed(text: str, problem: str) -> None:
@@ -122,3 +124,18 @@ def test_this_machine() -> None:
     assert {"entries", "insert_failed", "drop", "early_drop"} <= set(ct.totals)
     possible = HostFS("/").read_cpulist("/sys/devices/system/cpu/possible")
     assert possible is not None and len(ct.per_cpu) == len(possible)
+
+
+def test_totals_are_column_sums() -> None:
+    """Event columns summed over the CPUs' rows, `entries` the largest (the same table-wide
+    count on every row); a name the header repeats holds its last column."""
+    from lbtune.observe.conntrack import _totals
+
+    text = (
+        "entries drop found drop\n0000000a 00000001 00000002 00000003\n"
+        "0000000a 00000004 00000005 00000006\n0000000b 00000000 00000001 00000010\n"
+    )
+    rows = parse_nf_conntrack_stat(text, "s")
+    assert rows[0] == {"entries": 10, "drop": 3, "found": 2}
+    assert _totals(rows) == {"entries": 11, "drop": 3 + 6 + 16, "found": 8}
+    assert list(_totals(rows)) == ["entries", "drop", "found"] and _totals(()) == {}

@@ -257,3 +257,18 @@ def test_queue_order(driver: str) -> None:
         assert got == [("rx", 0), ("rx", 2), ("rx", 10), ("tx", 0), ("tx", 2), ("tx", 10)]
     else:
         assert got == []
+
+
+def test_extras_read_as_a_dict() -> None:
+    """`extra` is built when first read: it reads, compares, prints and records as the dict
+    of the queue's other counters."""
+    from lbtune.observe.recording import encode
+
+    stats = {"rx5_packets": 200, "rx5_xdp_drop": 3, "rx5_buff_alloc_err": 1, "tx5_packets": 5}
+    rx5 = queues("mlx5_core", stats)[("rx", 5)]
+    want = {"xdp_drop": 3, "buff_alloc_err": 1}
+    assert dict(rx5.extra) == want and rx5.extra == want and want == rx5.extra
+    assert len(rx5.extra) == 2 and rx5.extra["xdp_drop"] == 3 and "xsk_packets" not in rx5.extra
+    assert repr(rx5.extra) == repr(want) and list(rx5.extra) == list(want)
+    assert encode(rx5)["extra"] == want
+    assert queues("mlx5_core", stats)[("tx", 5)].extra == {}
