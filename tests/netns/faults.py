@@ -410,6 +410,27 @@ class ListenOverflow(Fault):
         _close_all(self.socks)
 
 
+def half_open() -> int:
+    """The kernel's own count of half-open requests in this namespace (`ss state syn-recv`)."""
+    out = subprocess.run(["ss", "-tnH", "state", "syn-recv"], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    return len(out.splitlines())
+
+
+def spy_syn_walks(host: Any) -> list[bool]:
+    """Note each `host.listen_sockets` call's kind (True: a SYN-queue walk) in the returned
+    list; the real dump still runs."""
+    walks: list[bool] = []
+    real = host.listen_sockets
+
+    def spy(syn_recv: bool = True) -> Any:
+        walks.append(syn_recv)
+        return real(syn_recv=syn_recv)
+
+    host.listen_sockets = spy
+    return walks
+
+
 class SynQueueFull(Fault):
     """Half-open connections that never complete fill a listener's SYN queue.
 

@@ -7,18 +7,11 @@ kernel and spoofed SYNs that are never answered (tests.netns.faults.SynQueueFull
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 from lbtune.host.host import Host
 from tests.netns.conftest import in_netns, ip
-from tests.netns.faults import SynQueueFull
-
-
-def _half_open() -> int:
-    out = subprocess.run(["ss", "-tnH", "state", "syn-recv"], capture_output=True, text=True,
-                         check=True).stdout  # fmt: skip
-    return len(out.splitlines())
+from tests.netns.faults import SynQueueFull, half_open, spy_syn_walks
 
 
 def _exporter_ticks() -> list[dict[str, Any]]:
@@ -27,14 +20,7 @@ def _exporter_ticks() -> list[dict[str, Any]]:
 
     exp = Exporter(Runtime(), min_interval=0)  # the exporter's own sampler
     host: Host = exp.sampler.host
-    walks: list[bool] = []
-    real = host.listen_sockets
-
-    def spy(syn_recv: bool = True) -> Any:  # the real dump; only the kind of call is noted
-        walks.append(syn_recv)
-        return real(syn_recv=syn_recv)
-
-    host.listen_sockets = spy  # type: ignore[method-assign]
+    walks = spy_syn_walks(host)
     fault = SynQueueFull(cookies=False, backlog=8, syns=5)
     fault.setup()
     out: list[dict[str, Any]] = []
@@ -44,7 +30,7 @@ def _exporter_ticks() -> list[dict[str, Any]]:
         sample = exp.sampler.take()
         mine = [s.syn_recv for s in sample.listen if s.port == fault.port]
         out.append({"what": what, "calls": list(walks), "syn_recv": mine,
-                    "kernel": _half_open()})  # fmt: skip
+                    "kernel": half_open()})  # fmt: skip
 
     try:
         tick("first")

@@ -12,32 +12,18 @@ namespace: one SYN-ACK, then the request is dropped) and a walk has seen them go
 
 from __future__ import annotations
 
-import subprocess
 import time
 from typing import Any
 
 from lbtune.host.host import Host
 from lbtune.observe.sampler import Sampler
 from tests.netns.conftest import in_netns, ip
-from tests.netns.faults import SynQueueFull
-
-
-def _half_open() -> int:
-    out = subprocess.run(["ss", "-tnH", "state", "syn-recv"], capture_output=True, text=True,
-                         check=True).stdout  # fmt: skip
-    return len(out.splitlines())
+from tests.netns.faults import SynQueueFull, half_open, spy_syn_walks
 
 
 def _ticks() -> list[dict[str, Any]]:
     host = Host.open("/")
-    walks: list[bool] = []
-    real = host.listen_sockets
-
-    def spy(syn_recv: bool = True) -> Any:  # the real dump; only the kind of call is noted
-        walks.append(syn_recv)
-        return real(syn_recv=syn_recv)
-
-    host.listen_sockets = spy  # type: ignore[method-assign]
+    walks = spy_syn_walks(host)
     sampler = Sampler(host)
     fault = SynQueueFull(cookies=False, backlog=8, syns=5)
     fault.setup()
@@ -48,7 +34,7 @@ def _ticks() -> list[dict[str, Any]]:
         sample = sampler.take()
         mine = [s.syn_recv for s in sample.listen if s.port == fault.port]
         out.append({"what": what, "walked": walks == [True], "calls": list(walks),
-                    "syn_recv": mine, "kernel": _half_open()})  # fmt: skip
+                    "syn_recv": mine, "kernel": half_open()})  # fmt: skip
 
     try:
         tick("first")  # nothing known yet: walked
@@ -58,7 +44,7 @@ def _ticks() -> list[dict[str, Any]]:
         tick("after SYNs")
         tick("still waiting")  # requests pending: walked again, though nothing came in
         deadline = time.monotonic() + 15
-        while _half_open() and time.monotonic() < deadline:
+        while half_open() and time.monotonic() < deadline:
             time.sleep(0.2)  # one SYN-ACK after 1 s, then the request is dropped
         tick("expired")  # the walk that sees them gone
         tick("idle after")
@@ -89,14 +75,7 @@ def _held_ticks() -> list[dict[str, Any]]:
     that wait in a queue without overflowing it), yet once no SYN overflow counter has moved
     for a second the queues are not read; an overflow opens the walk at the next tick."""
     host = Host.open("/")
-    walks: list[bool] = []
-    real = host.listen_sockets
-
-    def spy(syn_recv: bool = True) -> Any:
-        walks.append(syn_recv)
-        return real(syn_recv=syn_recv)
-
-    host.listen_sockets = spy  # type: ignore[method-assign]
+    walks = spy_syn_walks(host)
     sampler = Sampler(host, syn_walk_hold=1.0)
     fault = SynQueueFull(cookies=False, backlog=8, syns=3)
     fault.setup()
@@ -107,7 +86,7 @@ def _held_ticks() -> list[dict[str, Any]]:
         sample = sampler.take()
         mine = [s.syn_recv for s in sample.listen if s.port == fault.port]
         out.append({"what": what, "calls": list(walks), "syn_recv": mine,
-                    "kernel": _half_open()})  # fmt: skip
+                    "kernel": half_open()})  # fmt: skip
 
     try:
         tick("first")  # nothing to compare yet: walked
