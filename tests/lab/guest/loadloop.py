@@ -25,8 +25,9 @@ events: list[tuple[float, str, int, float]] = []
 start = time.monotonic()
 # The controller times its steps on this clock (CLOCK_MONOTONIC is the guest kernel's, shared
 # by every process): this process can start seconds after it was spawned on a loaded guest.
-with open(OUT + ".start", "w") as f:
+with open(OUT + ".start.tmp", "w") as f:  # renamed whole: the controller polls for the name
     f.write(repr(start))
+os.replace(OUT + ".start.tmp", OUT + ".start")
 
 
 def one() -> tuple[str, int]:
