@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
+from lbtune.host.deadline import wait_until
 from lbtune.lab.guests.uml import (
     FPU_LEGACY,
     LabError,
@@ -119,6 +124,48 @@ def test_timeout_kills_the_whole_uml_process_group(
 
     assert process_group_members(caught.value.pgid) == []
     assert list(iter_lab_workdirs(str(private_tmp / "tmp"))) == []
+
+
+def _uml_processes_under(directory: Path) -> list[int]:
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(directory).encode() in f.read():
+                    pids.append(int(pid))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def test_sigterm_to_the_caller_tears_the_guest_down(
+    lab_kernel: LabKernel, tmp_path: Path
+) -> None:
+    # A bench script or test run stopped by `timeout` gets SIGTERM, whose default action
+    # would kill it and leave its UML guest running: run_in_lab turns it into
+    # KeyboardInterrupt, and the guest's whole process group goes with the caller.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = ("import sys; from lbtune.lab.guests.uml import run_in_lab\n"
+            "try:\n    run_in_lab('time:sleep', 600, timeout=600)\n"
+            "except KeyboardInterrupt:\n    sys.exit(143)\n")
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(Path(__file__).parents[2]))
+    caller = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        # the guest is up once a UML process runs from the caller's work directory
+        assert wait_until(lambda: any(p != caller.pid for p in _uml_processes_under(tmp)),
+                          120, 0.2), "no UML guest started"
+        caller.send_signal(signal.SIGTERM)
+        assert caller.wait(timeout=120) == 143
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+        left = _uml_processes_under(tmp)
+        for pid in left:  # a failing run does not leave its guest on the host either
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert left == []
+    assert list(iter_lab_workdirs(str(tmp))) == []
 
 
 def test_concurrent_runs_do_not_collide(lab_kernel: LabKernel) -> None:

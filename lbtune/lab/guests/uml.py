@@ -18,8 +18,9 @@ What one run does:
   needed. It is removed afterwards; with ``LBTUNE_LAB_KEEP=1`` it is kept when the run fails.
 * UML is started in a new session (``start_new_session``) with ``umid=`` unique and
   ``uml_dir=`` inside the work directory, so nothing is written to ``~/.uml`` and concurrent runs
-  do not collide. Whatever happens (success, guest crash, timeout, KeyboardInterrupt), the
-  whole process group is SIGKILLed before the leader is reaped: no UML helper survives.
+  do not collide. Whatever happens (success, guest crash, timeout, KeyboardInterrupt or
+  SIGTERM while a one-call guest runs), the whole process group is SIGKILLed before the
+  leader is reaped: no UML helper survives.
 * the init script (PID 1 in the guest) mounts proc, sysfs, tmpfs on /run, /tmp, /dev/shm and
   /lib/modules (linking the UML modules directory there as /lib/modules/<guest uname -r>),
   re-exposes read-only whatever the caller's Python needs that those tmpfs mounts hide
@@ -61,6 +62,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 from lbtune.host.deadline import wait_until
+from lbtune.host.signals import interruptible
 from lbtune.lab.guests.api import (
     WATCH_INTERVAL,
     AgentClient,
@@ -769,8 +771,11 @@ def _one_request(
 ) -> T:
     """Boot a guest whose agent answers `req` (written before the boot) and powers off;
     `read(boot, answer)` (answer None when the agent wrote none) says what came of it, while
-    the work directory is still there (kept with LBTUNE_LAB_KEEP=1 when `read` raises)."""
-    with _Workdir() as workdir:
+    the work directory is still there (kept with LBTUNE_LAB_KEEP=1 when `read` raises).
+    SIGTERM raises KeyboardInterrupt here as Ctrl-C does (host.signals.interruptible), so a
+    caller stopped by `timeout` or `kill` (a bench script, a test run) tears the guest down
+    instead of dying with it still running."""
+    with interruptible(), _Workdir() as workdir:
         agent = AgentClient(workdir)
         agent.send(req, ONE_CALL)
         calldir = agent.dir.calldir(ONE_CALL)
