@@ -40,6 +40,9 @@ def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, I
         raise MalformedHostFile(source, f"bad header row {lines[0][:80]!r}")
     out: dict[int, IrqLine] = {}
     ncpus = len(cpu_ids)
+    zero = dict.fromkeys(cpu_ids, 0)
+    # lines with at least this many zero counts are read sparsely (CPU ids all distinct)
+    sparse = ncpus // 2 if len(zero) == ncpus else ncpus + 1
     for line in lines[1:]:
         label, sep, rest = line.partition(":")
         label = label.strip()
@@ -50,8 +53,17 @@ def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, I
         fields = rest.split()
         if len(fields) < ncpus:
             raise MalformedHostFile(source, f"IRQ {label}: fewer counters than CPUs")
+        head = fields[:ncpus]
         try:
-            counts = dict(zip(cpu_ids, map(int, fields[:ncpus])))
+            # Most rows are mostly zeros (an IRQ fires on the CPUs of its affinity): those
+            # start from a copy of the all-zero row and convert only the other counters.
+            if head.count("0") >= sparse:
+                counts = zero.copy()
+                for i, v in enumerate(head):
+                    if v != "0":
+                        counts[cpu_ids[i]] = int(v)
+            else:
+                counts = dict(zip(cpu_ids, map(int, head)))
         except ValueError:
             raise MalformedHostFile(source, f"IRQ {label}: non-numeric counter") from None
         tail = tuple(fields[ncpus:])
