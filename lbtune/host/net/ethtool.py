@@ -436,9 +436,10 @@ def _keep_words(body: str, keys: tuple[str, ...]) -> None:
 
 def _stats_layout(body: str) -> Optional[dict[str, int]]:
     """`_stats_plain(body)` of a body `_stats_words` did not know, taking the names from a
-    text read before whose every part but the values is this one's (then each line is that text's line with another value, the
-    value alone is parsed: half the time on a 48-channel mlx5); else `_stats_plain` reads
-    it and, when its counters are those of the split, its layout is kept."""
+    text read before whose every part but the values is this one's (then each line is that
+    text's line with another value, the value alone is parsed: half the time on a
+    48-channel mlx5); else `_stats_plain` reads it and, when its counters are those of the
+    split, its layout is kept."""
     parts = _STAT_VALUE.split(body)
     layout = tuple(parts[0::2])
     keys = _LAYOUTS.get(layout)
