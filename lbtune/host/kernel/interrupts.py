@@ -50,10 +50,10 @@ def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, I
             raise MalformedHostFile(source, f"line without ':' {line[:80]!r}")
         if not label.isdigit():
             continue  # NMI, LOC, ERR, MIS ... are not device IRQs
-        fields = rest.split()
-        if len(fields) < ncpus:
+        head = rest.split(None, ncpus)  # the counters, then the rest of the line as it is
+        if len(head) < ncpus:
             raise MalformedHostFile(source, f"IRQ {label}: fewer counters than CPUs")
-        head = fields[:ncpus]
+        rest = head.pop() if len(head) > ncpus else ""
         try:
             # Most rows are mostly zeros (an IRQ fires on the CPUs of its affinity): those
             # start from a copy of the all-zero row and convert only the other counters.
@@ -66,19 +66,18 @@ def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, I
                 counts = dict(zip(cpu_ids, map(int, head)))
         except ValueError:
             raise MalformedHostFile(source, f"IRQ {label}: non-numeric counter") from None
-        tail = tuple(fields[ncpus:])
-        described = _tails.get(tail)
+        described = _tails.get(rest)
         if described is None:
             if len(_tails) >= _TAILS_LIMIT:
                 _tails.clear()
-            described = _tails[tail] = _describe(tail)
+            described = _tails[rest] = _describe(tuple(rest.split()))
         irq = int(label)
         out[irq] = IrqLine(irq, counts, *described)
     return out
 
 
 # A line's tail (chip, trigger, actions) is the same every second: described once.
-_tails: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
+_tails: dict[str, tuple[str, tuple[str, ...]]] = {}
 _TAILS_LIMIT = 8192
 
 
