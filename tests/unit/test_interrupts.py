@@ -174,6 +174,14 @@ def test_a_sparse_row_with_a_bad_counter_is_malformed():
         parse_interrupts(SPARSE.format("x"))
 
 
+@pytest.mark.parametrize("end", ["", "\n", "\r\n", "\x85"])
+def test_line_ends_read_as_splitlines_reads_them(end):
+    text = X86_515.rstrip("\n").replace("\n", end or "\n") + end
+    assert parse_interrupts(text) == parse_interrupts(X86_515)
+    with pytest.raises(MalformedHostFile, match="without ':'"):
+        parse_interrupts(text + (end or "\n") * 2)  # an empty line at the end
+
+
 def test_a_header_naming_a_cpu_twice_keeps_the_last_column():
     text = "      CPU0 CPU1 CPU1 CPU3\n 5:  0  4  0  0  IO-APIC 5-edge x\n"
     assert parse_interrupts(text)[5].counts == {0: 0, 1: 0, 3: 0}
