@@ -21,6 +21,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from math import copysign
 from typing import Callable, Iterator, Optional, Sequence, cast
 
 from lbtune.diagnose import probe_evidence as pe
@@ -109,18 +110,34 @@ def render(fams: Sequence[Family]) -> bytes:
     from prometheus_client import utils
 
     go = cast(Callable[[float], str], utils.floatToGoString)  # its way of writing a float
+    # The values of this collection as written, by value: small counts repeat (zero, the
+    # commonest, is written here: 0.0 and -0.0 would be one key of two texts).
+    written: dict[float, str] = {}
     out: list[str] = []
+    add = out.append
     for f in fams:
+        name = f.name
         kind = "counter" if f.kind == "counter" else "gauge"
         doc = f.help.replace("\\", r"\\").replace("\n", r"\n")
-        out.append(f"# HELP {f.name} {doc}\n# TYPE {f.name} {kind}\n")
+        add(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
         order = sorted(range(len(f.labels)), key=lambda i: f.labels[i])  # by label name
+        one = f'{name}{{{f.labels[0]}="' if len(order) == 1 else ""
         for values, value in f.samples:
-            if order:
-                text = ",".join(f'{f.labels[i]}="{_label_value(values[i])}"' for i in order)
-                out.append(f"{f.name}{{{text}}} {go(value)}\n")
+            if not value:  # (NaN is true)
+                number = "0.0" if copysign(1.0, value) > 0 else "-0.0"
             else:
-                out.append(f"{f.name} {go(value)}\n")
+                known = written.get(value)
+                number = known if known is not None else written.setdefault(value, go(value))
+            if one:
+                v = values[0]
+                if "\\" in v or "\n" in v or '"' in v:
+                    v = _label_value(v)
+                add(f'{one}{v}"}} {number}\n')
+            elif order:
+                text = ",".join(f'{f.labels[i]}="{_label_value(values[i])}"' for i in order)
+                add(f"{name}{{{text}}} {number}\n")
+            else:
+                add(f"{name} {number}\n")
     return "".join(out).encode("utf-8")
 
 

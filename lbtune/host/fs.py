@@ -206,14 +206,26 @@ class HostFS:
         """
         directory = self._read_path(kpath)
         try:
-            names = sorted(os.listdir(directory))
+            # (files opened relative to the directory: no path walk again for each)
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return {}
+        try:
+            return self._read_ints(directory, dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    @staticmethod
+    def _read_ints(directory: str, dir_fd: int) -> dict[str, int]:
+        try:
+            names = sorted(os.listdir(dir_fd))
         except OSError:
             return {}
         out: dict[str, int] = {}
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         for name in names:
-            path = os.path.join(directory, name)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                fd = os.open(name, flags, dir_fd=dir_fd)
             except OSError:
                 continue  # a symlink (ELOOP), a directory, no permission
             try:
@@ -227,6 +239,7 @@ class HostFS:
             try:
                 out[name] = int(raw)
             except ValueError:
+                path = os.path.join(directory, name)
                 raise MalformedHostFile(path, f"expected an integer, got {raw[:20]!r}") from None
         return out
 

@@ -131,6 +131,14 @@ class Host:
         text = self.fs.read(SS_RECORD)
         return None if text is None else parse_ss(text, self.fs.path(SS_RECORD))
 
+    def recorded_sockets(self) -> Optional[tuple[list[ListenSocket], list[UdpSocket]]]:
+        """A host tree's listening TCP and UDP sockets from one read and parse of its
+        `ss -peaonmi` record (what `listen_sockets` and `udp_sockets` read there, each on its
+        own); None if unrecorded. ValueError on the live host (netlink dumps each)."""
+        if self.is_live:
+            raise ValueError("recorded_sockets: the live host has no recording")
+        return self._recorded_ss()
+
     def listen_sockets(self, syn_recv: bool = True) -> Optional[list[ListenSocket]]:
         """Listening TCP sockets (sock_diag live, `ss -peaonmi` recorded); None if unrecorded.
         Live, without `syn_recv` their SYN queues are not read (None): the kernel then walks

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import struct
 from typing import Optional
 
 from lbtune.errors import MalformedHostFile
@@ -44,7 +45,9 @@ def parse_nf_conntrack_stat(text: str, source: str) -> tuple[dict[str, int], ...
                 source, f"line {n}: {len(values)} values for {len(header)} columns"
             )
     try:  # every row's values in one pass (a row per possible CPU)
-        flat = list(map(_hex, itertools.chain.from_iterable(words)))
+        flat = _words32(words)
+        if flat is None:
+            flat = list(map(_hex, itertools.chain.from_iterable(words)))
     except ValueError:
         for n, values in enumerate(words, 2):
             try:
@@ -53,6 +56,23 @@ def parse_nf_conntrack_stat(text: str, source: str) -> tuple[dict[str, int], ...
                 raise MalformedHostFile(source, f"line {n}: not hexadecimal") from None
         raise
     return tuple(dict(zip(header, flat[i : i + width])) for i in range(0, len(flat), width))
+
+
+def _words32(rows: list[list[str]]) -> Optional[list[int]]:
+    """Every value at once when each is eight hex digits, as the kernel prints them
+    (`%08x`): the digits as bytes, read as big-endian 32-bit words in C instead of an
+    int(word, 16) each. None for anything else (then int(word, 16) reads each)."""
+    flat = list(itertools.chain.from_iterable(rows))
+    if not flat or set(map(len, flat)) != {8}:
+        return None
+    digits = "".join(flat)
+    if not digits.isascii() or not digits.isalnum():  # hex digits only: no "+", "_", "x"
+        return None
+    try:
+        raw = bytes.fromhex(digits)
+    except ValueError:  # a letter beyond f
+        return None
+    return list(struct.unpack(f">{len(flat)}I", raw))
 
 
 def _totals(rows: tuple[dict[str, int], ...]) -> dict[str, int]:

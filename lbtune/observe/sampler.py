@@ -140,8 +140,15 @@ class Sampler:
         except (MalformedHostFile, OSError) as e:
             missing["nics"] = str(e)
             nics = {}
-        listen = optional("listen", lambda: self._listen(snmp), "no sock_diag and no ss recording")
-        udp = optional("udp", self.host.udp_sockets, "no sock_diag and no ss recording")
+        no_sockets = "no sock_diag and no ss recording"
+        if live:
+            listen = optional("listen", lambda: self._listen(snmp), no_sockets)
+            udp = optional("udp", self.host.udp_sockets, no_sockets)
+        else:  # a host tree: one `ss` record holds both, read and parsed once
+            both = optional("listen", self.host.recorded_sockets, no_sockets)
+            if "listen" in missing:
+                missing["udp"] = missing["listen"]
+            listen, udp = both if both is not None else (None, None)
         qdiscs = optional("qdisc", self.host.qdiscs, "no rtnetlink and no tc recording")
         sockstat = optional("sockstat", lambda: read_sockstat(fs), "no /proc/net/sockstat")
         conntrack = optional("conntrack", lambda: read_conntrack(fs), "conntrack not loaded")

@@ -62,3 +62,15 @@ def test_names_the_client_would_escape_go_through_it() -> None:
     odd = [Family("lbtune.dotted", "gauge", "h", ("la-bel",), ((("x",), 1.0),))]
     assert render(odd) == _render_with_client(odd)
     assert b"lbtune_dotted" in render(odd)  # the client's escaping, not a raw dot
+
+
+def test_zeros_and_repeated_values_render_as_the_client_does() -> None:
+    # render() writes zero itself and each other value once per collection: 0.0 and -0.0
+    # are one dict key with two texts, 1 and 1.0 and True one value with one text.
+    values = [0.0, -0.0, 0, False, 1.0, 1, True, 1.0, -0.0, 0.0, 2.5e20, 2.5e20, math.nan,
+              math.nan, 1e-9, -7, -7.0, 123456789.0, 123456789]  # fmt: skip
+    fams = [Family("lbtune_v_total", "counter", "v", ("n",),
+                   tuple(((str(i),), v) for i, v in enumerate(values))),
+            Family("lbtune_w", "gauge", "w", ("b", "a"),
+                   tuple(((str(i), "x"), v) for i, v in enumerate(reversed(values))))]  # fmt: skip
+    assert render(fams) == _render_with_client(fams)

@@ -399,3 +399,19 @@ def test_later_reads_split_into_words_equal_the_line_parse(name, text):
         assert _stats_words(body) == _parse_ethtool_S_lines(text, name)
         assert _stats_words(body.replace(":", ": x", 1)) is None
         assert _stats_words(body.replace(" ", "  ", 1)) is None
+
+
+def test_layouts_kept_under_one_key_each_read_as_themselves():
+    """Kept layouts are found by their count of words and three names (ethtool._words_key):
+    two texts alike in those but not in another name each parse as the line parser reads
+    them, read after each other again and again."""
+    from lbtune.host.net.ethtool import _parse_ethtool_S_lines, _words_key
+
+    names = [f"rx{q}_packets" for q in range(8)]
+    other = [*names[:3], "rx3_dropped", *names[4:]]
+    texts = ["NIC statistics:\n" + "".join(f"     {n}: {i * v}\n" for i, n in enumerate(ns))
+             for ns in (names, other) for v in (1, 7)]  # fmt: skip
+    split = [t.partition("\n")[2].split() for t in texts]
+    assert _words_key(split[0]) == _words_key(split[2])  # one key, two layouts
+    for text in texts * 3:
+        assert parse_ethtool_S(text, "t") == _parse_ethtool_S_lines(text, "t")

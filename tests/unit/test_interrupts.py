@@ -137,6 +137,56 @@ def test_malformed(text, problem):
     assert e.value.path == "/somewhere/proc/interrupts"
 
 
+def _every_counter(text: str) -> dict[int, dict[int, int]]:
+    """Each IRQ's counts with every counter converted, the plain way (the reference the
+    parser's sparse reading of mostly-zero rows must equal)."""
+    lines = text.splitlines()
+    ids = [int(h[3:]) for h in lines[0].split()]
+    out = {}
+    for line in lines[1:]:
+        label, _, rest = line.partition(":")
+        if label.strip().isdigit():
+            out[int(label)] = dict(zip(ids, map(int, rest.split()[: len(ids)])))
+    return out
+
+
+@pytest.mark.parametrize("path", [*sorted(SAMPLES.glob("*.txt")),
+                                  *sorted(HOSTS.glob("*/proc/interrupts"))],
+                         ids=lambda p: str(p.relative_to(DATA)))  # fmt: skip
+def test_sparse_rows_read_as_every_counter_converted(path):
+    text = path.read_text()
+    parsed = parse_interrupts(text)
+    assert {irq: line.counts for irq, line in parsed.items()} == _every_counter(text)
+    columns = [list(line.counts) for line in parsed.values()]
+    assert all(c == columns[0] for c in columns)  # every row in the header's order
+
+
+SPARSE = "      CPU0 CPU1 CPU2 CPU3\n 5:  0  0  {}  0  IO-APIC 5-edge x\n"
+
+
+@pytest.mark.parametrize(("word", "value"), [("7", 7), ("+7", 7), ("00", 0), ("1_0", 10)])
+def test_a_sparse_row_converts_as_int_does(word, value):
+    assert parse_interrupts(SPARSE.format(word))[5].counts == {0: 0, 1: 0, 2: value, 3: 0}
+
+
+def test_a_sparse_row_with_a_bad_counter_is_malformed():
+    with pytest.raises(MalformedHostFile, match="non-numeric"):
+        parse_interrupts(SPARSE.format("x"))
+
+
+@pytest.mark.parametrize("end", ["", "\n", "\r\n", "\x85"])
+def test_line_ends_read_as_splitlines_reads_them(end):
+    text = X86_515.rstrip("\n").replace("\n", end or "\n") + end
+    assert parse_interrupts(text) == parse_interrupts(X86_515)
+    with pytest.raises(MalformedHostFile, match="without ':'"):
+        parse_interrupts(text + (end or "\n") * 2)  # an empty line at the end
+
+
+def test_a_header_naming_a_cpu_twice_keeps_the_last_column():
+    text = "      CPU0 CPU1 CPU1 CPU3\n 5:  0  4  0  0  IO-APIC 5-edge x\n"
+    assert parse_interrupts(text)[5].counts == {0: 0, 1: 0, 3: 0}
+
+
 def test_missing_file_reads_as_no_interrupts(tmp_path):
     assert read_interrupts(HostFS(str(tmp_path))) == {}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lbtune.errors import MalformedHostFile
@@ -271,3 +273,59 @@ def test_netlink_tbf_rate_parms_and_rate64():
     qopt = ratespec(0xFFFFFFFF) + ratespec(0) + struct.pack("=III", 0, 1600, 0)
     options = _attr(qdisc.TCA_TBF_PARMS, qopt) + _attr(qdisc.TCA_TBF_RATE64, struct.pack("=Q", big))
     assert qdisc._rate_bps("tbf", parse_attrs(_attr(qdisc.TCA_OPTIONS, options))) == 8 * big
+
+
+def _qdisc_texts() -> list[str]:
+    hosts = Path(__file__).resolve().parent.parent / "data" / "hosts"
+    return [p.read_text() for p in sorted(hosts.glob("*/sos_commands/networking/tc_-s_qdisc_show"))]
+
+
+def _both(text: str) -> tuple[object, object]:
+    """(the whole-qdisc reading, the line-by-line one) of `text`: qdiscs or the error."""
+    from lbtune.host.net.qdisc import _parse_blocks, _parse_lines
+
+    out = []
+    for parse in (_parse_blocks, _parse_lines):
+        try:
+            out.append(parse(text, "t"))
+        except MalformedHostFile as e:
+            out.append(("error", str(e)))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("text", _qdisc_texts())
+def test_recorded_hosts_are_read_whole_qdiscs_at_a_time_as_line_by_line(text):
+    fast, lines = _both(text)
+    assert fast is not None and len(lines) > 0  # (the recorded hosts take the fast way)
+    assert fast == lines == parse_tc_qdisc(text, "t")
+
+
+def test_any_edit_of_a_line_reads_as_line_by_line():
+    """Every line of a real listing changed in ways tc does not print (or does: a second
+    Sent or backlog line among fq_codel's, a tab, a missing newline at the end): the
+    whole-qdisc reading gives up (None) or reads what the line-by-line reading reads."""
+    import random
+
+    text = _qdisc_texts()[0]
+    lines = text.split("\n")
+    edits = [lambda s: "", lambda s: s + " x", lambda s: "\t" + s,
+             lambda s: s.replace(" ", "  ", 1),
+             lambda s: "  Sent 1 bytes 2 pkt (dropped 3, overlimits 4 requeues 5)",
+             lambda s: "  backlog 3Kb 2p requeues 0", lambda s: s.replace("0", "x", 1),
+             lambda s: s.replace("dev", "dew"), lambda s: s + "\r", lambda s: "garbage " + s,
+             lambda s: s.replace("1", "\u0661")]  # fmt: skip
+    rng = random.Random(33)  # noqa: S311 (a fixed sequence of edits, not a secret)
+    tried = 0
+    for i in rng.sample(range(len(lines)), 40):
+        for edit in edits:
+            changed = "\n".join([*lines[:i], edit(lines[i]), *lines[i + 1 :]])
+            for variant in (changed, changed.rstrip("\n")):
+                fast, slow = _both(variant)
+                assert fast is None or fast == slow, (i, lines[i])
+                try:
+                    got: object = parse_tc_qdisc(variant, "t")
+                except MalformedHostFile as e:
+                    got = ("error", str(e))
+                assert got == slow
+                tried += 1
+    assert tried > 400

@@ -236,6 +236,34 @@ def test_recorded_host_reads_ss_file_or_says_unavailable(tmp_path):
     assert host.listen_sockets() == []  # recorded, and no listeners: not the same as None
 
 
+
+def test_a_recorded_tree_reads_both_kinds_of_socket_from_one_parse(tmp_path):
+    """`Host.recorded_sockets` is what `listen_sockets` and `udp_sockets` read one by one,
+    and the sampler of a tree takes both from it: the same sockets, and when the record is
+    unreadable the same reason for each of the two sources."""
+    from lbtune.host.host import Host
+    from lbtune.observe.sampler import Sampler
+
+    host = Host.open(str(tmp_path))
+    assert host.recorded_sockets() is None
+    first = Sampler(host).take()
+    assert first.missing["listen"] == first.missing["udp"] == "no sock_diag and no ss recording"
+    rec = tmp_path / "sos_commands" / "networking"
+    rec.mkdir(parents=True)
+    (rec / "ss_-peaonmi").write_text(PEAONMI)
+    assert host.recorded_sockets() == (host.listen_sockets(), host.udp_sockets())
+    sample = Sampler(host).take()
+    assert (list(sample.listen), list(sample.udp)) == parse_ss(PEAONMI, "x")
+    assert "listen" not in sample.missing and "udp" not in sample.missing
+    (rec / "ss_-peaonmi").write_text("tcp LISTEN x 0 nowhere *:*\n")
+    with pytest.raises(MalformedHostFile) as e:
+        host.listen_sockets()
+    bad = Sampler(host).take()
+    assert bad.missing["listen"] == bad.missing["udp"] == str(e.value)
+    assert bad.listen == bad.udp == ()
+    with pytest.raises(ValueError):
+        Host.open("/").recorded_sockets()
+
 # Real `ss -peaonmi` (iproute2 6.1, kernel 6.18) in a namespace: a v4 listener with backlog 4
 # whose SYN queue a spoofed-SYN flood filled (backlog + 1 = 5 requests), and a dual-stack
 # listener that got three IPv4 SYNs (reported as IPv6 requests, v4-mapped). Request sockets

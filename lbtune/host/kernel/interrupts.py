@@ -9,6 +9,8 @@ from typing import Optional
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
 
+# line breaks str.splitlines() knows besides "\n"
+_OTHER_BREAKS = ("\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
 _TRIGGER = re.compile(r"(?:^|-)(?:edge|level|fasteoi)$", re.IGNORECASE)
 
 
@@ -28,7 +30,12 @@ class IrqLine:
 
 def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, IrqLine]:
     """Parse /proc/interrupts. Columns are the *online* CPUs named in the header row."""
-    lines = text.splitlines()
+    if any(c in text for c in _OTHER_BREAKS):
+        lines = text.splitlines()
+    else:  # (the same lines, found by looking for "\n" alone: a 48-CPU host's is 90 kB)
+        lines = text.split("\n") if text else []
+        if text.endswith("\n"):
+            lines.pop()
     if not lines:
         raise MalformedHostFile(source, "empty file")
     header = lines[0].split()
@@ -40,6 +47,9 @@ def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, I
         raise MalformedHostFile(source, f"bad header row {lines[0][:80]!r}")
     out: dict[int, IrqLine] = {}
     ncpus = len(cpu_ids)
+    zero = dict.fromkeys(cpu_ids, 0)
+    # lines with at least this many zero counts are read sparsely (CPU ids all distinct)
+    sparse = ncpus // 2 if len(zero) == ncpus else ncpus + 1
     for line in lines[1:]:
         label, sep, rest = line.partition(":")
         label = label.strip()
@@ -47,26 +57,34 @@ def parse_interrupts(text: str, source: str = "/proc/interrupts") -> dict[int, I
             raise MalformedHostFile(source, f"line without ':' {line[:80]!r}")
         if not label.isdigit():
             continue  # NMI, LOC, ERR, MIS ... are not device IRQs
-        fields = rest.split()
-        if len(fields) < ncpus:
+        head = rest.split(None, ncpus)  # the counters, then the rest of the line as it is
+        if len(head) < ncpus:
             raise MalformedHostFile(source, f"IRQ {label}: fewer counters than CPUs")
+        rest = head.pop() if len(head) > ncpus else ""
         try:
-            counts = dict(zip(cpu_ids, map(int, fields[:ncpus])))
+            # Most rows are mostly zeros (an IRQ fires on the CPUs of its affinity): those
+            # start from a copy of the all-zero row and convert only the other counters.
+            if head.count("0") >= sparse:
+                counts = zero.copy()
+                for i, v in enumerate(head):
+                    if v != "0":
+                        counts[cpu_ids[i]] = int(v)
+            else:
+                counts = dict(zip(cpu_ids, map(int, head)))
         except ValueError:
             raise MalformedHostFile(source, f"IRQ {label}: non-numeric counter") from None
-        tail = tuple(fields[ncpus:])
-        described = _tails.get(tail)
+        described = _tails.get(rest)
         if described is None:
             if len(_tails) >= _TAILS_LIMIT:
                 _tails.clear()
-            described = _tails[tail] = _describe(tail)
+            described = _tails[rest] = _describe(tuple(rest.split()))
         irq = int(label)
         out[irq] = IrqLine(irq, counts, *described)
     return out
 
 
 # A line's tail (chip, trigger, actions) is the same every second: described once.
-_tails: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
+_tails: dict[str, tuple[str, tuple[str, ...]]] = {}
 _TAILS_LIMIT = 8192
 
 

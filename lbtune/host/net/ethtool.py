@@ -377,18 +377,27 @@ _LAYOUTS_LIMIT = 32
 
 
 # The same layouts as whitespace-separated words, for a body whose every line is one word
-# of name and one of value: by the name words, the text between the values and the names.
-# A body is that layout when it is this text with its own values (words of `-?[0-9]+`) put
-# in: then the expression would split it into that layout and these values.
-_WORDS: dict[tuple[str, ...], tuple[list[str], tuple[str, ...]]] = {}
+# of name and one of value: the text between the values and the names, found by the count
+# of words and three of the names (`_words_key`; hashing every name cost a tenth of the
+# read). A body is that layout when it is this text with its own values (words of
+# `-?[0-9]+`) put in: then the expression would split it into that layout and these values.
+_WORDS: dict[tuple[int, str, str, str], tuple[list[str], tuple[str, ...]]] = {}
 _INTEGERS = re.compile(r"-?[0-9]+(?: -?[0-9]+)*")
+
+
+def _words_key(words: list[str]) -> tuple[int, str, str, str]:
+    """Where `_WORDS` keeps the layout of these words, if they are names and values."""
+    n = len(words)
+    if n < 2:
+        return (n, "", "", "")
+    return (n, words[0], words[(n // 4) * 2], words[-2])
 
 
 def _stats_words(body: str) -> Optional[dict[str, int]]:
     """The counters of a body in a layout `_stats_layout` kept, found by splitting it into
     words (one C call) instead of the expression (six times slower); None if it is not."""
     words = body.split()
-    known = _WORDS.get(tuple(words[0::2]))
+    known = _WORDS.get(_words_key(words))
     if known is None:
         return None
     between, keys = known
@@ -422,17 +431,15 @@ def _keep_words(body: str, keys: tuple[str, ...]) -> None:
         return
     if len(_WORDS) >= _LAYOUTS_LIMIT:
         _WORDS.clear()
-    _WORDS[tuple(words[0::2])] = (between, keys)
+    _WORDS[_words_key(words)] = (between, keys)
 
 
 def _stats_layout(body: str) -> Optional[dict[str, int]]:
-    """`_stats_plain(body)`, taking the names from a text read before whose every part but
-    the values is this one's (then each line is that text's line with another value, the
-    value alone is parsed: half the time on a 48-channel mlx5); else `_stats_plain` reads
-    it and, when its counters are those of the split, its layout is kept."""
-    found = _stats_words(body)
-    if found is not None:
-        return found
+    """`_stats_plain(body)` of a body `_stats_words` did not know, taking the names from a
+    text read before whose every part but the values is this one's (then each line is that
+    text's line with another value, the value alone is parsed: half the time on a
+    48-channel mlx5); else `_stats_plain` reads it and, when its counters are those of the
+    split, its layout is kept."""
     parts = _STAT_VALUE.split(body)
     layout = tuple(parts[0::2])
     keys = _LAYOUTS.get(layout)
@@ -454,6 +461,10 @@ def _stats_layout(body: str) -> Optional[dict[str, int]]:
 def parse_ethtool_S(text: str, source: str = "ethtool -S") -> dict[str, int]:
     head, nl, body = text.partition("\n")
     if nl and head.startswith("NIC statistics") and not any(c in text for c in _OTHER_BREAKS):
+        # A kept layout came from a body without "Queue#": neither has this body then.
+        plain = _stats_words(body)
+        if plain is not None:
+            return plain
         if "Queue#" not in body:
             plain = _stats_layout(body)
             if plain is not None:

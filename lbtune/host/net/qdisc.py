@@ -231,6 +231,14 @@ class _Pending:
 
 def _header(tokens: list[str], lineno: int, source: str) -> _Pending:
     """`qdisc KIND HANDLE dev DEV (root | parent ID) ... [rate RATE ...]`"""
+    dev, kind, handle, parent, rate_bps = _header_fields(tokens, lineno, source)
+    return _Pending(lineno, dev, kind, handle, parent, rate_bps=rate_bps)
+
+
+def _header_fields(
+    tokens: list[str], lineno: int, source: str
+) -> tuple[str, str, str, str, Optional[int]]:
+    """(dev, kind, handle, parent, rate in bits/s) of a header line's words (`_header`)."""
     if len(tokens) < 5 or "dev" not in tokens[3:-1]:
         raise MalformedHostFile(source, f"line {lineno}: not a `qdisc KIND HANDLE dev DEV` line")
     at = tokens.index("dev", 3)
@@ -241,14 +249,15 @@ def _header(tokens: list[str], lineno: int, source: str) -> _Pending:
         parent = "root"
     elif after[:1] == ["parent"] and len(after) == 2:
         parent = after[1]
-    pending = _Pending(lineno, dev, tokens[1], tokens[2], parent)
-    if pending.kind in RATE_KINDS and "rate" in tokens[at + 2 : -1]:
+    kind = tokens[1]
+    rate_bps = None
+    if kind in RATE_KINDS and "rate" in tokens[at + 2 : -1]:
         text = tokens[tokens.index("rate", at + 2) + 1]
         try:
-            pending.rate_bps = parse_rate(text)
+            rate_bps = parse_rate(text)
         except ValueError as e:
             raise MalformedHostFile(source, f"line {lineno}: {e}") from None
-    return pending
+    return dev, kind, tokens[2], parent, rate_bps
 
 
 def _finish(p: _Pending, source: str) -> QdiscStats:
@@ -274,6 +283,47 @@ def _finish(p: _Pending, source: str) -> QdiscStats:
     )
 
 
+# A qdisc as tc prints it: its header, its Sent and backlog lines, and lines of more
+# statistics indented by two spaces (fq_codel's), which hold neither "Sent " nor "backlog ".
+_BLOCK = re.compile(
+    r"qdisc ([^\n]*)\n"
+    r" Sent (\d+) bytes (\d+) pkts? \(dropped (\d+), overlimits (\d+) requeues (\d+)\) ?\n"
+    r" backlog (\d+(?:\.\d+)?)([KMG]?)b (\d+)p requeues \d+\n"
+    r"((?:  [^\n]*\n)*)"
+)
+# line breaks str.splitlines() knows besides "\n": a text with one takes the line-by-line way
+_OTHER_BREAKS = ("\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
+def _parse_blocks(text: str, source: str) -> Optional[list[QdiscStats]]:
+    """parse_tc_qdisc of a text that is nothing but qdiscs as tc prints them (`_BLOCK`
+    after `_BLOCK`), one expression match a qdisc instead of a look at each line (a third
+    of the time of a 92-qdisc host's); None for any other text, which the lines decide. On
+    such a text the line-by-line reading takes the same header, Sent and backlog lines and
+    skips the rest: the same qdiscs, and the same error for a bad header."""
+    if not text.startswith("qdisc ") or any(c in text for c in _OTHER_BREAKS):
+        return None
+    if not text.endswith("\n"):
+        text += "\n"
+    out: list[QdiscStats] = []
+    at, lineno, end = 0, 1, len(text)
+    match = _BLOCK.match
+    while at < end:
+        m = match(text, at)
+        if m is None:
+            return None
+        more = m[10]
+        if "Sent " in more or "backlog " in more:
+            return None
+        dev, kind, handle, parent, rate = _header_fields(["qdisc", *m[1].split()], lineno, source)
+        out.append(QdiscStats(dev, kind, handle, parent, int(m[3]), int(m[2]), int(m[4]),
+                              int(m[5]), int(m[6]), round(float(m[7]) * _UNITS[m[8]]),
+                              int(m[9]), rate))  # fmt: skip
+        lineno += 3 + more.count("\n")
+        at = m.end()
+    return out
+
+
 def parse_tc_qdisc(text: str, source: str) -> list[QdiscStats]:
     """Qdiscs with statistics from `tc -s qdisc show` output.
 
@@ -284,6 +334,12 @@ def parse_tc_qdisc(text: str, source: str) -> list[QdiscStats]:
     lines belong to the qdisc above; other unindented lines (error messages a capture kept)
     are ignored.
     """
+    fast = _parse_blocks(text, source)
+    return fast if fast is not None else _parse_lines(text, source)
+
+
+def _parse_lines(text: str, source: str) -> list[QdiscStats]:
+    """parse_tc_qdisc, line by line (any text)."""
     out: list[QdiscStats] = []
     current: Optional[_Pending] = None
     for lineno, line in enumerate(text.splitlines(), 1):

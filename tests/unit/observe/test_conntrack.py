@@ -139,3 +139,20 @@ def test_totals_are_column_sums() -> None:
     assert rows[0] == {"entries": 10, "drop": 3, "found": 2}
     assert _totals(rows) == {"entries": 11, "drop": 3 + 6 + 16, "found": 8}
     assert list(_totals(rows)) == ["entries", "drop", "found"] and _totals(()) == {}
+
+
+@pytest.mark.parametrize("words", [
+    ("0003fb88", "00000025"), ("FFFFFFFF", "0000abCD"),  # eight digits: read all at once
+    ("3fb88", "00000025"), ("0003fb88", "000000025"), ("0x3fb88", "00000025"),  # any other
+    ("+003fb88", "00000025"), ("0_03fb88", "00000025"), ("0000000\u0661", "\u0660" * 8),
+])  # fmt: skip
+def test_values_read_as_int_base_16_reads_them(words: tuple[str, str]) -> None:
+    text = "entries  found\n" + f"{words[0]} {words[1]}\n" * 3
+    assert parse_nf_conntrack_stat(text, "t") == tuple(
+        {"entries": int(words[0], 16), "found": int(words[1], 16)} for _ in range(3))
+
+
+@pytest.mark.parametrize("word", ["0000000g", "00000-01", "0000000\u00e9", "zzzzzzzz"])
+def test_a_word_int_cannot_read_is_malformed(word: str) -> None:
+    with pytest.raises(MalformedHostFile, match="not hexadecimal"):
+        parse_nf_conntrack_stat(f"entries found\n00000001 {word}\n", "t")
