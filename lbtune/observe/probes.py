@@ -399,9 +399,9 @@ class ProbeSession:
         syms = self._kallsyms or Kallsyms([])
         totals: dict[tuple[int, ...], int] = {}
         for _slot, per_cpu in self._cache("lbt_drops_cache", "lbt_drops_taken"):
-            for *key, count in per_cpu:  # an entry's key may differ per CPU
+            for *ckey, count in per_cpu:  # an entry's key may differ per CPU
                 if count:
-                    totals[tuple(key)] = totals.get(tuple(key), 0) + count
+                    totals[tuple(ckey)] = totals.get(tuple(ckey), 0) + count
         for key, per_cpu in self._program.read_percpu("lbt_drops"):
             totals[key] = totals.get(key, 0) + _sum_cpus(per_cpu)[0]
         out = []
@@ -529,8 +529,8 @@ class ProbeSession:
             p = self._by_id.get(iface)
             if p is None:
                 continue
-            for cpu, value in sorted(cpus.items()):
-                polls, work, exhausted, idle, budget, label = value
+            for cpu, counts in sorted(cpus.items()):
+                polls, work, exhausted, idle, budget, label = counts
                 d = self._fresh(("napi", napi, iface, cpu), (polls, work, exhausted, idle))
                 if d[0] <= 0:
                     continue
