@@ -64,7 +64,6 @@ __all__ = [
 # COST_WINDOW_S of every COST_PERIOD_S, starting when the probes are attached.
 PORT_TRACEPOINTS = ("tcp:tcp_send_reset", "icmp:icmp_send")  # closed ports (drops probe)
 COST_WINDOW_S = 1.0
-_Rows = list[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]  # BpfProgram.read_percpu's
 COST_PERIOD_S = 5.0
 ETHERTYPES = {
     0x0800: "IPv4",
@@ -78,6 +77,9 @@ ETHERTYPES = {
     0x0000: "none",
 }
 
+
+# (key, [value per CPU]) rows, as BpfProgram.read_percpu gives them
+_Rows = list[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]
 
 # ------------------------------------------------------------------------------ samples
 
