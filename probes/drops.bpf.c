@@ -9,6 +9,11 @@
  * indexed by a multiplicative hash of the key; an entry holds its key and count. A key
  * whose entry is taken by another key goes to a per-CPU hash map (LBT_D_MAX keys); events
  * that find that full too are counted in lbt_drops_lost. Everything is bounded.
+ *
+ * An entry, once taken, keeps its key for the life of the map, and lbt_drops_taken counts
+ * the entries taken: while it stands still, the reader copies only the entries it already
+ * knows instead of the whole table (the monitor reads it every second). Counted only when
+ * an entry is taken, never on the fast path.
  */
 struct lbt_dkey {
 	u64 location;
@@ -25,6 +30,7 @@ struct lbt_dentry {
 BPF_PERCPU_ARRAY(lbt_drops_cache, struct lbt_dentry, LBT_D_CACHE);
 BPF_PERCPU_HASH(lbt_drops, struct lbt_dkey, u64, LBT_D_MAX);
 BPF_PERCPU_ARRAY(lbt_drops_lost, u64, 1);
+BPF_PERCPU_ARRAY(lbt_drops_taken, u64, 1);
 
 int lbt_drops_kfree_skb(struct lbt_args_skb_kfree_skb *args)
 {
@@ -59,6 +65,9 @@ int lbt_drops_kfree_skb(struct lbt_args_skb_kfree_skb *args)
 		e->key.reason = reason;
 		e->key.protocol = protocol;
 		e->count = 1;
+		count = lbt_drops_taken.lookup(&first);
+		if (count)
+			(*count)++;
 		return 0;
 	}
 	key.location = location;
@@ -87,7 +96,7 @@ int lbt_drops_kfree_skb(struct lbt_args_skb_kfree_skb *args)
  * Fast path without helper calls, as for drops: a per-CPU direct-mapped table (LBT_P_CACHE
  * entries) indexed by a multiplicative hash of the key; an entry holds its key and count. A
  * key whose entry is taken goes to a per-CPU hash of at most LBT_P_MAX keys; events beyond
- * it count in lbt_ports_lost.
+ * it count in lbt_ports_lost. lbt_ports_taken counts the entries taken (see lbt_drops_taken).
  */
 struct lbt_pkey {
 	u64 a0;  /* the local address: 16 bytes (IPv4: the first 4), as two words */
@@ -107,6 +116,7 @@ struct lbt_pentry {
 BPF_PERCPU_ARRAY(lbt_ports_cache, struct lbt_pentry, LBT_P_CACHE);
 BPF_PERCPU_HASH(lbt_ports, struct lbt_pkey, u64, LBT_P_MAX);
 BPF_PERCPU_ARRAY(lbt_ports_lost, u64, 1);
+BPF_PERCPU_ARRAY(lbt_ports_taken, u64, 1);
 
 static __always_inline void lbt_port_count(struct lbt_pkey *key)
 {
@@ -128,6 +138,9 @@ static __always_inline void lbt_port_count(struct lbt_pkey *key)
 	if (!e->count) { /* a free entry on this CPU: take it */
 		e->key = *key;
 		e->count = 1;
+		count = lbt_ports_taken.lookup(&first);
+		if (count)
+			(*count)++;
 		return;
 	}
 	count = lbt_ports.lookup_or_try_init(key, &zero);

@@ -8,7 +8,9 @@
  * indexed by a hash of the NAPI address. An entry remembers its instance and whether its
  * device is wanted, so the device name is copied only the first time an instance polls on
  * a CPU. An instance whose entry is taken goes to a per-CPU hash map (LBT_N_MAX keys; when
- * full, polls are counted in lbt_napi_lost).
+ * full, polls are counted in lbt_napi_lost). lbt_napi_taken counts the entries taken, which
+ * keep their instance for the life of the map: while it stands still, the reader copies
+ * only the entries it knows (see drops.bpf.c).
  *
  * Queue labels: an rx entry tracepoint fires for each packet a poll delivers, with the
  * packet's queue_mapping. LBT_NAPI_LABEL stores it per CPU with a poll generation; a poll
@@ -43,6 +45,7 @@ struct lbt_nlabel {
 BPF_PERCPU_ARRAY(lbt_napi_cache, struct lbt_nentry, LBT_N_CACHE);
 BPF_PERCPU_HASH(lbt_napi, struct lbt_nkey, struct lbt_nval, LBT_N_MAX);
 BPF_PERCPU_ARRAY(lbt_napi_lost, u64, 1);
+BPF_PERCPU_ARRAY(lbt_napi_taken, u64, 1);
 BPF_PERCPU_ARRAY(lbt_napi_cur, struct lbt_nlabel, 1);
 
 static __always_inline void lbt_napi_label(u32 queue_mapping)
@@ -81,7 +84,7 @@ static __always_inline void lbt_napi_add(struct lbt_nval *v, int work, int budge
 
 int lbt_napi_napi_poll(struct lbt_args_napi_napi_poll *args)
 {
-	u64 napi = (u64)args->napi, *lost;
+	u64 napi = (u64)args->napi, *lost, *taken;
 	int work = args->work, budget = args->budget;
 	struct lbt_nkey key = {};
 	struct lbt_nval init = {}, *v;
@@ -106,6 +109,9 @@ int lbt_napi_napi_poll(struct lbt_args_napi_napi_poll *args)
 		e->key.iface = s ? s->id : 0;
 		if (s)
 			lbt_napi_add(&e->val, work, budget, cur);
+		taken = lbt_napi_taken.lookup(&first);
+		if (taken)
+			(*taken)++;
 		goto next;
 	}
 	if (!s)

@@ -78,6 +78,9 @@ ETHERTYPES = {
 }
 
 
+# (key, [value per CPU]) rows, as BpfProgram.read_percpu gives them
+_Rows = list[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]
+
 # ------------------------------------------------------------------------------ samples
 
 
@@ -218,6 +221,9 @@ class ProbeSession:
         self._prev: dict[Any, tuple[int, ...]] = {}
         self._prev_costs: dict[str, tuple[int, int]] = {}
         self._counters_prev: dict[tuple[str, str, int], tuple[int, int]] = {}
+        # per direct-mapped cache: (entries taken at the last read, the count stood still
+        # over two reads, the slots in use)
+        self._caches: dict[str, tuple[int, bool, list[int]]] = {}
         self._kallsyms: Optional[Kallsyms] = None
         self._by_id = {p.id: p for p in plan.ifaces}
         self._slot = {
@@ -368,14 +374,36 @@ class ProbeSession:
         rows = self._program.read_percpu(table)
         return self._fresh(table, _sum_cpus(rows[0][1]))[0] if rows else 0
 
+    def _cache(self, table: str, taken_table: str) -> _Rows:
+        """The used entries of a direct-mapped cache (`skip_zero` rows).
+
+        An entry, once taken, keeps its key, and the probe counts the entries taken
+        (`taken_table`): while that count stands still, only the slots already known are
+        copied, not the whole table (4,096 entries per CPU for drops, a millisecond of
+        kernel time every read). The whole table is read again whenever the count moved,
+        and once more on the read after, so an entry taken on another CPU just before a
+        read, whose count was seen before its key, is still found a read later.
+        """
+        rows = self._program.read_percpu(taken_table)
+        taken = _sum_cpus(rows[0][1])[0] if rows else -1
+        before = self._caches.get(table)
+        used: _Rows
+        if before is not None and before[0] == taken and before[1]:
+            used = self._program.read_percpu(table, skip_zero=True, slots=before[2])
+            return used
+        used = self._program.read_percpu(table, skip_zero=True)
+        self._caches[table] = (taken, before is not None and before[0] == taken,
+                               [key[0] for key, _ in used])  # fmt: skip
+        return used
+
     def _drops(self) -> tuple[tuple[DropCount, ...], int]:
         reasons = self.plan.reasons
         syms = self._kallsyms or Kallsyms([])
         totals: dict[tuple[int, ...], int] = {}
-        for _slot, per_cpu in self._program.read_percpu("lbt_drops_cache", skip_zero=True):
-            for *key, count in per_cpu:  # an entry's key may differ per CPU
+        for _slot, per_cpu in self._cache("lbt_drops_cache", "lbt_drops_taken"):
+            for *ckey, count in per_cpu:  # an entry's key may differ per CPU
                 if count:
-                    totals[tuple(key)] = totals.get(tuple(key), 0) + count
+                    totals[tuple(ckey)] = totals.get(tuple(ckey), 0) + count
         for key, per_cpu in self._program.read_percpu("lbt_drops"):
             totals[key] = totals.get(key, 0) + _sum_cpus(per_cpu)[0]
         out = []
@@ -402,7 +430,7 @@ class ProbeSession:
         if not any(a.tracepoint in PORT_TRACEPOINTS for a in self.plan.source.attach):
             return ()
         totals: dict[tuple[int, ...], int] = {}
-        for _slot, per_cpu in self._program.read_percpu("lbt_ports_cache", skip_zero=True):
+        for _slot, per_cpu in self._cache("lbt_ports_cache", "lbt_ports_taken"):
             for *ckey, count in per_cpu:  # an entry's key may differ per CPU
                 if count:
                     totals[tuple(ckey)] = totals.get(tuple(ckey), 0) + count
@@ -483,7 +511,7 @@ class ProbeSession:
         # (napi, iface) -> per CPU (polls, work, exhausted, idle, budget, label), from the
         # direct-mapped table (an entry's instance may differ per CPU) and the hash behind it.
         per: dict[tuple[int, int], dict[int, tuple[int, ...]]] = {}
-        for _slot, per_cpu in self._program.read_percpu("lbt_napi_cache", skip_zero=True):
+        for _slot, per_cpu in self._cache("lbt_napi_cache", "lbt_napi_taken"):
             for cpu, (napi, iface, _pad, *value) in enumerate(per_cpu):
                 if iface and value[0]:
                     per.setdefault((napi, iface), {})[cpu] = tuple(value)
@@ -503,8 +531,8 @@ class ProbeSession:
             p = self._by_id.get(iface)
             if p is None:
                 continue
-            for cpu, value in sorted(cpus.items()):
-                polls, work, exhausted, idle, budget, label = value
+            for cpu, counts in sorted(cpus.items()):
+                polls, work, exhausted, idle, budget, label = counts
                 d = self._fresh(("napi", napi, iface, cpu), (polls, work, exhausted, idle))
                 if d[0] <= 0:
                     continue

@@ -42,6 +42,7 @@ from tests.netns.probe_traffic import (
 
 pytestmark = needs_bcc
 PER_QUEUE = (10, 20, 30, 40)  # distinct per queue, so a swapped queue cannot pass
+PORT_KEY = ("tcp", "::1", 9)  # closed_port_connects' closed port
 
 
 def _session(netns: str, probes: list[str], ifaces: list[str] | None = None,  # type: ignore[no-untyped-def]
@@ -383,3 +384,74 @@ def test_maps_read_from_one_buffer_as_entry_by_entry(netns):
         assert fast == slow, (table, skip)
     used = reads[("lbt_drops_cache", True)][0]
     assert used and len(used) < len(reads[("lbt_drops_cache", False)][0])  # zeros left out
+
+
+def _reads_of_known_entries(netns: str):  # type: ignore[no-untyped-def]
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one CPU: its entries settle
+    ip("link", "set", "lo", "up")
+    key = ("NO_SOCKET", "IPv6", "tcp_v6_rcv")
+    out = []
+    with _session(netns, ["drops", "napi"]) as s:
+        program, tables = s._program, []
+        real = program.read_percpu
+
+        def spy(table, skip_zero=False, slots=None):  # type: ignore[no-untyped-def]
+            tables.append((table, slots is not None))
+            return real(table, skip_zero, slots)
+
+        program.read_percpu = spy
+        for n in (3, 1, 4, 1, 5, 9, 2, 6):
+            closed_port_connects(n)
+            time.sleep(0.05)
+            tables.clear()
+            sample = s.read()
+            drops = sum(d.count for d in sample.drops if (d.reason, d.protocol, d.function) == key)
+            ports = sum(p.count for p in sample.ports if (p.proto, p.addr, p.port) == PORT_KEY)
+            out.append((n, drops, ports, ("lbt_drops_cache", True) in tables,
+                        ("lbt_ports_cache", True) in tables))  # fmt: skip
+        # one snapshot of this test's entries (IPv6: no other test here makes IPv6 drops),
+        # read whole and by their slots plus a never used one: the same rows
+        program.read_percpu = real
+        t = "lbt_drops_cache"
+        whole = real(t, True)
+        slots = [key[0] for key, per_cpu in whole if any(v[2] == 0x86DD for v in per_cpu)]
+        free = next(i for i in range(4096) if i not in {key[0] for key, _ in whole})
+        part = real(t, True, slots=[*slots, free])
+    return out, _ipv6(whole), _ipv6(part)
+
+
+def _ipv6(rows):  # type: ignore[no-untyped-def]
+    """The drop cache's IPv6 entries per slot (other CPUs' entries of a slot move on)."""
+    return [(key, [v for v in per_cpu if v[2] == 0x86DD]) for key, per_cpu in rows
+            if any(v[2] == 0x86DD for v in per_cpu)]  # fmt: skip
+
+
+def test_reads_copy_only_the_known_cache_entries_and_count_exactly(netns):
+    """While no cache entry is taken, a read copies only the entries it knows (not the
+    4,096 of the drop cache): the counts stay exact through those reads, and a read of the
+    used slots gives the entries a whole read gives."""
+    rounds, whole, part = in_netns(netns, _reads_of_known_entries, netns)
+    assert [(n, d, p) for n, d, p, _, _ in rounds] == [(n, n, n) for n, *_ in rounds]
+    assert not any(r[3] or r[4] for r in rounds[:2])  # the first two reads read it whole
+    assert any(r[3] for r in rounds[2:]) and any(r[4] for r in rounds[2:]), rounds
+    assert whole and part == whole
+
+
+def _program_info(netns: str):  # type: ignore[no-untyped-def]
+    import lbtune.host.trace.bpf as bpf
+
+    ip("link", "set", "lo", "up")
+    with _session(netns, ["drops"], cost_window=2.0) as s:
+        closed_port_connects(5)
+        time.sleep(2.5)  # statistics off until the next window (COST_PERIOD_S): counts still
+        fds = {name: fn.fd for name, fn in s._program._functions.items()}
+        return [(bpf._prog_info(fd), bpf._fdinfo(fd)) for fd in fds.values()]
+
+
+def test_program_statistics_by_syscall_equal_fdinfo(netns):
+    """`stats()` asks bpf(2) (BPF_OBJ_GET_INFO_BY_FD) what /proc/self/fdinfo also says."""
+    both = in_netns(netns, _program_info, netns)
+    for info, fdinfo in both:
+        assert info is not None
+        assert info == {k: fdinfo[k] for k in ("prog_id", "run_cnt", "run_time_ns")}
+    assert any(info["run_cnt"] >= 5 and info["run_time_ns"] > 0 for info, _ in both)

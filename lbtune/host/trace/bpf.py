@@ -28,6 +28,7 @@ from lbtune.errors import NeedsPrivilege
 BPF_ENABLE_STATS = 32  # enum bpf_cmd, include/uapi/linux/bpf.h (Linux 5.8+)
 BPF_STATS_RUN_TIME = 0
 BPF_PROG_LOAD = 5
+BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_RAW_TRACEPOINT_OPEN = 17  # Linux 5.5+ for BTF-typed (tp_btf) programs
 BPF_PROG_TYPE_TRACING = 26
 BPF_TRACE_RAW_TP = 23  # enum bpf_attach_type: tp_btf
@@ -113,14 +114,37 @@ class RunTimeStats:
             self.fd = -1
 
 
+_LIBC: list[Any] = []  # ctypes' libc, opened once: the monitor asks every second
+
+
 def _sys_bpf(cmd: int, attr: ctypes.Array[ctypes.c_char]) -> int:
     """bpf(2); the result, or -errno."""
     nr = _SYS_BPF.get(platform.machine())
     if nr is None:
         return -errno.ENOSYS
-    libc = ctypes.CDLL(None, use_errno=True)
-    r = int(libc.syscall(nr, cmd, ctypes.byref(attr), ctypes.sizeof(attr)))
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    r = int(_LIBC[0].syscall(nr, cmd, ctypes.byref(attr), ctypes.sizeof(attr)))
     return r if r >= 0 else -ctypes.get_errno()
+
+
+# struct bpf_prog_info (include/uapi/linux/bpf.h) up to run_cnt (Linux 5.1+): id at 4,
+# run_time_ns at 192, run_cnt at 200.
+_PROG_INFO_LEN = 208
+
+
+def _prog_info(fd: int) -> Optional[dict[str, int]]:
+    """A program's id, run count and run time by BPF_OBJ_GET_INFO_BY_FD (one syscall, where
+    /proc/self/fdinfo costs an open, a read and a parse: `stats()` runs every second); None
+    when the kernel refuses."""
+    info = ctypes.create_string_buffer(_PROG_INFO_LEN)
+    attr = ctypes.create_string_buffer(16)  # union bpf_attr: info.bpf_fd, info_len, info
+    struct.pack_into("=IIQ", attr, 0, fd, _PROG_INFO_LEN, ctypes.addressof(info))
+    if _sys_bpf(BPF_OBJ_GET_INFO_BY_FD, attr) < 0:
+        return None
+    (prog_id,) = struct.unpack_from("=I", info, 4)
+    run_time_ns, run_cnt = struct.unpack_from("=QQ", info, 192)
+    return {"prog_id": prog_id, "run_cnt": run_cnt, "run_time_ns": run_time_ns}
 
 
 class _Loaded:
@@ -268,13 +292,33 @@ def _flat(value: Any) -> tuple[Any, ...]:
 
 
 _BLOCK = 64  # entries compared with zeros at once when looking for the used ones
+# Array slots read in one run when the slots asked for are this close: one more batch call
+# costs more than copying a few unused entries (bpf(2) through ctypes, ~10 us, against
+# well under 1 us an entry).
+_RUN_GAP = 16
 
 
-def _lookup_batch_raw(t: Any) -> Optional[tuple[memoryview, memoryview, int]]:
+def _runs(slots: Sequence[int], size: int) -> list[tuple[int, int]]:
+    """Ascending array indexes as (first, count) runs of [0, size), runs whose gap is at
+    most _RUN_GAP merged."""
+    runs: list[tuple[int, int]] = []
+    for i in sorted({s for s in slots if 0 <= s < size}):
+        if runs and i - (runs[-1][0] + runs[-1][1]) <= _RUN_GAP:
+            runs[-1] = (runs[-1][0], i - runs[-1][0] + 1)
+        else:
+            runs.append((i, 1))
+    return runs
+
+
+def _lookup_batch_raw(
+    t: Any, slots: Optional[Sequence[int]] = None
+) -> Optional[tuple[memoryview, memoryview, int]]:
     """Every entry of a map as two buffers (the keys', the values') and their count, by
     BPF_MAP_LOOKUP_BATCH calls as bcc's `items_lookup_batch` makes them, without the ctypes
     object bcc makes of each entry (5,000 entries a second with the probes on, most of the
-    monitor's CPU). None where that cannot be done (no batch calls, another bcc)."""
+    monitor's CPU). `slots`: only these indexes of an array map (and the few unused ones
+    between close ones: `_runs`), one batch call per run. None where that cannot be done
+    (no batch calls, another bcc)."""
     try:
         from bcc.libbcc import lib  # loaded with bcc by then (the map is bcc's)
 
@@ -288,27 +332,64 @@ def _lookup_batch_raw(t: Any) -> Optional[tuple[memoryview, memoryview, int]]:
         ksize, vsize = ctypes.sizeof(t.Key), ctypes.sizeof(t.Leaf)
     except Exception:
         return None
-    out_batch = count = ctypes.c_uint32(0)  # one object, as bcc passes it
-    total = 0
-    while True:
-        count.value = size.value - total
-        res = lib.bpf_lookup_batch(
-            t.map_fd,
-            ctypes.byref(out_batch) if total else None,
-            ctypes.byref(out_batch),
-            ctypes.byref(keys, ksize * total),
-            ctypes.byref(values, vsize * total),
-            ctypes.byref(count),
-        )
-        err = ctypes.get_errno()
-        total += count.value
-        if res != 0 and err != errno.ENOENT:
-            return None  # the caller's fallback reads the map key by key
-        if res != 0 or total == size.value or count.value == 0:
-            break
+    if slots is not None:
+        total = _lookup_runs(lib, t, (ksize, vsize, keys, values), _runs(slots, size.value))
+        if total is None:
+            return None
+    else:
+        out_batch = count = ctypes.c_uint32(0)  # one object, as bcc passes it
+        total = 0
+        while True:
+            count.value = size.value - total
+            res = lib.bpf_lookup_batch(
+                t.map_fd,
+                ctypes.byref(out_batch) if total else None,
+                ctypes.byref(out_batch),
+                ctypes.byref(keys, ksize * total),
+                ctypes.byref(values, vsize * total),
+                ctypes.byref(count),
+            )
+            err = ctypes.get_errno()
+            total += count.value
+            if res != 0 and err != errno.ENOENT:
+                return None  # the caller's fallback reads the map key by key
+            if res != 0 or total == size.value or count.value == 0:
+                break
     # views, not copies: a direct-mapped cache is 4,096 entries per CPU
     kview, vview = memoryview(keys).cast("B"), memoryview(values).cast("B")
     return kview[: ksize * total], vview[: vsize * total], total
+
+
+def _lookup_runs(
+    lib: Any, t: Any, buffers: tuple[int, int, Any, Any], runs: Sequence[tuple[int, int]]
+) -> Optional[int]:
+    """Array entries [first, first + count) of each run, one after the other into the
+    table's batch buffers; how many were read, or None when a batch call fails. A batch
+    starts after the key its `in_batch` names (an array's next key is index + 1)."""
+    ksize, vsize, keys, values = buffers
+    in_batch, out_batch, count = ctypes.c_uint32(0), ctypes.c_uint32(0), ctypes.c_uint32(0)
+    total = 0
+    for first, n in runs:
+        done = 0
+        while done < n:
+            in_batch.value = first + done - 1
+            count.value = n - done
+            res = lib.bpf_lookup_batch(
+                t.map_fd,
+                ctypes.byref(in_batch) if first + done else None,
+                ctypes.byref(out_batch),
+                ctypes.byref(keys, ksize * total),
+                ctypes.byref(values, vsize * total),
+                ctypes.byref(count),
+            )
+            err = ctypes.get_errno()
+            done += count.value
+            total += count.value
+            if res != 0 and err != errno.ENOENT:
+                return None
+            if res != 0 or count.value == 0:
+                break
+    return total
 
 
 Rows = list[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]
@@ -330,11 +411,13 @@ def _raw_layouts(t: Any) -> Optional[tuple[struct.Struct, struct.Struct]]:
     return key_layout[0], value_layout[0]
 
 
-def _read_percpu_raw(t: Any, skip_zero: bool) -> Optional[Rows]:
+def _read_percpu_raw(
+    t: Any, skip_zero: bool, slots: Optional[Sequence[int]] = None
+) -> Optional[Rows]:
     """`BpfProgram.read_percpu` from the raw buffers of one batch lookup; None where that
     cannot be done (see _raw_layouts, _lookup_batch_raw)."""
     layouts = _raw_layouts(t)
-    raw = None if layouts is None else _lookup_batch_raw(t)
+    raw = None if layouts is None else _lookup_batch_raw(t, slots)
     if layouts is None or raw is None:
         return None
     return _rows_from_raw(t, layouts, raw, skip_zero)
@@ -479,11 +562,13 @@ class BpfProgram:
         t[k] = _fill(t.Leaf(), value)
 
     def read_percpu(
-        self, table: str, skip_zero: bool = False
+        self, table: str, skip_zero: bool = False, slots: Optional[Sequence[int]] = None
     ) -> Rows:
         """Every entry of a per-CPU map as (key, [value per possible CPU]), flattened;
         `skip_zero` leaves out entries that are zero on every CPU (a direct-mapped cache is
-        mostly empty, and the monitor reads it every second).
+        mostly empty, and the monitor reads it every second). `slots`, for an array map:
+        read only the entries at these indexes (the rows may include a few others between
+        close ones, `_runs`), ascending.
 
         One BPF_MAP_LOOKUP_BATCH call where the kernel has it (5.6+), else key by key. The
         entries are unpacked from the batch's own buffers (`_read_percpu_raw`) when the key
@@ -492,9 +577,13 @@ class BpfProgram:
         table (the batch buffers are the table's; the probe session reads under its lock).
         """
         t = self._bpf[table.encode()]
-        fast = _read_percpu_raw(t, skip_zero)
+        fast = _read_percpu_raw(t, skip_zero, slots)
         if fast is not None:
             return fast
+        if slots is not None:
+            wanted = sorted({i for i in slots if 0 <= i < t.max_entries})
+            items = [(t.Key(i), t.getvalue(t.Key(i))) for i in wanted]
+            return _rows_from_items(items, skip_zero)
         try:
             items = list(t.items_lookup_batch())
         except Exception:
@@ -505,7 +594,7 @@ class BpfProgram:
         """Run count and run time of every loaded program (zero while statistics are off)."""
         out = []
         for name, fn in self._functions.items():
-            info = _fdinfo(fn.fd)
+            info = _prog_info(fn.fd) or _fdinfo(fn.fd)
             out.append(
                 ProgramStats(
                     name,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 
-from lbtune.host.trace.bpf import _flat, _flatten, _layout
+from lbtune.host.trace.bpf import _RUN_GAP, _flat, _flatten, _layout, _runs
 
 
 class Inner(ctypes.Structure):
@@ -48,3 +48,12 @@ def test_types_without_a_layout_are_walked():
     assert _layout(Either) is None  # overlapping fields
     name = (ctypes.c_char * 8)(*b"ab")
     assert _layout(type(name)) is None and _flat(name) == _flatten(name) == (b"ab" + b"\0" * 6,)
+
+
+def test_slots_are_read_in_runs_with_small_gaps_merged():
+    assert _runs([], 4096) == []
+    assert _runs([7], 4096) == [(7, 1)]
+    # sorted, duplicates once, gaps of up to _RUN_GAP slots read through, larger ones not
+    assert _runs([40, 3, 3, 3 + 1 + _RUN_GAP], 4096) == [(3, 2 + _RUN_GAP), (40, 1)]
+    assert _runs([3, 3 + 2 + _RUN_GAP], 4096) == [(3, 1), (3 + 2 + _RUN_GAP, 1)]
+    assert _runs([-1, 0, 4095, 4096], 4096) == [(0, 1), (4095, 1)]  # only the map's slots
