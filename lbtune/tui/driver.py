@@ -6,7 +6,8 @@ wake-ups a second, each taking the interpreter lock from the threads that draw, 
 tenth of the idle monitor's CPU (docs/monitor.md, bench/monitor.py). `QuietLinuxDriver`'s
 input thread blocks until the terminal has input, a half-read escape sequence is due, or
 the driver stops (its exit event, when set, wakes the thread through a pipe); the keys and
-the events it sends are Textual's own (the same parser, fed the same way).
+the events it sends are Textual's own (the same parser, fed the same way). It writes the
+screen to its own copy of fd 2: the probes' compile points fd 2 at a file for a while.
 
 Used only with the Textual versions it was checked against (CHECKED, with the compositor):
 another version gets Textual's own driver.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import sys
 import threading
 from codecs import getincrementaldecoder
 from typing import Any, Optional
@@ -45,8 +47,20 @@ class _WakingEvent(threading.Event):
 
 
 class QuietLinuxDriver(LinuxDriver):
+    _own_file = False
+
     def __init__(self, app: Any, **kw: Any) -> None:
         super().__init__(app, **kw)
+        # The screen goes to a copy of the terminal's fd 2 taken now, not to fd 2 itself:
+        # while the probes compile, bcc's compiler diagnostics are caught by pointing fd 2 at
+        # a file (lbtune.host.trace.bpf), and frames written then were lost; later frames
+        # send only changed lines, so panels that did not change stayed blank for good.
+        err = sys.__stderr__
+        if err is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._file = open(os.dup(err.fileno()), "w", encoding=err.encoding,  # noqa: SIM115
+                                  errors=err.errors, closefd=True)  # fmt: skip
+                self._own_file = True
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -113,7 +127,10 @@ class QuietLinuxDriver(LinuxDriver):
                 pass
 
     def close(self) -> None:
-        super().close()
+        super().close()  # stops the writer thread, after its last write
+        if self._own_file:
+            with contextlib.suppress(OSError):
+                self._file.close()
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -94,6 +94,30 @@ def test_replay_in_a_real_terminal_keys_quit_and_restore(tmp_path):
         tmux("kill-server")
 
 
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux (make setup installs it)")
+def test_the_screen_does_not_go_where_fd_2_is_pointed_for_a_while(tmp_path):
+    """While the probes compile, bcc's diagnostics are caught by pointing fd 2 at a file;
+    the screen went there too and its panels stayed blank ("waiting for the first
+    refresh...") until they changed. The monitor's driver writes to its own copy of fd 2."""
+    done = tmp_path / "done"
+    tmux = Tmux(tmp_path)
+    cmd = " ".join([sys.executable, "-m", "tests.tui.stderr_app", str(done)])
+    tmux("new-session", "-d", "-s", "mon", "-x", "100", "-y", "20",
+         f"cd {os.getcwd()}; {cmd}; echo EXIT=$?; sleep 60")  # fmt: skip
+    try:
+        tmux.wait("before the redirect")
+        end = time.monotonic() + 30
+        while not done.exists() and time.monotonic() < end:
+            time.sleep(0.1)
+        assert done.exists(), tmux.screen()
+        time.sleep(0.5)
+        assert "changed while fd 2 was a file" in tmux.screen()
+        tmux("send-keys", "-t", "mon", "q")
+        assert "EXIT=0" in tmux.wait("EXIT=")
+    finally:
+        tmux("kill-server")
+
+
 def _wakeups(pid: int) -> int:
     """Times the threads of `pid` have gone to sleep and been woken (voluntary switches)."""
     total = 0
