@@ -128,7 +128,7 @@ class QuietLinuxDriver(LinuxDriver):
 
     def close(self) -> None:
         super().close()  # stops the writer thread, after its last write
-        if self._own_file:
+        if self._own_file and self._file is not None:
             with contextlib.suppress(OSError):
                 self._file.close()
         for fd in (self._wake_r, self._wake_w):
