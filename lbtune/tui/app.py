@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from functools import lru_cache
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from rich.segment import Segment
 from rich.style import Style
@@ -41,6 +41,9 @@ from lbtune.tui.frame import Frame, FrameBuilder
 from lbtune.tui.lines import Line, line
 from lbtune.tui.panels import conntrack, cpus, drops, findings, listen, queues
 from lbtune.tui.screens import HelpScreen, InterfaceScreen, ReportRequest, ReportScreen
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0)
 
@@ -96,6 +99,7 @@ class PanelView(Widget):
         self._lines: list[Line] = [line(("waiting for the first refresh...", ""))]
         self._width = 0  # the width self._lines were made for (0: not laid out yet)
         self._strips: dict[int, Strip] = {}
+        self._plain: Optional[bool] = None  # _is_plain(), until the styles change
 
     def show(self, frame: Frame, app: MonitorApp) -> None:
         self._source = (frame, app)
@@ -139,6 +143,57 @@ class PanelView(Widget):
             strip = Strip(segments).extend_cell_length(width, base).crop(0, width)
             self._strips[y] = strip
         return strip
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._plain = None
+
+    def refresh(
+        self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
+    ) -> Self:
+        if layout or not regions:  # a style set on the widget refreshes it whole
+            self._plain = None
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def _is_plain(self) -> bool:
+        """Whether the styles draw nothing but the content: no border, outline, padding,
+        tint, hatch or opacity here (the panel's box draws the border), as the monitor's
+        CSS has it. Checked again after a style change."""
+        plain = self._plain
+        if plain is None:
+            st = self.styles
+            plain = self._plain = (
+                all(not kind for kind, _ in st.border)
+                and all(not kind for kind, _ in st.outline)
+                and tuple(st.padding) == (0, 0, 0, 0)
+                and not st.tint.a
+                and st.text_opacity == 1.0
+                and not (st.has_rule("hatch") and st.hatch != "none")
+                and self._border_title is None
+                and self._border_subtitle is None
+            )
+        return plain
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The strips Textual's styles cache makes of a plain widget's lines (the content
+        line, the app's line filters applied), without its per-call style resolution:
+        that was most of the cost of drawing the few lines a refresh changes. Anything
+        else (a style with a border, padding, tint, or an opacity below 1 here or above)
+        is drawn by Textual (`tests/tui/test_panel_render.py` compares the two)."""
+        if not self._is_plain() or self.opacity != 1.0:
+            return super().render_lines(crop)
+        _, background = self.background_colors
+        filters = self.get_line_filters()
+        strips = []
+        for y in crop.line_range:
+            strip = self.render_line(y)
+            for f in filters:
+                strip = strip.apply_filter(f, background)
+            strips.append(strip)
+        x1, x2 = crop.column_span
+        if (x1, x2) != (0, self.size.width):
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
 
     @property
     def content(self) -> Text:
@@ -234,6 +289,7 @@ class MonitorApp(App[int]):
         self._builder = FrameBuilder(feed.host)
         self._builder_lock = threading.Lock()
         self._shown_header: Optional[Text] = None
+        self._header_key: Optional[tuple[object, ...]] = None
         self._laid_out = False
         self._user_condensed = False
         self._panels: Optional[tuple[PanelView, ...]] = None
@@ -379,8 +435,15 @@ class MonitorApp(App[int]):
         self._header()
 
     def _header(self) -> None:
+        f = self.frame
+        # what the line is made of (the host's fields do not change): the same every second
+        key = (self.paused, self.feed.interval, f.probe_state if f else None,
+               f.probe_note if f else None)  # fmt: skip
+        if key == self._header_key:
+            return
+        self._header_key = key
         text = self._header_text()
-        if text != self._shown_header:  # the same line every second: not redrawn
+        if text != self._shown_header:  # not redrawn when only the key's form changed
             self._shown_header = text
             self.query_one("#header", Static).update(text)
 
