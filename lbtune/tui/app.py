@@ -119,7 +119,26 @@ class PanelView(Widget):
         for y in changed:
             self._strips.pop(y, None)
         if changed:
-            self.refresh(*(Region(0, y, width, 1) for y in changed))
+            self._repaint([Region(0, y, width, 1) for y in changed])
+
+    def _repaint(self, regions: list[Region]) -> None:
+        """`refresh(*regions)`, handed to the screen at once: Textual's refresh prompts the
+        widget's own message loop, whose idle handler then posts an update to the screen's,
+        two hops of the event loop per panel and refresh for what the screen's update does
+        (adds the widget to those it redraws). Textual's own way on a version this was not
+        read against (8.2.8: `Widget.refresh`, `Widget._check_refresh`, `Screen._on_update`)
+        or before the widget is mounted."""
+        screen = self.screen if self._is_mounted and self.display else None
+        if not band_compositor_fits() or screen is None or self._layout_required:
+            self.refresh(*regions)
+            return
+        self._layout_cache.clear()  # what refresh() does for a repaint of regions
+        self._set_dirty(*regions)
+        self.clear_cached_dimensions()
+        self._rich_style_cache.clear()
+        if screen in screen._compositor:  # what Screen._on_update does with the update
+            screen._dirty_widgets.add(self)
+            screen.check_idle()
 
     def _layout_for(self, width: int) -> None:
         if width != self._width and width > 0:
