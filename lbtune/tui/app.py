@@ -78,6 +78,7 @@ class ReportWritten(Message):
 
 
 Draw = Callable[["Frame", "MonitorApp", int], list[Line]]
+Key = Callable[["Frame", "MonitorApp"], tuple[object, ...]]
 
 
 class PanelView(Widget):
@@ -91,10 +92,14 @@ class PanelView(Widget):
 
     DEFAULT_CSS = "PanelView { height: auto; }"
 
-    def __init__(self, title: str, draw: Draw, **kw: Any) -> None:
+    def __init__(self, title: str, draw: Draw, key: Optional[Key] = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.title = title
         self.draw = draw
+        # What `draw` reads of a frame and the app: the lines are not made again while it
+        # stays the same (a listener's queue, the conntrack table: most panels hold still).
+        self.key = key
+        self._key: Optional[tuple[object, ...]] = None  # the key the lines were made for
         self._source: Optional[tuple[Frame, MonitorApp]] = None
         self._lines: list[Line] = [line(("waiting for the first refresh...", ""))]
         self._width = 0  # the width self._lines were made for (0: not laid out yet)
@@ -108,9 +113,12 @@ class PanelView(Widget):
             self._width = 0
             self.refresh(layout=True)
             return
+        key = self.key(frame, app) if self.key is not None else None
+        if key is not None and key == self._key and width == self._width:
+            return  # the same lines
         old = self._lines
         new = self.draw(frame, app, width)
-        self._lines, self._width = new, width
+        self._lines, self._width, self._key = new, width, key
         if len(new) != len(old):
             self._strips.clear()
             self.refresh(layout=True)
@@ -320,21 +328,29 @@ class MonitorApp(App[int]):
         # Wide: two columns. Narrow (< NARROW columns): the same panels in one column, in
         # the order left then right, each as tall as its lines, the body scrolling.
         with _Body(id="body"):
+            # Each panel with what its render function reads of the frame and the app.
             with _Column(id="left"):
                 yield self._box("drops", "drops by cause",
-                                lambda f, a, w: drops.render(f, a.condensed, w))  # fmt: skip
+                                lambda f, a, w: drops.render(f, a.condensed, w),
+                                lambda f, a: (f.drops, f.reasons, f.probe_state,
+                                              a.condensed))  # fmt: skip
                 yield self._box("listen", "listen queues",
-                                lambda f, a, w: listen.render(f, a.condensed, w))  # fmt: skip
+                                lambda f, a, w: listen.render(f, a.condensed, w),
+                                lambda f, a: (f.listen, a.condensed))  # fmt: skip
                 yield self._box("findings", findings.TITLE,
-                                lambda f, a, w: findings.render(f, a.condensed, w))  # fmt: skip
+                                lambda f, a, w: findings.render(f, a.condensed, w),
+                                lambda f, a: (f.findings, f.quiet, f.judged, f.seconds,
+                                              f.cumulative, a.condensed))  # fmt: skip
             with _Column(id="right"):
                 yield self._box("conntrack", "conntrack",
-                                lambda f, a, w: conntrack.render(f, a.condensed, w))  # fmt: skip
+                                lambda f, a, w: conntrack.render(f, a.condensed, w),
+                                lambda f, a: (f.conntrack, a.condensed))  # fmt: skip
                 yield self._box("queues", "NIC queues",
-                                lambda f, a, w: queues.render(f, a.iface, a.condensed,
-                                                              w))  # fmt: skip
+                                lambda f, a, w: queues.render(f, a.iface, a.condensed, w),
+                                lambda f, a: (f.nics, a.iface, a.condensed))  # fmt: skip
                 yield self._box("cpus", cpus.title(self.feed.host.topology),
-                                lambda f, a, w: cpus.render(f, a.condensed, w))  # fmt: skip
+                                lambda f, a, w: cpus.render(f, a.condensed, w),
+                                lambda f, a: (f.cpus, a.condensed))  # fmt: skip
         yield Static("", id="status")
         yield Footer()
 
@@ -362,8 +378,9 @@ class MonitorApp(App[int]):
             self._laid_out = True
             self._show()
 
-    def _box(self, name: str, title: str, draw: Draw) -> VerticalScroll:
-        box = VerticalScroll(PanelView(title, draw, id=name), id=f"{name}-box", classes="panel")
+    def _box(self, name: str, title: str, draw: Draw, key: Key) -> VerticalScroll:
+        box = VerticalScroll(PanelView(title, draw, key, id=name), id=f"{name}-box",
+                             classes="panel")  # fmt: skip
         box.border_title = title
         box.can_focus = True
         return box

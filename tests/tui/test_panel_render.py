@@ -2,7 +2,11 @@
 strips must be those the styles cache makes of the same widget (the content lines with the
 app's line filters), for every row and for a crop of a few columns, in a scripted run with
 frames that change lines, a focused (highlighted) panel box and a narrow terminal; and a
-panel whose style is no longer plain (a border, padding, opacity) is drawn by Textual."""
+panel whose style is no longer plain (a border, padding, opacity) is drawn by Textual.
+
+A panel makes its lines again only when what its draw function reads (its key) changed:
+after every frame the lines shown must be those a new draw makes, and a panel whose part of
+the frames holds still is not drawn again."""
 
 from __future__ import annotations
 
@@ -39,6 +43,8 @@ def _check(app: MonitorApp) -> int:
         if not size.height or not size.width:
             continue
         assert panel._is_plain()
+        assert app.frame is not None
+        assert panel._lines == panel.draw(app.frame, app, size.width), f"{panel.id} is stale"
         full = size.region
         ours = [list(s) for s in panel.render_lines(full)]
         assert ours == _textuals(panel, full), f"{panel.id} drawn otherwise than by Textual"
@@ -102,3 +108,44 @@ async def test_a_panel_that_is_not_plain_is_drawn_by_textual(
         full = panel.size.region
         assert [list(s) for s in panel.render_lines(full)] == _textuals(panel, full)
         assert "drops" in called
+
+
+async def test_a_panel_whose_part_of_the_frame_holds_still_is_not_drawn_again() -> None:
+    script = Script(KVM)
+    feed = ScriptedFeed(script.host)
+    app = MonitorApp(feed, clock=lambda: FIXED_TIME)
+    drawn: dict[str, int] = {}
+    async with app.run_test(size=(140, 48)) as pilot:
+        for panel in app.query(PanelView):
+            real = panel.draw
+
+            def counted(f: Any, a: Any, w: int, real: Any = real, name: str = str(panel.id)) -> Any:
+                drawn[name] = drawn.get(name, 0) + 1
+                return real(f, a, w)
+
+            panel.draw = counted
+        steps = [{}, {"conntrack": 100}, {}, {}]
+        for i, step in enumerate(steps):
+            feed.push(tick(script.step(**step)))
+            for _ in range(200):
+                if app.frames == i + 1:
+                    break
+                await pilot.pause(0.02)
+            await pilot.pause(0.1)
+            _check(app)
+        before = dict(drawn)
+        feed.push(tick(script.step()))  # the same as the last: nothing but the history moves
+        for _ in range(200):
+            if app.frames == len(steps) + 1:
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        assert drawn["listen"] == before["listen"]
+        assert drawn["conntrack"] == before["conntrack"]
+        assert drawn["drops"] == before["drops"] + 1  # its history grows every frame
+        _check(app)  # (draws each panel once more)
+        before = dict(drawn)
+        await pilot.press("c")  # condensed: every panel's key changes
+        await pilot.pause(0.1)
+        assert all(drawn[name] > before[name] for name in ("listen", "conntrack", "cpus"))
+        _check(app)
