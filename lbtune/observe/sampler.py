@@ -10,6 +10,7 @@ values, connected sockets under receive pressure) it names in a `SampleSpec`.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence, TypeVar
 
@@ -17,6 +18,7 @@ from lbtune.errors import BadInput, MalformedHostFile
 from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
 from lbtune.host.kernel.interrupts import IrqLine, read_interrupts
+from lbtune.host.net.ethtool import one_socket
 from lbtune.host.net.sockdiag import ListenSocket, count_tcp_local_ports
 from lbtune.observe.clock import SYSTEM_CLOCK, Clock
 from lbtune.observe.config import ConfigValues, read_config
@@ -151,7 +153,9 @@ class Sampler:
         except OSError:
             links = None
         try:
-            nics = read_all_nics(fs, self.host.ethtool, self.ifaces, links)
+            # the monitor's: every NIC's ethtool requests on one socket
+            with one_socket() if self._kept is not None else contextlib.nullcontext():
+                nics = read_all_nics(fs, self.host.ethtool, self.ifaces, links)
         except BadInput:
             raise  # an --iface that vanished mid-run is the user's to know
         except (MalformedHostFile, OSError) as e:

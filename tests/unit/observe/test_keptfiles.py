@@ -99,3 +99,57 @@ def test_only_a_live_sampler_that_asks_keeps_files(tmp_path: Path) -> None:
     (tmp_path / "proc").mkdir()
     tree = Sampler(Host.open(str(tmp_path)), keep_files=True)
     assert type(tree.fs) is HostFS
+
+
+def test_ethtool_requests_in_one_socket_block_share_a_socket_and_read_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from lbtune.host.net import ethtool as et
+
+    devs = sorted(os.listdir("/sys/class/net")) or ["lo"]
+    live = et.LiveEthtool()
+    alone = [live.driver_info(d) for d in devs]
+    made: list[object] = []
+    real = socket.socket
+
+    def counting(*a: object, **k: object) -> socket.socket:
+        s = real(*a, **k)  # type: ignore[arg-type]
+        made.append(s)
+        return s
+
+    monkeypatch.setattr(et.socket, "socket", counting)
+    with et.one_socket():
+        shared = [live.driver_info(d) for d in devs]
+        with et.one_socket():  # nested: the same socket
+            assert live.driver_info(devs[0]) == alone[0]
+    assert shared == alone
+    assert len(made) == 1 and made[0].fileno() == -1  # one socket, closed after the block
+    live.driver_info(devs[0])
+    assert len(made) == 2  # outside a block: a socket per request, as before
+
+
+def test_the_monitors_sampler_reads_every_nic_on_one_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from lbtune.host.net import ethtool as et
+
+    made: list[int] = []
+    real = socket.socket
+
+    def counting(family: int = -1, *a: object, **k: object) -> socket.socket:
+        if family == socket.AF_INET:
+            made.append(family)
+        return real(family, *a, **k)  # type: ignore[arg-type]
+
+    live = Host.open("/")
+    keeping, plain = Sampler(live, keep_files=True), Sampler(live)
+    a, b = keeping.take(), plain.take()
+    assert set(a.nics) == set(b.nics)
+    assert {n: v.driver for n, v in a.nics.items()} == {n: v.driver for n, v in b.nics.items()}
+    monkeypatch.setattr(et.socket, "socket", counting)
+    keeping.take()
+    assert len(made) <= 1  # one for every NIC's requests (none without a NIC)
