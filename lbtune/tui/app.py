@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 from rich.segment import Segment
 from rich.style import Style
@@ -23,6 +23,7 @@ from rich.text import Text
 from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.color import Color
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
@@ -41,9 +42,6 @@ from lbtune.tui.frame import Frame, FrameBuilder
 from lbtune.tui.lines import Line, line
 from lbtune.tui.panels import conntrack, cpus, drops, findings, listen, queues
 from lbtune.tui.screens import HelpScreen, InterfaceScreen, ReportRequest, ReportScreen
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0)
 
@@ -104,7 +102,9 @@ class PanelView(Widget):
         self._lines: list[Line] = [line(("waiting for the first refresh...", ""))]
         self._width = 0  # the width self._lines were made for (0: not laid out yet)
         self._strips: dict[int, Strip] = {}
-        self._plain: Optional[bool] = None  # _is_plain(), until the styles change
+        # _plain_background() and the styles' keys it was worked out for
+        self._style_key: tuple[tuple[int, int], ...] = ()
+        self._background: Optional[Color] = None
 
     def show(self, frame: Frame, app: MonitorApp) -> None:
         self._source = (frame, app)
@@ -171,35 +171,30 @@ class PanelView(Widget):
             self._strips[y] = strip
         return strip
 
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._plain = None
-
-    def refresh(
-        self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
-    ) -> Self:
-        if layout or not regions:  # a style set on the widget refreshes it whole
-            self._plain = None
-        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
-
     def _is_plain(self) -> bool:
         """Whether the styles draw nothing but the content: no border, outline, padding,
         tint, hatch or opacity here (the panel's box draws the border), as the monitor's
-        CSS has it. Checked again after a style change."""
-        plain = self._plain
-        if plain is None:
-            st = self.styles
-            plain = self._plain = (
-                all(not kind for kind, _ in st.border)
-                and all(not kind for kind, _ in st.outline)
-                and tuple(st.padding) == (0, 0, 0, 0)
-                and not st.tint.a
-                and st.text_opacity == 1.0
-                and not (st.has_rule("hatch") and st.hatch != "none")
-                and self._border_title is None
-                and self._border_subtitle is None
-            )
-        return plain
+        CSS has it."""
+        st = self.styles
+        return (
+            all(not kind for kind, _ in st.border)
+            and all(not kind for kind, _ in st.outline)
+            and tuple(st.padding) == (0, 0, 0, 0)
+            and not st.tint.a
+            and st.text_opacity == 1.0
+            and not (st.has_rule("hatch") and st.hatch != "none")
+            and self.opacity == 1.0
+        )
+
+    def _plain_background(self) -> Optional[Color]:
+        """The background the line filters take when the widget is plain (`_is_plain`),
+        else None; worked out again only when a style of the widget or of one of its
+        ancestors changed (their styles' cache keys, which Textual's own caches go by)."""
+        key = tuple((id(n), n.styles._cache_key) for n in self.ancestors_with_self)
+        if key != self._style_key:
+            self._style_key = key
+            self._background = self.background_colors[1] if self._is_plain() else None
+        return self._background
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """The strips Textual's styles cache makes of a plain widget's lines (the content
@@ -207,9 +202,10 @@ class PanelView(Widget):
         that was most of the cost of drawing the few lines a refresh changes. Anything
         else (a style with a border, padding, tint, or an opacity below 1 here or above)
         is drawn by Textual (`tests/tui/test_panel_render.py` compares the two)."""
-        if not self._is_plain() or self.opacity != 1.0:
+        background = self._plain_background()
+        titled = self._border_title is not None or self._border_subtitle is not None
+        if background is None or titled:
             return super().render_lines(crop)
-        _, background = self.background_colors
         filters = self.get_line_filters()
         strips = []
         for y in crop.line_range:

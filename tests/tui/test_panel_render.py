@@ -79,6 +79,9 @@ async def test_panels_draw_what_textuals_styles_cache_draws(
         await pilot.press("tab")  # a focused box: its colours change around the panel
         await pilot.pause(0.1)
         compared += _check(app)
+        app.theme = "textual-light"  # every colour changes
+        await pilot.pause(0.2)
+        compared += _check(app)
     assert compared > 20
 
 
