@@ -106,47 +106,53 @@ class PanelView(Widget):
         self._style_key: tuple[tuple[int, int], ...] = ()
         self._background: Optional[Color] = None
 
-    def show(self, frame: Frame, app: MonitorApp) -> None:
+    def show(self, frame: Frame, app: MonitorApp) -> Optional[Screen[Any]]:
+        """Lay the frame out; the screen it marked for a redraw of its changed lines (to be
+        drawn by the caller, `MonitorApp._show`), or None: nothing changed, or Textual
+        redraws it in its own time (a layout, another version, not mounted)."""
         self._source = (frame, app)
         width = self.size.width
         if width <= 0:
             self._width = 0
             self.refresh(layout=True)
-            return
+            return None
         key = self.key(frame, app) if self.key is not None else None
         if key is not None and key == self._key and width == self._width:
-            return  # the same lines
+            return None  # the same lines
         old = self._lines
         new = self.draw(frame, app, width)
         self._lines, self._width, self._key = new, width, key
         if len(new) != len(old):
             self._strips.clear()
             self.refresh(layout=True)
-            return
+            return None
         changed = [y for y, (a, b) in enumerate(zip(old, new)) if a != b]
         for y in changed:
             self._strips.pop(y, None)
         if changed:
-            self._repaint([Region(0, y, width, 1) for y in changed])
+            return self._repaint([Region(0, y, width, 1) for y in changed])
+        return None
 
-    def _repaint(self, regions: list[Region]) -> None:
+    def _repaint(self, regions: list[Region]) -> Optional[Screen[Any]]:
         """`refresh(*regions)`, handed to the screen at once: Textual's refresh prompts the
         widget's own message loop, whose idle handler then posts an update to the screen's,
         two hops of the event loop per panel and refresh for what the screen's update does
-        (adds the widget to those it redraws). Textual's own way on a version this was not
-        read against (8.2.8: `Widget.refresh`, `Widget._check_refresh`, `Screen._on_update`)
-        or before the widget is mounted."""
+        (adds the widget to those it redraws). Returns that screen, which the caller then
+        draws (`MonitorApp._show`). Textual's own way (returning None) on a version this was
+        not read against (8.2.8: `Widget.refresh`, `Widget._check_refresh`,
+        `Screen._on_update`) or before the widget is mounted."""
         screen = self.screen if self._is_mounted and self.display else None
         if not band_compositor_fits() or screen is None or self._layout_required:
             self.refresh(*regions)
-            return
+            return None
         self._layout_cache.clear()  # what refresh() does for a repaint of regions
         self._set_dirty(*regions)
         self.clear_cached_dimensions()
         self._rich_style_cache.clear()
-        if screen in screen._compositor:  # what Screen._on_update does with the update
-            screen._dirty_widgets.add(self)
-            screen.check_idle()
+        if screen not in screen._compositor:  # what Screen._on_update does with the update
+            return None
+        screen._dirty_widgets.add(self)
+        return screen
 
     def _layout_for(self, width: int) -> None:
         if width != self._width and width > 0:
@@ -462,9 +468,26 @@ class MonitorApp(App[int]):
             return
         if not self._panels:  # the same six widgets for the app's life: queried once
             self._panels = tuple(self.query(PanelView))
+        marked: set[Screen[Any]] = set()
         for panel in self._panels:
-            panel.show(self.frame, self)
+            screen = panel.show(self.frame, self)
+            if screen is not None:
+                marked.add(screen)
+        for screen in marked:
+            self._redraw(screen)
         self._header()
+
+    def _redraw(self, screen: Screen[Any]) -> None:
+        """Draw the lines the panels marked on `screen` now, as the screen's update timer
+        would once it has been prompted and woken (`Screen._on_idle`, `_on_timer_update`:
+        two more hops of the event loop); Textual's own way when the screen has anything
+        else to do (a layout, a scroll) or is not the one shown."""
+        if (screen.is_current and not self._batch_count and not screen._layout_required
+                and not screen._scroll_required and not screen._recompose_required):  # fmt: skip
+            with screen._context():
+                screen._on_timer_update()
+        else:
+            screen.check_idle()
 
     def _header(self) -> None:
         f = self.frame
