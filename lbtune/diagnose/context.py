@@ -38,6 +38,14 @@ class Context:
     # empty where they were not read (the monitor, the exporter): the rules on them stay quiet.
     nic_settings: Mapping[str, NicSettings] = field(default_factory=dict)
 
+    def allowing(self, allowed: Optional[AbstractSet[str]]) -> Context:
+        """This context for a rule that declared `allowed`: `replace(self, allowed=...)`
+        without its per-call field inspection (run for every rule of every monitor tick)."""
+        new = object.__new__(Context)
+        new.__dict__.update(self.__dict__)
+        new.__dict__["allowed"] = allowed
+        return new
+
     @property
     def config(self) -> Mapping[str, str]:
         """Configuration values of the latest sample: kernel path -> text."""

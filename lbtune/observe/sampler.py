@@ -10,17 +10,21 @@ values, connected sockets under receive pressure) it names in a `SampleSpec`.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence, TypeVar
 
 from lbtune.errors import BadInput, MalformedHostFile
+from lbtune.host.fs import HostFS
 from lbtune.host.host import Host
 from lbtune.host.kernel.interrupts import IrqLine, read_interrupts
+from lbtune.host.net.ethtool import one_socket
 from lbtune.host.net.sockdiag import ListenSocket, count_tcp_local_ports
 from lbtune.observe.clock import SYSTEM_CLOCK, Clock
 from lbtune.observe.config import ConfigValues, read_config
 from lbtune.observe.conntrack import read_conntrack
 from lbtune.observe.ipvs_stats import read_ipvs_stats
+from lbtune.observe.keptfiles import KeptProcFS
 from lbtune.observe.model import Sample, SnmpCounters, SockStat, SoftnetCpu
 from lbtune.observe.nicstats import check_interfaces, read_all_nics
 from lbtune.observe.procnet import read_snmp, read_sockstat
@@ -66,6 +70,10 @@ class Sampler:
     second. Left out so, `ListenSocket.syn_recv` is None (not read). None (diagnose) walks
     whenever a request may be waiting; 0 (the exporter) only at a take that sees one of
     them move.
+
+    `keep_files` (the monitor) keeps the live root's /proc counter files open between
+    takes and reads them again from offset 0 (`lbtune.observe.keptfiles`): opening them cost
+    more than reading them.
     """
 
     def __init__(
@@ -76,8 +84,13 @@ class Sampler:
         clock: Clock = SYSTEM_CLOCK,
         config_every: float = 0.0,
         syn_walk_hold: Optional[float] = None,
+        keep_files: bool = False,
     ) -> None:
         self.host = host
+        # the counters' files (the limits are read through host.fs: every 10 s at most)
+        live_root = type(host.fs) is HostFS and host.is_live
+        self._kept = KeptProcFS() if keep_files and live_root else None
+        self.fs: HostFS = self._kept or host.fs
         self.ifaces = list(ifaces) if ifaces else None
         self.spec = spec
         self.clock = clock
@@ -93,7 +106,7 @@ class Sampler:
             check_interfaces(host.fs, self.ifaces)
 
     def _uptime(self) -> Optional[float]:
-        text = self.host.fs.read("/proc/uptime")
+        text = self.fs.read("/proc/uptime")
         if not text:
             return None
         try:
@@ -102,7 +115,13 @@ class Sampler:
             raise MalformedHostFile(self.host.fs.path("/proc/uptime"), "bad format") from None
 
     def take(self) -> Sample:
-        fs = self.host.fs
+        try:
+            return self._take(self.fs)
+        finally:
+            if self._kept is not None:
+                self._kept.sweep()
+
+    def _take(self, fs: HostFS) -> Sample:
         missing: dict[str, str] = {}
 
         def get(name: str, fn: Callable[[], T], default: T) -> T:
@@ -134,7 +153,9 @@ class Sampler:
         except OSError:
             links = None
         try:
-            nics = read_all_nics(fs, self.host.ethtool, self.ifaces, links)
+            # the monitor's: every NIC's ethtool requests on one socket
+            with one_socket() if self._kept is not None else contextlib.nullcontext():
+                nics = read_all_nics(fs, self.host.ethtool, self.ifaces, links)
         except BadInput:
             raise  # an --iface that vanished mid-run is the user's to know
         except (MalformedHostFile, OSError) as e:
@@ -226,7 +247,7 @@ class Sampler:
 
     def _ephemeral(self, st: SockStat) -> Optional[int]:
         """Count ports of ip_local_port_range in use, when sockstat says it may be full."""
-        text = self.host.fs.read("/proc/sys/net/ipv4/ip_local_port_range")
+        text = self.fs.read("/proc/sys/net/ipv4/ip_local_port_range")
         try:
             low, high = (int(x) for x in (text or "").split())
         except ValueError:

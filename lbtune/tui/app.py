@@ -23,6 +23,7 @@ from rich.text import Text
 from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.color import Color
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
@@ -75,6 +76,7 @@ class ReportWritten(Message):
 
 
 Draw = Callable[["Frame", "MonitorApp", int], list[Line]]
+Key = Callable[["Frame", "MonitorApp"], tuple[object, ...]]
 
 
 class PanelView(Widget):
@@ -88,34 +90,69 @@ class PanelView(Widget):
 
     DEFAULT_CSS = "PanelView { height: auto; }"
 
-    def __init__(self, title: str, draw: Draw, **kw: Any) -> None:
+    def __init__(self, title: str, draw: Draw, key: Optional[Key] = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.title = title
         self.draw = draw
+        # What `draw` reads of a frame and the app: the lines are not made again while it
+        # stays the same (a listener's queue, the conntrack table: most panels hold still).
+        self.key = key
+        self._key: Optional[tuple[object, ...]] = None  # the key the lines were made for
         self._source: Optional[tuple[Frame, MonitorApp]] = None
         self._lines: list[Line] = [line(("waiting for the first refresh...", ""))]
         self._width = 0  # the width self._lines were made for (0: not laid out yet)
         self._strips: dict[int, Strip] = {}
+        # _plain_background() and the styles' keys it was worked out for
+        self._style_key: tuple[tuple[int, int], ...] = ()
+        self._background: Optional[Color] = None
 
-    def show(self, frame: Frame, app: MonitorApp) -> None:
+    def show(self, frame: Frame, app: MonitorApp) -> Optional[Screen[Any]]:
+        """Lay the frame out; the screen it marked for a redraw of its changed lines (to be
+        drawn by the caller, `MonitorApp._show`), or None: nothing changed, or Textual
+        redraws it in its own time (a layout, another version, not mounted)."""
         self._source = (frame, app)
         width = self.size.width
         if width <= 0:
             self._width = 0
             self.refresh(layout=True)
-            return
+            return None
+        key = self.key(frame, app) if self.key is not None else None
+        if key is not None and key == self._key and width == self._width:
+            return None  # the same lines
         old = self._lines
         new = self.draw(frame, app, width)
-        self._lines, self._width = new, width
+        self._lines, self._width, self._key = new, width, key
         if len(new) != len(old):
             self._strips.clear()
             self.refresh(layout=True)
-            return
+            return None
         changed = [y for y, (a, b) in enumerate(zip(old, new)) if a != b]
         for y in changed:
             self._strips.pop(y, None)
         if changed:
-            self.refresh(*(Region(0, y, width, 1) for y in changed))
+            return self._repaint([Region(0, y, width, 1) for y in changed])
+        return None
+
+    def _repaint(self, regions: list[Region]) -> Optional[Screen[Any]]:
+        """`refresh(*regions)`, handed to the screen at once: Textual's refresh prompts the
+        widget's own message loop, whose idle handler then posts an update to the screen's,
+        two hops of the event loop per panel and refresh for what the screen's update does
+        (adds the widget to those it redraws). Returns that screen, which the caller then
+        draws (`MonitorApp._show`). Textual's own way (returning None) on a version this was
+        not read against (8.2.8: `Widget.refresh`, `Widget._check_refresh`,
+        `Screen._on_update`) or before the widget is mounted."""
+        screen = self.screen if self._is_mounted and self.display else None
+        if not band_compositor_fits() or screen is None or self._layout_required:
+            self.refresh(*regions)
+            return None
+        self._layout_cache.clear()  # what refresh() does for a repaint of regions
+        self._set_dirty(*regions)
+        self.clear_cached_dimensions()
+        self._rich_style_cache.clear()
+        if screen not in screen._compositor:  # what Screen._on_update does with the update
+            return None
+        screen._dirty_widgets.add(self)
+        return screen
 
     def _layout_for(self, width: int) -> None:
         if width != self._width and width > 0:
@@ -139,6 +176,53 @@ class PanelView(Widget):
             strip = Strip(segments).extend_cell_length(width, base).crop(0, width)
             self._strips[y] = strip
         return strip
+
+    def _is_plain(self) -> bool:
+        """Whether the styles draw nothing but the content: no border, outline, padding,
+        tint, hatch or opacity here (the panel's box draws the border), as the monitor's
+        CSS has it."""
+        st = self.styles
+        return (
+            all(not kind for kind, _ in st.border)
+            and all(not kind for kind, _ in st.outline)
+            and tuple(st.padding) == (0, 0, 0, 0)
+            and not st.tint.a
+            and st.text_opacity == 1.0
+            and not (st.has_rule("hatch") and st.hatch != "none")
+            and self.opacity == 1.0
+        )
+
+    def _plain_background(self) -> Optional[Color]:
+        """The background the line filters take when the widget is plain (`_is_plain`),
+        else None; worked out again only when a style of the widget or of one of its
+        ancestors changed (their styles' cache keys, which Textual's own caches go by)."""
+        key = tuple((id(n), n.styles._cache_key) for n in self.ancestors_with_self)
+        if key != self._style_key:
+            self._style_key = key
+            self._background = self.background_colors[1] if self._is_plain() else None
+        return self._background
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The strips Textual's styles cache makes of a plain widget's lines (the content
+        line, the app's line filters applied), without its per-call style resolution:
+        that was most of the cost of drawing the few lines a refresh changes. Anything
+        else (a style with a border, padding, tint, or an opacity below 1 here or above)
+        is drawn by Textual (`tests/tui/test_panel_render.py` compares the two)."""
+        background = self._plain_background()
+        titled = self._border_title is not None or self._border_subtitle is not None
+        if background is None or titled:
+            return super().render_lines(crop)
+        filters = self.get_line_filters()
+        strips = []
+        for y in crop.line_range:
+            strip = self.render_line(y)
+            for f in filters:
+                strip = strip.apply_filter(f, background)
+            strips.append(strip)
+        x1, x2 = crop.column_span
+        if (x1, x2) != (0, self.size.width):
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
 
     @property
     def content(self) -> Text:
@@ -234,6 +318,7 @@ class MonitorApp(App[int]):
         self._builder = FrameBuilder(feed.host)
         self._builder_lock = threading.Lock()
         self._shown_header: Optional[Text] = None
+        self._header_key: Optional[tuple[object, ...]] = None
         self._laid_out = False
         self._user_condensed = False
         self._panels: Optional[tuple[PanelView, ...]] = None
@@ -245,21 +330,29 @@ class MonitorApp(App[int]):
         # Wide: two columns. Narrow (< NARROW columns): the same panels in one column, in
         # the order left then right, each as tall as its lines, the body scrolling.
         with _Body(id="body"):
+            # Each panel with what its render function reads of the frame and the app.
             with _Column(id="left"):
                 yield self._box("drops", "drops by cause",
-                                lambda f, a, w: drops.render(f, a.condensed, w))  # fmt: skip
+                                lambda f, a, w: drops.render(f, a.condensed, w),
+                                lambda f, a: (f.drops, f.reasons, f.probe_state,
+                                              a.condensed))  # fmt: skip
                 yield self._box("listen", "listen queues",
-                                lambda f, a, w: listen.render(f, a.condensed, w))  # fmt: skip
+                                lambda f, a, w: listen.render(f, a.condensed, w),
+                                lambda f, a: (f.listen, a.condensed))  # fmt: skip
                 yield self._box("findings", findings.TITLE,
-                                lambda f, a, w: findings.render(f, a.condensed, w))  # fmt: skip
+                                lambda f, a, w: findings.render(f, a.condensed, w),
+                                lambda f, a: (f.findings, f.quiet, f.judged, f.seconds,
+                                              f.cumulative, a.condensed))  # fmt: skip
             with _Column(id="right"):
                 yield self._box("conntrack", "conntrack",
-                                lambda f, a, w: conntrack.render(f, a.condensed, w))  # fmt: skip
+                                lambda f, a, w: conntrack.render(f, a.condensed, w),
+                                lambda f, a: (f.conntrack, a.condensed))  # fmt: skip
                 yield self._box("queues", "NIC queues",
-                                lambda f, a, w: queues.render(f, a.iface, a.condensed,
-                                                              w))  # fmt: skip
+                                lambda f, a, w: queues.render(f, a.iface, a.condensed, w),
+                                lambda f, a: (f.nics, a.iface, a.condensed))  # fmt: skip
                 yield self._box("cpus", cpus.title(self.feed.host.topology),
-                                lambda f, a, w: cpus.render(f, a.condensed, w))  # fmt: skip
+                                lambda f, a, w: cpus.render(f, a.condensed, w),
+                                lambda f, a: (f.cpus, a.condensed))  # fmt: skip
         yield Static("", id="status")
         yield Footer()
 
@@ -287,8 +380,9 @@ class MonitorApp(App[int]):
             self._laid_out = True
             self._show()
 
-    def _box(self, name: str, title: str, draw: Draw) -> VerticalScroll:
-        box = VerticalScroll(PanelView(title, draw, id=name), id=f"{name}-box", classes="panel")
+    def _box(self, name: str, title: str, draw: Draw, key: Key) -> VerticalScroll:
+        box = VerticalScroll(PanelView(title, draw, key, id=name), id=f"{name}-box",
+                             classes="panel")  # fmt: skip
         box.border_title = title
         box.can_focus = True
         return box
@@ -374,13 +468,37 @@ class MonitorApp(App[int]):
             return
         if not self._panels:  # the same six widgets for the app's life: queried once
             self._panels = tuple(self.query(PanelView))
+        marked: set[Screen[Any]] = set()
         for panel in self._panels:
-            panel.show(self.frame, self)
+            screen = panel.show(self.frame, self)
+            if screen is not None:
+                marked.add(screen)
+        for screen in marked:
+            self._redraw(screen)
         self._header()
 
+    def _redraw(self, screen: Screen[Any]) -> None:
+        """Draw the lines the panels marked on `screen` now, as the screen's update timer
+        would once it has been prompted and woken (`Screen._on_idle`, `_on_timer_update`:
+        two more hops of the event loop); Textual's own way when the screen has anything
+        else to do (a layout, a scroll) or is not the one shown."""
+        if (screen.is_current and not self._batch_count and not screen._layout_required
+                and not screen._scroll_required and not screen._recompose_required):  # fmt: skip
+            with screen._context():
+                screen._on_timer_update()
+        else:
+            screen.check_idle()
+
     def _header(self) -> None:
+        f = self.frame
+        # what the line is made of (the host's fields do not change): the same every second
+        key = (self.paused, self.feed.interval, f.probe_state if f else None,
+               f.probe_note if f else None)  # fmt: skip
+        if key == self._header_key:
+            return
+        self._header_key = key
         text = self._header_text()
-        if text != self._shown_header:  # the same line every second: not redrawn
+        if text != self._shown_header:  # not redrawn when only the key's form changed
             self._shown_header = text
             self.query_one("#header", Static).update(text)
 

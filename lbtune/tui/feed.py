@@ -136,7 +136,7 @@ class LiveFeed:
     def __post_init__(self) -> None:
         self.sampler = Sampler(self.sys_host, self.ifaces, sample_spec(monitor_rules()),
                                self.clock, config_every=CONFIG_EVERY,
-                               syn_walk_hold=SYN_WALK_HOLD)  # fmt: skip
+                               syn_walk_hold=SYN_WALK_HOLD, keep_files=True)  # fmt: skip
         self.host = describe_host(self.sys_host, self.ifaces, "live")
         if self.record is not None:
             h = self.host

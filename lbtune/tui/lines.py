@@ -12,6 +12,7 @@ into strips.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterable, Optional, Sequence
 
 Span = tuple[str, str]  # (text, rich style string; "" for none)
@@ -117,32 +118,35 @@ class Grid:
                 k = max(able, key=lambda x: outer[x])
                 outer[k] -= 1
                 spare += 1
-        inner = [w - p for w, p in zip(outer, pad)]
-        align = [c in self.right for c in names]
-        cuts = ["" if c in self.squeeze else ELLIPSIS for c in names]
-        header: list[Span] = [(c, HEADER) for c in names]
+        inner = tuple(w - p for w, p in zip(outer, pad))
+        align = tuple(c in self.right for c in names)
+        cuts = tuple("" if c in self.squeeze else ELLIPSIS for c in names)
+        header = tuple((c, HEADER) for c in names)
         rows = [tuple(row[i] for i in shown) for row in self.rows]
-        return [self._line(cells, inner, align, cuts) for cells in (tuple(header), *rows)]
+        return [_row(cells, inner, align, cuts) for cells in (header, *rows)]
 
-    @staticmethod
-    def _line(
-        cells: Sequence[Span], inner: Sequence[int], align: Sequence[bool], cuts: Sequence[str]
-    ) -> Line:
-        out: list[Span] = []
-        gap = ""
-        for (value, style), w, right, cut in zip(cells, inner, align, cuts):
-            cell = fit(value, w, right, cut)
-            if not style:
-                out.append((gap + cell, ""))
-            else:
-                # Padding carries no style, so underlines and reverse stay on the text.
-                body = cell.strip(" ")
-                lead = len(cell) - len(cell.lstrip(" "))
-                out.append((gap + " " * lead, ""))
-                out.append((body, style))
-                out.append((" " * (len(cell) - lead - len(body)), ""))
-            gap = "  "
-        return _merge(out)
+
+@lru_cache(maxsize=2048)
+def _row(
+    cells: tuple[Span, ...], inner: tuple[int, ...], align: tuple[bool, ...], cuts: tuple[str, ...]
+) -> Line:
+    """A grid row laid out: cached, since most rows of a panel are the same as a second ago
+    (and the same line object then compares equal at once)."""
+    out: list[Span] = []
+    gap = ""
+    for (value, style), w, right, cut in zip(cells, inner, align, cuts):
+        cell = fit(value, w, right, cut)
+        if not style:
+            out.append((gap + cell, ""))
+        else:
+            # Padding carries no style, so underlines and reverse stay on the text.
+            body = cell.strip(" ")
+            lead = len(cell) - len(cell.lstrip(" "))
+            out.append((gap + " " * lead, ""))
+            out.append((body, style))
+            out.append((" " * (len(cell) - lead - len(body)), ""))
+        gap = "  "
+    return _merge(out)
 
 
 def _merge(spans: Iterable[Span]) -> Line:

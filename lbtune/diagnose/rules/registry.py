@@ -17,7 +17,7 @@ says `profile_fix=False` (tests/unit/diagnose/test_fix_profiles.py holds every r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -121,5 +121,5 @@ def run_rules(ctx: Context, rules: Optional[Sequence[Rule]] = None) -> list[Find
     only the configuration values it declared."""
     out: list[Finding] = []
     for r in RULES if rules is None else rules:
-        out.extend(r.fn(replace(ctx, allowed=r.allowed)))
+        out.extend(r.fn(ctx.allowing(r.allowed)))
     return rank(out)

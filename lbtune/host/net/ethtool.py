@@ -8,14 +8,16 @@ real sosreports all work with `--root`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
 import re
 import socket
 import struct
+import threading
 from dataclasses import dataclass, fields
-from typing import Callable, Mapping, Optional, Protocol, Sequence, TypeVar
+from typing import Callable, Iterator, Mapping, Optional, Protocol, Sequence, TypeVar
 
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
@@ -815,6 +817,25 @@ class EthtoolIoctlError(OSError):
     """The driver refused an ethtool request (EOPNOTSUPP, EINVAL, ENODEV...)."""
 
 
+_shared = threading.local()  # .sock: the socket of a `one_socket()` block of this thread
+
+
+@contextlib.contextmanager
+def one_socket() -> Iterator[None]:
+    """The requests this thread sends in the block share one socket (a sampler's reads of
+    every NIC: a socket per request was most of a small request's cost). A socket's requests
+    go to the namespace it was made in, so nothing in the block may change the thread's."""
+    if getattr(_shared, "sock", None) is not None:
+        yield  # nested: the outer block's socket
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        _shared.sock = s
+        try:
+            yield
+        finally:
+            _shared.sock = None
+
+
 def ethtool_ioctl(dev: str, payload: bytes) -> bytes:
     """Send one SIOCETHTOOL request for `dev` in this process's net namespace; return the reply."""
     name = dev.encode()
@@ -822,11 +843,15 @@ def ethtool_ioctl(dev: str, payload: bytes) -> bytes:
         raise EthtoolIoctlError(22, f"{dev!r}: not an interface name")
     buf = ctypes.create_string_buffer(payload, len(payload))
     ifreq = struct.pack("16sP", name, ctypes.addressof(buf))
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            fcntl.ioctl(s.fileno(), _SIOCETHTOOL, ifreq)
-        except OSError as e:
-            raise EthtoolIoctlError(e.errno, f"{dev}: {e.strerror}") from None
+    shared: Optional[socket.socket] = getattr(_shared, "sock", None)
+    s = shared if shared is not None else socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        fcntl.ioctl(s.fileno(), _SIOCETHTOOL, ifreq)
+    except OSError as e:
+        raise EthtoolIoctlError(e.errno, f"{dev}: {e.strerror}") from None
+    finally:
+        if s is not shared:
+            s.close()
     return buf.raw
 
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import pytest
 
-from lbtune.diagnose.context import Context
+from lbtune.diagnose.context import Context, UndeclaredConfig
 from lbtune.diagnose.finding import Finding
 from lbtune.diagnose.rules import RULES, run_rules
 from lbtune.host.kernel.sysctl import sysctl_path
@@ -478,3 +478,14 @@ def test_irq_placement_counts_only_cpus_an_irq_fired_on(conf: dict[str, str]) ->
             if f.rule == "irq-placement"]  # fmt: skip
     assert f.count == 45 + 7 and "IRQs 30 (queue 0), 32 (queue 2) " in f.cause
     assert "CPU(s) 0-1 " in f.cause
+
+
+def test_a_rules_context_is_the_context_with_its_declared_paths() -> None:
+    ctx = Context(window=Window(sample(0.0), sample(1.0)), netns="ns1")
+    declared = frozenset({sysctl_path("net.core.somaxconn")})
+    ruled = ctx.allowing(declared)
+    assert ruled == dataclasses.replace(ctx, allowed=declared)
+    assert ruled.allowed == declared and ctx.allowed is None  # the original is untouched
+    assert ruled.sysctl("net.core.somaxconn") == ctx.sysctl("net.core.somaxconn")
+    with pytest.raises(UndeclaredConfig, match="does not declare it"):
+        ruled.sysctl("net.core.rmem_max")
