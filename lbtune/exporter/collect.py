@@ -197,9 +197,12 @@ class Exporter:
         self.clock = clock
         # The SYN queues (a walk of the whole connection table) only at a scrape whose window
         # saw a SYN overflow counter move, the only windows whose rules read them: every
-        # scrape is a TCP connection, so the sampler's Tcp.InSegs gate never closes.
+        # scrape is a TCP connection, so the sampler's Tcp.InSegs gate never closes. The
+        # live /proc counter files stay open between scrapes, as the monitor's do (samples
+        # are taken under self._lock, one at a time).
         self.sampler = Sampler(self.host, None, sample_spec(exporter_rules()), clock,
-                               config_every=CONFIG_EVERY, syn_walk_hold=0.0)  # fmt: skip
+                               config_every=CONFIG_EVERY, syn_walk_hold=0.0,
+                               keep_files=True)  # fmt: skip
         self.totals = Totals()
         self._lock = threading.Lock()
         self._previous: Optional[Sample] = None

@@ -12,7 +12,8 @@ would; a file not read since the last `sweep()` is closed, so a path read once i
 (the limits, every 10 s) or never again (an interface gone) holds no descriptor.
 
 Only the live root (a host tree's files are read as they are: `HostFS`), only /proc, and
-only for the sampler that asks for it (the monitor's: `Sampler(keep_files=True)`).
+only for the samplers that ask for it (the monitor's and the exporter's:
+`Sampler(keep_files=True)`).
 """
 
 from __future__ import annotations

@@ -71,9 +71,9 @@ class Sampler:
     whenever a request may be waiting; 0 (the exporter) only at a take that sees one of
     them move.
 
-    `keep_files` (the monitor) keeps the live root's /proc counter files open between
-    takes and reads them again from offset 0 (`lbtune.observe.keptfiles`): opening them cost
-    more than reading them.
+    `keep_files` (the monitor, the exporter) keeps the live root's /proc counter files open
+    between takes and reads them again from offset 0 (`lbtune.observe.keptfiles`): opening
+    them cost more than reading them.
     """
 
     def __init__(
