@@ -101,11 +101,17 @@ def test_the_screen_does_not_go_where_fd_2_is_pointed_for_a_while(tmp_path):
     refresh...") until they changed. The monitor's driver writes to its own copy of fd 2."""
     done = tmp_path / "done"
     tmux = Tmux(tmp_path)
+    # a server of its own: the module's other tests kill theirs just before this one starts,
+    # and a new session on a server still going away did not come up (seen once in CI)
+    tmux.sock = f"lbtune-test-fd2-{os.getpid()}-{time.monotonic_ns()}"
     cmd = " ".join([sys.executable, "-m", "tests.tui.stderr_app", str(done)])
-    tmux("new-session", "-d", "-s", "mon", "-x", "100", "-y", "20",
-         f"cd {os.getcwd()}; {cmd}; echo EXIT=$?; sleep 60")  # fmt: skip
+    started = subprocess.run(
+        ["tmux", "-L", tmux.sock, "new-session", "-d", "-s", "mon", "-x", "100", "-y", "20",
+         f"cd {os.getcwd()}; {cmd}; echo EXIT=$?; sleep 60"],
+        capture_output=True, text=True, env=tmux.env, timeout=20, check=False)  # fmt: skip
+    assert started.returncode == 0, started.stderr
     try:
-        tmux.wait("before the redirect")
+        tmux.wait("before the redirect", timeout=60)
         end = time.monotonic() + 30
         while not done.exists() and time.monotonic() < end:
             time.sleep(0.1)
