@@ -20,15 +20,10 @@ from textual.widget import Widget
 from lbtune.tui.app import MonitorApp, PanelView
 from tests.conftest import DELL, KVM
 from tests.tui.conftest import FIXED_TIME, Script, ScriptedFeed, tick
+from tests.tui.test_band_compositor import STEPS as BAND_STEPS
 
-STEPS = [
-    {},
-    {"snmp": {"TcpExt.ListenOverflows": 50, "TcpExt.ListenDrops": 50},
-     "softnet": {1: (90000, 120, 40)}, "net_rx": {1: 3000},
-     "queues": {("ens3", "rx", 2): 90000, ("ens3", "rx", 0): 1000}, "listen": {80: (511, 50)},
-     "conntrack": 60000},
-    {"snmp": {"TcpExt.ListenOverflows": 20, "TcpExt.ListenDrops": 20}, "net_rx": {0: 500}},
-]  # fmt: skip
+# the band compositor's scripted steps: an idle tick, a burst of drops, then a calmer one
+STEPS = BAND_STEPS[:3]
 
 
 def _textuals(panel: PanelView, crop: Region) -> list[Any]:
@@ -56,15 +51,22 @@ def _check(app: MonitorApp) -> int:
 
 async def _frames(app: MonitorApp, feed: ScriptedFeed, script: Script, pilot: Any) -> int:
     compared = 0
-    for i, step in enumerate(STEPS):
-        feed.push(tick(script.step(**step)))
-        for _ in range(200):
-            if app.frames == i + 1:
-                break
-            await pilot.pause(0.02)
-        await pilot.pause(0.1)
+    for step in STEPS:
+        await _step(app, feed, script, pilot, step)
         compared += _check(app)
     return compared
+
+
+async def _step(app: MonitorApp, feed: ScriptedFeed, script: Script, pilot: Any,
+                step: dict[str, Any]) -> None:
+    """One scripted tick, and wait until the app has made its frame."""
+    want = app.frames + 1
+    feed.push(tick(script.step(**step)))
+    for _ in range(200):
+        if app.frames == want:
+            break
+        await pilot.pause(0.02)
+    await pilot.pause(0.1)
 
 
 @pytest.mark.parametrize("name,size", [(KVM, (140, 48)), (KVM, (90, 30)), (DELL, (160, 50))])
@@ -128,13 +130,8 @@ async def test_a_panel_whose_part_of_the_frame_holds_still_is_not_drawn_again() 
 
             panel.draw = counted
         steps = [{}, {"conntrack": 100}, {}, {}]
-        for i, step in enumerate(steps):
-            feed.push(tick(script.step(**step)))
-            for _ in range(200):
-                if app.frames == i + 1:
-                    break
-                await pilot.pause(0.02)
-            await pilot.pause(0.1)
+        for step in steps:
+            await _step(app, feed, script, pilot, step)
             _check(app)
         before = dict(drawn)
         feed.push(tick(script.step()))  # the same as the last: nothing but the history moves
