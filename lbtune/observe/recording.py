@@ -16,7 +16,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass
-from typing import IO, Any, Iterator, Mapping, Optional
+from typing import IO, Any, Callable, Iterator, Mapping, Optional
 
 from lbtune.errors import BadInput
 from lbtune.host.kernel.cputopology import CpuTopology
@@ -70,87 +70,216 @@ def encode(value: Any) -> Any:
     raise TypeError(f"cannot record a {type(value).__name__}")
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+class _Bad(Exception):
+    """A value that does not fit its type: the message, and the path to it from the value
+    being decoded, innermost part first (parts are added only on the way out of an error)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path: list[str] = []
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
+Decoder = Callable[[Any], Any]
+_DECODERS: dict[Any, Decoder] = {}
 
 
 def decode(tp: Any, data: Any, where: str = "value") -> Any:
-    """`data` (from `encode`) as a value of type `tp`; Malformed when it does not fit."""
+    """`data` (from `encode`) as a value of type `tp`; Malformed when it does not fit.
+
+    Each type's decoder is built once, from its type hints, and kept: a 48-CPU host's tick
+    holds some 20,000 values, and working the hints out again for each value was most of
+    what a replay cost. The place of a value that does not fit (`where.nics[eth0].queues[3]
+    .packets`) is put together only when one does not.
+    """
+    try:
+        return _decoder(tp)(data)
+    except _Bad as e:
+        raise Malformed(f"{where}{''.join(reversed(e.path))}: {e.message}") from None
+
+
+def _decoder(tp: Any) -> Decoder:
+    found = _DECODERS.get(tp)
+    if found is None:
+        # (a placeholder first: a type that refers to itself gets the decoder, once built)
+        _DECODERS[tp] = lambda data: _DECODERS[tp](data)
+        found = _DECODERS[tp] = _build(tp)
+    return found
+
+
+def _build(tp: Any) -> Decoder:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any:
-        return data
+        return lambda data: data
     if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
-        if data is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return decode(arg, data, where)
-            except Malformed as e:
-                errors.append(str(e))
-        raise Malformed(errors[0] if errors else f"{where}: unexpected null")
+        return _union(args)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        if not isinstance(data, dict):
-            raise Malformed(f"{where}: expected an object for {tp.__name__}")
-        hints = _hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in data:
-                kwargs[f.name] = decode(hints[f.name], data[f.name], f"{where}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise Malformed(f"{where}: no {f.name}")
-        return tp(**kwargs)
-    if origin in (tuple,):
-        if not isinstance(data, list):
-            raise Malformed(f"{where}: expected a list")
+        return _dataclass(tp)
+    if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(data))
-        if len(args) != len(data):
-            raise Malformed(f"{where}: expected {len(args)} items")
-        return tuple(decode(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, data)))
+            return _items(_decoder(args[0]))
+        return _fixed(tuple(_decoder(a) for a in args))
     if origin in (frozenset, set):
-        if not isinstance(data, list):
-            raise Malformed(f"{where}: expected a list")
-        return frozenset(decode(args[0], v, where) for v in data)
+        return _set(_decoder(args[0]))
     if origin in (dict, collections.abc.Mapping):
+        return _mapping(args[0], _decoder(args[1]))
+    if tp in _LEAVES:
+        return _LEAVES[tp]
+
+    def cannot(data: Any) -> Any:
+        raise _Bad(f"cannot read a {tp!r}")
+
+    return cannot
+
+
+def _union(args: tuple[Any, ...]) -> Decoder:
+    nullable = type(None) in args
+    choices = tuple(_decoder(a) for a in args if a is not type(None))
+
+    def union(data: Any) -> Any:
+        if data is None and nullable:
+            return None
+        first: Optional[_Bad] = None
+        for choice in choices:
+            try:
+                return choice(data)
+            except _Bad as e:
+                first = first or e
+        raise first or _Bad("unexpected null")
+
+    return union
+
+
+def _dataclass(tp: type) -> Decoder:
+    hints = typing.get_type_hints(tp)
+    fields = tuple(
+        (f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        for f in dataclasses.fields(tp)
+    )  # fmt: skip
+    decoders = {name: _decoder(hints[name]) for name, _ in fields}
+    expected = f"expected an object for {tp.__name__}"
+
+    def dataclass(data: Any) -> Any:
         if not isinstance(data, dict):
-            raise Malformed(f"{where}: expected an object")
-        kt, vt = args
-        return {_key(kt, k, where): decode(vt, v, f"{where}[{k}]") for k, v in data.items()}
-    if tp is bool:
-        if not isinstance(data, bool):
-            raise Malformed(f"{where}: expected true or false")
-        return data
-    if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise Malformed(f"{where}: expected an integer")
-        return data
-    if tp is float:
-        if isinstance(data, bool) or not isinstance(data, (int, float)):
-            raise Malformed(f"{where}: expected a number")
-        return float(data)
-    if tp is str:
-        if not isinstance(data, str):
-            raise Malformed(f"{where}: expected a string")
-        return data
-    raise Malformed(f"{where}: cannot read a {tp!r}")
+            raise _Bad(expected)
+        kwargs = {}
+        for name, required in fields:
+            if name in data:
+                try:
+                    kwargs[name] = decoders[name](data[name])
+                except _Bad as e:
+                    e.path.append(f".{name}")
+                    raise
+            elif required:
+                raise _Bad(f"no {name}")
+        return tp(**kwargs)
+
+    return dataclass
 
 
-def _key(tp: Any, key: str, where: str) -> Any:
-    if tp is int:
+def _items(item: Decoder) -> Decoder:
+    def items(data: Any) -> Any:
+        if not isinstance(data, list):
+            raise _Bad("expected a list")
         try:
-            return int(key)
-        except ValueError:
-            raise Malformed(f"{where}: key {key[:40]!r} is not an integer") from None
-    return key
+            return tuple([item(v) for v in data])
+        except _Bad:
+            pass
+        for i, v in enumerate(data):  # (which item: only once one did not fit)
+            try:
+                item(v)
+            except _Bad as e:
+                e.path.append(f"[{i}]")
+                raise
+        raise AssertionError("an item failed once only")  # pragma: no cover
+
+    return items
+
+
+def _fixed(decoders: tuple[Decoder, ...]) -> Decoder:
+    def fixed(data: Any) -> Any:
+        if not isinstance(data, list):
+            raise _Bad("expected a list")
+        if len(decoders) != len(data):
+            raise _Bad(f"expected {len(decoders)} items")
+        out = []
+        for i, (d, v) in enumerate(zip(decoders, data)):
+            try:
+                out.append(d(v))
+            except _Bad as e:
+                e.path.append(f"[{i}]")
+                raise
+        return tuple(out)
+
+    return fixed
+
+
+def _set(item: Decoder) -> Decoder:
+    def members(data: Any) -> Any:
+        if not isinstance(data, list):
+            raise _Bad("expected a list")
+        return frozenset([item(v) for v in data])
+
+    return members
+
+
+def _mapping(key_type: Any, value: Decoder) -> Decoder:
+    int_keys = key_type is int
+    plain = value is _LEAVES[int] or value is _LEAVES[str]
+    leaf = int if value is _LEAVES[int] else str
+
+    def mapping(data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise _Bad("expected an object")
+        keys = [_int_key(k) for k in data] if int_keys else []
+        if plain and all(v.__class__ is leaf for v in data.values()):
+            # (the common maps: counters by name, per-CPU counts -- checked in one pass)
+            return dict(zip(keys, data.values())) if int_keys else dict(data)
+        out = {}
+        for i, (k, v) in enumerate(data.items()):
+            try:
+                out[keys[i] if int_keys else k] = value(v)
+            except _Bad as e:
+                e.path.append(f"[{k}]")
+                raise
+        return out
+
+    return mapping
+
+
+def _int_key(key: str) -> int:
+    try:
+        return int(key)
+    except ValueError:
+        raise _Bad(f"key {key[:40]!r} is not an integer") from None
+
+
+def _bool(data: Any) -> Any:
+    if not isinstance(data, bool):
+        raise _Bad("expected true or false")
+    return data
+
+
+def _int(data: Any) -> Any:
+    if isinstance(data, bool) or not isinstance(data, int):
+        raise _Bad("expected an integer")
+    return data
+
+
+def _float(data: Any) -> Any:
+    if isinstance(data, bool) or not isinstance(data, (int, float)):
+        raise _Bad("expected a number")
+    return float(data)
+
+
+def _str(data: Any) -> Any:
+    if not isinstance(data, str):
+        raise _Bad("expected a string")
+    return data
+
+
+_LEAVES: dict[Any, Decoder] = {bool: _bool, int: _int, float: _float, str: _str}
 
 
 # ------------------------------------------------------------------------------ files
