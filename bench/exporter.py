@@ -9,7 +9,12 @@ each GET (median, p90), CPU time each process spent per scrape, series and bytes
 
 Two hosts: this machine (live), and the 48-CPU 2-NIC fixture
 (tests/data/hosts/dell-r750-mlx5-ixgbe) read by both (`--root` / `--path.procfs` and
-`--path.sysfs`), where the series count is the one a big LB host would show.
+`--path.sysfs`), where the series count is the one a big LB host would show. On the fixture
+a third process runs: lbtune's exporter with its sample taken once and handed back on every
+scrape (`--serve-floor`, this script patching `Sampler.take` in that process, never in lbtune):
+everything a scrape does but read and parse the host (rules, counter totals, series, text,
+HTTP). Its CPU against node_exporter's is the floor that no faster reading of the host can go
+below.
 
 Run: `.venv/bin/python bench/exporter.py` (`make bench`); writes bench/results/exporter.{json,md}.
 """
@@ -92,6 +97,26 @@ def wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit(f"{url}: not up after 60 s")
 
 
+def serve_floor(argv: list[str]) -> int:
+    """lbtune's command line with `Sampler.take` giving its first sample again every time."""
+    sys.path.insert(0, str(ROOT))
+    from lbtune.cli.entry import main as lbtune_main
+    from lbtune.observe.sampler import Sampler
+
+    real = Sampler.take
+    kept: dict[int, object] = {}
+
+    def take(self: Sampler) -> object:
+        if id(self) not in kept:
+            kept[id(self)] = real(self)
+        return kept[id(self)]
+
+    Sampler.take = take  # type: ignore[method-assign,assignment]
+    sys.argv = ["lbtune", *argv]
+    lbtune_main()
+    return 0
+
+
 def start(kind: str, root: Optional[Path], port: int) -> subprocess.Popen[bytes]:
     if kind == "node":
         argv = [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}",
@@ -101,7 +126,10 @@ def start(kind: str, root: Optional[Path], port: int) -> subprocess.Popen[bytes]
             argv += [f"--path.procfs={root / 'proc'}", f"--path.sysfs={root / 'sys'}"]
     else:
         pre = ["--root", str(root)] if root is not None else []
-        argv = [sys.executable, "-m", "lbtune", *pre, "exporter",
+        run = [sys.executable, "-m", "lbtune"]
+        if kind == "floor":
+            run = [sys.executable, str(Path(__file__).resolve()), "--serve-floor"]
+        argv = [*run, *pre, "exporter",
                 "--listen", f"127.0.0.1:{port}", "--min-interval", "0"]  # fmt: skip
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -116,11 +144,19 @@ def count(body: bytes, prefix: str = "") -> int:
     return sum(1 for s in lines if s and not s.startswith("#") and s.startswith(prefix))
 
 
-def measure(host: str, root: Optional[Path], rounds: int, pause: float) -> list[Result]:
+LABELS = {
+    "lbtune": "lbtune exporter",
+    "floor": "lbtune exporter, its sample taken once (floor: all but reading the host)",
+    "node": f"node_exporter ({','.join(NODE_COLLECTORS)})",
+}
+
+
+def measure(host: str, root: Optional[Path], rounds: int, pause: float,
+            kinds: tuple[str, ...] = ("lbtune", "node")) -> list[Result]:  # fmt: skip
     procs: dict[str, subprocess.Popen[bytes]] = {}
     urls: dict[str, str] = {}
     try:
-        for kind in ("lbtune", "node"):
+        for kind in kinds:
             port = free_port()
             procs[kind] = start(kind, root, port)
             urls[kind] = f"http://127.0.0.1:{port}/metrics"
@@ -148,13 +184,12 @@ def measure(host: str, root: Optional[Path], rounds: int, pause: float) -> list[
     node_ms = statistics.median(times["node"]) * 1000
     node_cpu = cpu_used["node"] / rounds * 1000
     out = []
-    for kind in ("lbtune", "node"):
+    for kind in kinds:
         t = sorted(times[kind])
         med = statistics.median(t) * 1000
         out.append(Result(
             host=host,
-            exporter="lbtune exporter" if kind == "lbtune" else
-            f"node_exporter ({','.join(NODE_COLLECTORS)})",
+            exporter=LABELS[kind],
             series=count(bodies[kind]),
             bytes=len(bodies[kind]),
             scrape_ms_median=round(med, 2),
@@ -170,6 +205,8 @@ def measure(host: str, root: Optional[Path], rounds: int, pause: float) -> list[
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--serve-floor"]:
+        return serve_floor(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # 120: CPU time is read in 10 ms ticks, so 40 rounds resolved a scrape's CPU to 0.25 ms only
     ap.add_argument("--rounds", type=int, default=120, help="scrapes of each exporter per host")
@@ -183,7 +220,8 @@ def main() -> int:
                              check=False).stdout.splitlines()[0]  # fmt: skip
     load_before = os.getloadavg()[0]
     results = measure("live", None, args.rounds, args.pause)
-    results += measure("fixture 48 CPUs, 2 NICs", FIXTURE, args.rounds, args.pause)
+    results += measure("fixture 48 CPUs, 2 NICs", FIXTURE, args.rounds, args.pause,
+                       ("lbtune", "floor", "node"))  # fmt: skip
     load = (round(load_before, 2), round(os.getloadavg()[0], 2))  # a shared machine: say so
     write_json(OUT, run_meta(args.rounds, pause=args.pause, node_exporter=version,
                              loadavg_1min_before_after=load), results)  # fmt: skip
@@ -196,7 +234,9 @@ def main() -> int:
          "no exporter-runtime series; lbtune with --min-interval 0 (it samples on every "
          "scrape). CPU ms per scrape = the process's user+system CPU over the rounds / "
          "rounds; CPU / node is that against node_exporter's (goal: at most 2). The fixture "
-         "is read by both (--root; --path.procfs/--path.sysfs). "
+         "is read by both (--root; --path.procfs/--path.sysfs). The floor row is lbtune's "
+         "exporter with its sample taken once and given again on every scrape: the CPU of "
+         "all a scrape does but read the host. "
          f"1-minute load average {load[0]} before, {load[1]} after. `bench/exporter.py`."],
         [("host", "l"), ("exporter", "l"), ("series", "r"), ("bytes", "r"),
          ("scrape ms (median)", "r"), ("p90", "r"), ("CPU ms/scrape", "r"),
