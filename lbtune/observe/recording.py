@@ -232,8 +232,8 @@ def _mapping(key_type: Any, value: Decoder) -> Decoder:
     def mapping(data: Any) -> Any:
         if not isinstance(data, dict):
             raise _Bad("expected an object")
-        keys = [_int_key(k) for k in data] if int_keys else []
-        if plain and all(v.__class__ is leaf for v in data.values()):
+        keys = _int_keys(data) if int_keys else []
+        if plain and (not data or set(map(type, data.values())) == {leaf}):
             # (the common maps: counters by name, per-CPU counts -- checked in one pass)
             return dict(zip(keys, data.values())) if int_keys else dict(data)
         out = {}
@@ -246,6 +246,13 @@ def _mapping(key_type: Any, value: Decoder) -> Decoder:
         return out
 
     return mapping
+
+
+def _int_keys(data: dict[str, Any]) -> list[int]:
+    try:
+        return list(map(int, data))  # (per-CPU maps: 48 keys a row, converted in C)
+    except ValueError:
+        return [_int_key(k) for k in data]  # (which one, for the message)
 
 
 def _int_key(key: str) -> int:
