@@ -170,6 +170,22 @@ def endpoint(family: int, addr: str, port: int) -> str:
 # ------------------------------------------------------------------------------ builder
 
 
+def _sum_by_cpu(counts: list[dict[int, int]]) -> dict[int, int]:
+    """Per-CPU counts of several IRQs added up. A big host's queue IRQs each count on the
+    same CPUs in the same order (the rows of /proc/interrupts): then column by column."""
+    counts = [c for c in counts if c]
+    if not counts:
+        return {}
+    cpus = list(counts[0])
+    if all(list(c) == cpus for c in counts):
+        return dict(zip(cpus, map(sum, zip(*(c.values() for c in counts)))))
+    out: dict[int, int] = {}
+    for c in counts:
+        for cpu, n in c.items():
+            out[cpu] = out.get(cpu, 0) + n
+    return out
+
+
 class FrameBuilder:
     """Turns ticks into frames; keeps sparkline history and recent samples (one thread)."""
 
@@ -288,10 +304,7 @@ class FrameBuilder:
         isolated = topo.isolated if topo else frozenset()
         net_rx = w.softirq("NET_RX") if w.after.softirqs else None
         rx_total = sum(net_rx.values()) if net_rx else 0
-        irq_cpu: dict[int, int] = {}
-        for irq in self._irqs:
-            for cpu, n in w.irq(irq).items():
-                irq_cpu[cpu] = irq_cpu.get(cpu, 0) + n
+        irq_cpu = _sum_by_cpu([w.irq(irq) for irq in self._irqs])
         irq_total = sum(irq_cpu.values())
         rows = []
         for d in w.softnet():
