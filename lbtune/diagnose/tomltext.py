@@ -15,19 +15,17 @@ Scalar = Union[int, str, bool]
 _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
+_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\"}
+_ESCAPES.update({c: f"\\u{c:04X}" for c in (*range(0x20), 0x7F)})
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f]')
+
+
 def string(text: str) -> str:
     """A TOML basic string: quotes, backslashes and control characters escaped."""
-    out = []
-    for ch in text:
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+    # (the monitor writes every finding's fix lines each second: most need no escape)
+    if _NEEDS_ESCAPE.search(text) is None:
+        return f'"{text}"'
+    return '"' + text.translate(_ESCAPES) + '"'
 
 
 def key(name: str, quote: bool = False) -> str:
