@@ -18,8 +18,14 @@ on a small host).
 Both replays play at 1 s in tmux terminals of 160x50 at once; each program's CPU time
 (user + system) is read from /proc before and after the measured minute, after a warm-up
 that leaves out start-up. Result: CPU s per minute of each, and the 48-CPU replay's as a
-ratio of the small host's. Run: `.venv/bin/python bench/monitor_replay.py` (tmux;
-`make bench`); writes bench/results/monitor_replay.{json,md}.
+ratio of the small host's. Each thread's CPU over the same minute (/proc/PID/task) splits it
+between the `lbtune-feed` thread (reading the recording, rules, the panels' lines) and the
+main thread (Textual); and the feed's parts are timed in this process over the 48-CPU
+recording (thread time per tick, the fastest of three rounds): parsing a tick's JSON line,
+decoding it into a sample, and the frame (rules and the panels' lines).
+
+Run: `.venv/bin/python bench/monitor_replay.py` (tmux; `make bench`); writes
+bench/results/monitor_replay.{json,md}.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from monitor import cpu_of, pane_pid, tmux, used_between  # noqa: E402
 from results_io import run_meta, write_json, write_markdown  # noqa: E402
+from watch_profile import threads_of  # noqa: E402
 
 MEASURES = (  # the code whose changes make this script's result stale (bench/check.py)
     "@cli",  # the command line every run starts (bench/check.py GROUPS)
@@ -251,6 +258,45 @@ def make_recording(root: Optional[Path], path: Path, ticks: int, seed: int) -> t
     return ncpu, len(rx_queues)
 
 
+def feed_parts(path: Path, rounds: int = 3, skip: int = 15, n: int = 40) -> dict[str, float]:
+    """CPU ms per tick of the replay's feed, by part, over ticks `skip`..`skip+n`."""
+    from typing import Optional as Opt
+
+    from lbtune.observe.model import Sample
+    from lbtune.observe.probes import ProbeSample
+    from lbtune.observe.recording import decode
+    from lbtune.observe.window import Window
+    from lbtune.tui.feed import PROBES_RECORDED, ReplayFeed, Tick
+    from lbtune.tui.frame import FrameBuilder
+
+    lines = path.read_text(encoding="utf-8").splitlines()[1:]
+    with open(path, encoding="utf-8") as f:
+        host = ReplayFeed(f, str(path), interval=0.001).host
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        spent = {"JSON (json.loads of a tick's line)": 0.0, "decode (into a Sample)": 0.0,
+                 "frame (rules and the panels' lines)": 0.0}  # fmt: skip
+        builder = FrameBuilder(host)
+        previous = None
+        for i, line in enumerate(lines[: skip + n]):
+            t = time.thread_time()
+            doc = json.loads(line)
+            t1 = time.thread_time()
+            sample = decode(Sample, doc["sample"], "sample")
+            probes = decode(Opt[ProbeSample], doc.get("probes"), "probes")
+            t2 = time.thread_time()
+            if previous is not None:
+                builder.frame(Tick(Window(previous, sample), probes, PROBES_RECORDED, "", 1.0))
+            t3 = time.thread_time()
+            previous = sample
+            if i >= skip:
+                for part, used in zip(spent, (t1 - t, t2 - t1, t3 - t2)):
+                    spent[part] += used
+        for part, used in spent.items():
+            best[part] = min(best.get(part, float("inf")), used / n * 1000)
+    return {part: round(ms, 2) for part, ms in best.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -279,21 +325,33 @@ def main() -> int:
             pids = {case: pane_pid(f"r{i}") for i, case in enumerate(cases)}
             time.sleep(args.warmup)
             before = {case: cpu_of(pid) for case, pid in pids.items()}
+            threads0 = {case: threads_of(pid) for case, pid in pids.items()}
             t0 = time.monotonic()
             time.sleep(args.seconds)
             window = time.monotonic() - t0
+            threads1 = {case: threads_of(pid) for case, pid in pids.items()}
             after = {case: cpu_of(pid) for case, pid in pids.items()}
         finally:
             for i in range(len(cases)):
                 tmux("send-keys", "-t", f"r{i}", "q")
             time.sleep(2)
             tmux("kill-server")
+        parts = feed_parts(Path(tmp) / "big.rec")
     gone = [case for case in cases if pids[case] not in after[case]]
     if gone:
         print(f"bench/monitor_replay.py: {', '.join(gone)} exited during the window; "
               "nothing written", file=sys.stderr)  # fmt: skip
         return 1
     used = {case: used_between(before[case], after[case]) for case in cases}
+    threads: dict[str, dict[str, float]] = {}
+    for case in cases:
+        split = {"lbtune-feed": 0.0, "main": 0.0, "other": 0.0}
+        for tid, (name, cpu) in threads1[case].items():
+            part = (
+                "main" if tid == pids[case] else "lbtune-feed" if name == "lbtune-feed" else "other"
+            )
+            split[part] += cpu - threads0[case].get(tid, (name, 0.0))[1]
+        threads[case] = {k: round(v / window * 1000, 2) for k, v in split.items()}
     base = used["this host (2 CPUs), probes"] or float("nan")
     results = [
         Result(case, shapes[case][0], shapes[case][1], round(u, 3), round(window, 1),
@@ -301,7 +359,8 @@ def main() -> int:
         for case, u in used.items()
     ]  # fmt: skip
     write_json(OUT, run_meta(1, seconds=args.seconds, warmup=args.warmup, seed=args.seed,
-                             goal_cpu_per_minute=GOAL), results)  # fmt: skip
+                             goal_cpu_per_minute=GOAL, threads_ms_per_tick=threads,
+                             feed_parts_ms_per_tick=parts), results)  # fmt: skip
     write_markdown(
         OUT,
         ["# lbtune monitor: a 48-CPU host's replay with probe counts",
@@ -317,6 +376,22 @@ def main() -> int:
         [[r.case, str(r.cpus), str(r.queues), f"{r.cpu_seconds:.2f}",
           f"{r.cpu_per_minute:.2f}", f"{r.ratio_to_small_host:.2f}"] for r in results],
     )  # fmt: skip
+    with open(OUT.with_suffix(".md"), "a", encoding="utf-8") as md:
+        md.write(
+            "\nCPU ms per tick, by thread (same minute):\n\n| case | lbtune-feed | main "
+            "(Textual) | other |\n|---|---:|---:|---:|\n"
+        )
+        for case, split in threads.items():
+            md.write(
+                f"| {case} | {split['lbtune-feed']:.2f} | {split['main']:.2f} | "
+                f"{split['other']:.2f} |\n"
+            )
+        md.write(
+            "\nThe 48-CPU replay's feed, by part, CPU ms per tick (in this process, the "
+            "fastest of 3 rounds of 40 ticks):\n\n| part | CPU ms |\n|---|---:|\n"
+        )
+        for part, ms in parts.items():
+            md.write(f"| {part} | {ms:.2f} |\n")
     print(json.dumps({"written": str(OUT)}))
     return 0
 
