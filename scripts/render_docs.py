@@ -285,7 +285,22 @@ figures({
     "exporter.fixture.cpu_ratio": lambda: _cpu_ratio(_FIX),
     "exporter.load_start": lambda: f"{load_start('exporter'):.1f}",
     "exporter.load_end": lambda: f"{load_end('exporter'):.1f}",
+    "exporter.fixture.floor_ms": lambda: f"{_exp_floor()['cpu_ms_per_scrape']:.2f}",
+    "exporter.fixture.floor_ratio": lambda: f"{_exp_floor()['ratio_cpu_to_node']:.2f}",
+    "exporter.fixture.node_ms": lambda: f"{_exp(_FIX, False)['cpu_ms_per_scrape']:.2f}",
+    "exporter.fixture.lbtune_ms": lambda: f"{_exp(_FIX, True)['cpu_ms_per_scrape']:.2f}",
+    # what reading the host costs a scrape (lbtune's row less the floor's), and what a 2x
+    # goal leaves for it
+    "exporter.fixture.reading_ms": lambda: (
+        f"{_exp(_FIX, True)['cpu_ms_per_scrape'] - _exp_floor()['cpu_ms_per_scrape']:.2f}"),
+    "exporter.fixture.left_ms": lambda: (
+        f"{2 * _exp(_FIX, False)['cpu_ms_per_scrape'] - _exp_floor()['cpu_ms_per_scrape']:.2f}"),
 })
+
+
+def _exp_floor() -> dict[str, Any]:
+    return next(r for r in result("exporter")["results"]
+                if r["host"] == _FIX and r["exporter"].startswith("lbtune exporter, its sample"))
 
 # --- Ansible (bench/ansible.py) ------------------------------------------------------------
 
@@ -677,6 +692,39 @@ figures({
     "monitor.rate": lambda: n(meta("monitor")["udp_rate"]),
     "monitor.nop.ratio": lambda: (
         f"{row('monitor', case='lbtune monitor --no-probes')['ratio_to_network_top']:.2f}x"),
+})
+
+# --- the monitor replaying a 48-CPU host (bench/monitor_replay.py) -------------------------
+
+_BIG = "48-CPU host (fixture), probes"
+
+register("monitor_replay.table")(lambda: md_table("monitor_replay", 0, [
+    "case", "CPUs", "rx queues", "CPU s per minute", "ratio to the small host"]))
+
+
+def _replay_threads() -> str:
+    lines = ["| case | lbtune-feed | main (Textual) | other |", "|---|---:|---:|---:|"]
+    for case, split in meta("monitor_replay")["threads_ms_per_tick"].items():
+        lines.append(f"| {case} | {split['lbtune-feed']:.2f} | {split['main']:.2f} | "
+                     f"{split['other']:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _replay_parts() -> str:
+    lines = ["| part | CPU ms |", "|---|---:|"]
+    for part, ms in meta("monitor_replay")["feed_parts_ms_per_tick"].items():
+        lines.append(f"| {part} | {ms:.2f} |")
+    return "\n".join(lines)
+
+
+register("monitor_replay.threads")(_replay_threads)
+register("monitor_replay.parts")(_replay_parts)
+figures({
+    "monitor_replay.commit": lambda: meta("monitor_replay")["commit"],
+    "monitor_replay.big": lambda: f"{row('monitor_replay', case=_BIG)['cpu_per_minute']:.2f}",
+    "monitor_replay.goal": lambda: f"{meta('monitor_replay')['goal_cpu_per_minute']:.1f}",
+    "monitor_replay.big_ms": lambda: (
+        f"{row('monitor_replay', case=_BIG)['cpu_per_minute'] / 60 * 1000:.0f}"),
 })
 
 # --- where the watchers' CPU goes (bench/watch_profile.py) ---------------------------------
