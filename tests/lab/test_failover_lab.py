@@ -36,6 +36,13 @@ def _lost(r: dict[str, Any]) -> list[tuple[Any, ...]]:
             for w in r.get("windows", [])]  # fmt: skip
 
 
+def _why(r: dict[str, Any], err: str) -> str:
+    """A failed run's reason, each switch whole and the end of its log, as one text: pytest
+    shortens the repr of any other message (the suite lost which connections broke)."""
+    switches = "\n".join(f"  {s!r}" for s in _lost(r))
+    return f"{r.get('reason')}\nswitches (kind, lost, held, reasons):\n{switches}\n{err[-2000:]}"
+
+
 @pytest.fixture
 def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Work directories in a private temp dir, and no lab up from elsewhere."""
@@ -55,7 +62,7 @@ def test_backup_takes_the_vip_and_sync_keeps_established_connections(
     lab_kernel: LabKernel, private_tmp: Path
 ) -> None:
     code, r, err = _run(*FAST)
-    assert code == 0, (r.get("reason"), _lost(r), err[-2000:])
+    assert code == 0, _why(r, err)
     assert r["ok"] and r["reason"] == ""
     windows = r["windows"]
     assert [w["kind"] for w in windows] == ["failover", "failback"] * 2
@@ -78,7 +85,7 @@ def test_without_sync_established_connections_break_at_the_switch(
     lab_kernel: LabKernel, private_tmp: Path
 ) -> None:
     code, r, err = _run("--no-sync", *FAST)
-    assert code == 0, (r.get("reason"), _lost(r), err[-2000:])
+    assert code == 0, _why(r, err)
     assert "lvs_sync_daemon" not in r["configs"]["dir1"]
     assert all(w["held"] is None for w in r["windows"])  # nothing to hold without sync
     failovers = [w for w in r["windows"] if w["kind"] == "failover"]
@@ -94,7 +101,7 @@ def test_failover_runs_in_a_lab_that_is_up(lab_kernel: LabKernel, private_tmp: P
     try:
         code, r, err = _run("--kills", "1", "--advert-int", "0.1", "--settle", "1", *PREEMPT,
                             "--json")
-        assert code == 0, (r.get("reason"), _lost(r), err[-2000:])
+        assert code == 0, _why(r, err)
         assert [w["kind"] for w in r["windows"]] == ["failover", "failback"]
         # the same guest still serves a plain lab run afterwards (the failover cleaned up)
         again = run_cli("lab", "run", "--duration", "2", "--no-diagnose", "--json")
