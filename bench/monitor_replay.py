@@ -81,6 +81,7 @@ class Result:
     window_seconds: float
     cpu_per_minute: float
     ratio_to_small_host: float
+    kb_per_tick: float  # the recording's size / its ticks
 
 
 def _jitter(rng: random.Random, rate: float) -> int:
@@ -259,12 +260,10 @@ def make_recording(root: Optional[Path], path: Path, ticks: int, seed: int) -> t
 
 
 def feed_parts(path: Path, rounds: int = 3, skip: int = 15, n: int = 40) -> dict[str, float]:
-    """CPU ms per tick of the replay's feed, by part, over ticks `skip`..`skip+n`."""
-    from typing import Optional as Opt
-
-    from lbtune.observe.model import Sample
-    from lbtune.observe.probes import ProbeSample
-    from lbtune.observe.recording import decode
+    """CPU ms per tick of the replay's feed, by part, over ticks `skip`..`skip+n`: reading a
+    tick (its JSON line parsed, then what changed applied to the tick before: the
+    recording's reader, less the JSON timed alone on the same lines) and the frame."""
+    from lbtune.observe.recording import read_recording
     from lbtune.observe.window import Window
     from lbtune.tui.feed import PROBES_RECORDED, ReplayFeed, Tick
     from lbtune.tui.frame import FrameBuilder
@@ -274,24 +273,28 @@ def feed_parts(path: Path, rounds: int = 3, skip: int = 15, n: int = 40) -> dict
         host = ReplayFeed(f, str(path), interval=0.001).host
     best: dict[str, float] = {}
     for _ in range(rounds):
-        spent = {"JSON (json.loads of a tick's line)": 0.0, "decode (into a Sample)": 0.0,
+        spent = {"JSON (json.loads of a tick's line)": 0.0,
+                 "decode (the tick's change applied to the tick before)": 0.0,
                  "frame (rules and the panels' lines)": 0.0}  # fmt: skip
         builder = FrameBuilder(host)
         previous = None
-        for i, line in enumerate(lines[: skip + n]):
-            t = time.thread_time()
-            doc = json.loads(line)
-            t1 = time.thread_time()
-            sample = decode(Sample, doc["sample"], "sample")
-            probes = decode(Opt[ProbeSample], doc.get("probes"), "probes")
-            t2 = time.thread_time()
-            if previous is not None:
-                builder.frame(Tick(Window(previous, sample), probes, PROBES_RECORDED, "", 1.0))
-            t3 = time.thread_time()
-            previous = sample
-            if i >= skip:
-                for part, used in zip(spent, (t1 - t, t2 - t1, t3 - t2)):
-                    spent[part] += used
+        with open(path, encoding="utf-8") as f:
+            ticks = read_recording(f, str(path))[1]
+            for i in range(skip + n):
+                t = time.thread_time()
+                json.loads(lines[i])
+                t1 = time.thread_time()
+                tick = next(ticks)
+                t2 = time.thread_time()
+                if previous is not None:
+                    window = Window(previous, tick.sample)
+                    builder.frame(Tick(window, tick.probes, PROBES_RECORDED, "", 1.0))
+                t3 = time.thread_time()
+                previous = tick.sample
+                if i >= skip:
+                    json_s = t1 - t
+                    for part, used in zip(spent, (json_s, t2 - t1 - json_s, t3 - t2)):
+                        spent[part] += used
         for part, used in spent.items():
             best[part] = min(best.get(part, float("inf")), used / n * 1000)
     return {part: round(ms, 2) for part, ms in best.items()}
@@ -311,11 +314,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lbtune-replay-bench-") as tmp:
         shapes = {}
         cases = {}
+        sizes = {}
         for case, root in (("48-CPU host (fixture), probes", FIXTURE),
                            ("this host (2 CPUs), probes", None)):  # fmt: skip
             rec = Path(tmp) / (("big" if root else "small") + ".rec")
             t = time.monotonic()
             shapes[case] = make_recording(root, rec, ticks, args.seed)
+            sizes[case] = rec.stat().st_size / ticks / 1000
             print(f"{case}: {ticks} ticks, {rec.stat().st_size / 1e6:.1f} MB "
                   f"in {time.monotonic() - t:.1f} s", file=sys.stderr)  # fmt: skip
             cases[case] = f"{lbtune} monitor --replay {rec} --interval 1"
@@ -355,7 +360,7 @@ def main() -> int:
     base = used["this host (2 CPUs), probes"] or float("nan")
     results = [
         Result(case, shapes[case][0], shapes[case][1], round(u, 3), round(window, 1),
-               round(u * 60 / window, 3), round(u / base, 3))
+               round(u * 60 / window, 3), round(u / base, 3), round(sizes[case], 1))
         for case, u in used.items()
     ]  # fmt: skip
     write_json(OUT, run_meta(1, seconds=args.seconds, warmup=args.warmup, seed=args.seed,
@@ -372,9 +377,11 @@ def main() -> int:
          f"and NAPI polls); seed {args.seed}. Goal (issue 33): at most {GOAL} CPU s per "
          "minute (1 % of a core) on the 48-CPU replay. `bench/monitor_replay.py`."],
         [("case", "l"), ("CPUs", "r"), ("rx queues", "r"), ("CPU s", "r"),
-         ("CPU s per minute", "r"), ("ratio to the small host", "r")],
+         ("CPU s per minute", "r"), ("ratio to the small host", "r"),
+         ("recording KB per tick", "r")],
         [[r.case, str(r.cpus), str(r.queues), f"{r.cpu_seconds:.2f}",
-          f"{r.cpu_per_minute:.2f}", f"{r.ratio_to_small_host:.2f}"] for r in results],
+          f"{r.cpu_per_minute:.2f}", f"{r.ratio_to_small_host:.2f}", f"{r.kb_per_tick:.1f}"]
+         for r in results],
     )  # fmt: skip
     with open(OUT.with_suffix(".md"), "a", encoding="utf-8") as md:
         md.write(

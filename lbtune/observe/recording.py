@@ -2,10 +2,12 @@
 
 The file is JSON lines. The first line is the header (`format`, the host's name, kernel,
 namespace, the sampling interval, and the CPU topology and NICs the panels and rules use);
-each further line is one tick: the `Sample` the sampler took and the `ProbeSample` the
-probes gave at that tick (or null). Values are the observe/host frozen dataclasses encoded
-field by field, and decoded by their type hints, so a recording reads back into exactly the
-types a live run produces, and a file that does not match them is refused with one line.
+each further line is one tick: the `Sample` the sampler took (`sample`, the first tick; the
+later ones hold only what changed since the tick before, `change`) and the `ProbeSample`
+the probes gave at that tick (or null). Values are the observe/host frozen dataclasses
+encoded field by field, and decoded by their type hints, so a recording reads back into
+exactly the types a live run produces, and a file that does not match them is refused with
+one line. Format /1 (every tick whole) is still read.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from lbtune.host.net.nic import Nic
 from lbtune.observe.model import Sample
 from lbtune.observe.probes import ProbeSample
 
-FORMAT = "lbtune-monitor-recording/1"
+FORMAT = "lbtune-monitor-recording/2"
+FORMATS = (FORMAT, "lbtune-monitor-recording/1")  # /1: every tick whole (still read)
 MAX_LINE = 64 << 20  # one tick of a 48-CPU, 64-queue host is ~200 KB; refuse absurd lines
 
 
@@ -289,6 +292,253 @@ def _str(data: Any) -> Any:
 _LEAVES: dict[Any, Decoder] = {bool: _bool, int: _int, float: _float, str: _str}
 
 
+# ------------------------------------------------------------------------------ changes
+#
+# A tick of format /2 after the first holds only what changed since the tick before: a
+# 48-CPU host's full tick is some 240 KB of JSON of which a few percent moves in a second,
+# and parsing and decoding the rest again was most of what a replay cost. A change is, for
+# an object or a list, an object of the keys (list indexes as strings) that changed, each
+# with its own change; `[value]` puts a new value in place (a new key, a list whose length
+# changed, a number); `[]` removes an object's key.
+
+
+def changes(before: Any, after: Any) -> Any:
+    """What turns the encoded value `before` into `after` (None: nothing changed)."""
+    if type(before) is not type(after):
+        return [after]
+    if isinstance(after, dict):
+        out = {}
+        for k, v in after.items():
+            if k in before:
+                c = changes(before[k], v)
+                if c is not None:
+                    out[k] = c
+            else:
+                out[k] = [v]
+        for k in before:
+            if k not in after:
+                out[k] = []
+        return out or None
+    if isinstance(after, list):
+        if len(before) != len(after):
+            return [after]
+        out = {}
+        for i, (a, b) in enumerate(zip(before, after)):
+            if a is not b:
+                c = changes(a, b)
+                if c is not None:
+                    out[str(i)] = c
+        return out or None
+    return None if before == after else [after]
+
+
+def apply_change(tp: Any, doc: Any, value: Any, change: Any, where: str = "value") -> Any:
+    """(the encoded value, the value of type `tp`) after `change` to `doc` and `value` (the
+    value decoded from `doc`): the parts the change does not touch are kept as they were,
+    not decoded again; Malformed when the change does not fit."""
+    try:
+        return _patcher(tp)(doc, value, change)
+    except _Bad as e:
+        raise Malformed(f"{where}{''.join(reversed(e.path))}: {e.message}") from None
+
+
+Patcher = Callable[[Any, Any, Any], tuple[Any, Any]]
+_PATCHERS: dict[Any, Patcher] = {}
+
+
+def _patcher(tp: Any) -> Patcher:
+    found = _PATCHERS.get(tp)
+    if found is None:
+        _PATCHERS[tp] = lambda doc, value, change: _PATCHERS[tp](doc, value, change)
+        found = _PATCHERS[tp] = _build_patcher(tp)
+    return found
+
+
+def _new(change: Any) -> Any:
+    """The value of a `[value]` change."""
+    if not isinstance(change, list):
+        raise _Bad("expected a change ([value] or an object of changes)")
+    if len(change) != 1:
+        raise _Bad("expected [value] (one item) to replace a value")
+    return change[0]
+
+
+def _build_patcher(tp: Any) -> Patcher:
+    decoder = _decoder(tp)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _patch_dataclass(tp, decoder)
+    if origin in (dict, collections.abc.Mapping):
+        return _patch_mapping(args[0], _decoder(args[1]), _patcher(args[1]), decoder)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _patch_items(_decoder(args[0]), _patcher(args[0]), decoder)
+    if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
+        arms = tuple(a for a in args if a is not type(None))
+        if len(arms) == 1:
+            return _patch_optional(_patcher(arms[0]), decoder)
+
+    def whole(doc: Any, value: Any, change: Any) -> tuple[Any, Any]:
+        # (leaves, sets, fixed tuples, unions of several types: the change applied to the
+        # encoded value, which is decoded again)
+        new = _apply(doc, change)
+        return new, decoder(new)
+
+    return whole
+
+
+def _apply(doc: Any, change: Any) -> Any:
+    """`change` applied to the encoded value `doc` (copies along the changed paths only)."""
+    if not isinstance(change, dict):
+        return _new(change)
+    if isinstance(doc, dict):
+        out = dict(doc)
+        for k, c in change.items():
+            if c == []:
+                if k not in out:
+                    raise _Bad(f"no {k[:40]!r} to remove")
+                del out[k]
+            elif isinstance(c, dict):
+                if k not in out:
+                    raise _Bad(f"no {k[:40]!r} to change")
+                out[k] = _apply(out[k], c)
+            else:
+                out[k] = _new(c)
+        return out
+    if isinstance(doc, list):
+        items = list(doc)
+        for k, c in change.items():
+            i = _index(k, len(items))
+            try:
+                items[i] = _apply(items[i], c)
+            except _Bad as e:
+                e.path.append(f"[{i}]")
+                raise
+        return items
+    raise _Bad("a change of parts of a value that has none")
+
+
+def _index(key: str, size: int) -> int:
+    if not (key.isdigit() and key.isascii() and len(key) < 10 and int(key) < size):
+        raise _Bad(f"no item {key[:40]!r} to change (the list has {size})")
+    return int(key)
+
+
+def _patch_dataclass(tp: type, decoder: Decoder) -> Patcher:
+    fields = {f.name: f for f in dataclasses.fields(tp)}
+    hints = typing.get_type_hints(tp)
+    patchers = {name: _patcher(hints[name]) for name in fields}
+    decoders = {name: _decoder(hints[name]) for name in fields}
+    # (a plain frozen dataclass is copied with its changed fields set: `replace` runs
+    # __init__ with every field, and a 48-CPU tick changes hundreds of queue counters)
+    plain = all(f.init for f in fields.values()) and not hasattr(tp, "__post_init__") and (
+        "__dict__" in dir(tp) and not hasattr(tp, "__slots__")
+    )
+
+    def patch(doc: Any, value: Any, change: Any) -> tuple[Any, Any]:
+        if not isinstance(change, dict):
+            new = _new(change)
+            return new, decoder(new)
+        if not isinstance(doc, dict) or type(value) is not tp:
+            raise _Bad(f"a change of an object for {tp.__name__} that was not one")
+        out = dict(doc)
+        kwargs = {}
+        for name, c in change.items():
+            if c == [] or name not in fields:  # (removed or unknown: read the object again)
+                new = _apply(doc, change)
+                return new, decoder(new)
+            try:
+                if type(c) is list and len(c) == 1:  # (a new value: most changes)
+                    out[name] = v = c[0]
+                    kwargs[name] = decoders[name](v)
+                elif name in out:
+                    out[name], kwargs[name] = patchers[name](out[name], getattr(value, name), c)
+                else:
+                    out[name] = _new(c)
+                    kwargs[name] = decoders[name](out[name])
+            except _Bad as e:
+                e.path.append(f".{name}")
+                raise
+        if plain:
+            copied = object.__new__(tp)
+            copied.__dict__.update(value.__dict__, **kwargs)
+            return out, copied
+        return out, dataclasses.replace(value, **kwargs)  # type: ignore[type-var]
+
+    return patch
+
+
+def _patch_mapping(key_type: Any, item: Decoder, item_patch: Patcher, decoder: Decoder) -> Patcher:
+    int_keys = key_type is int
+
+    def patch(doc: Any, value: Any, change: Any) -> tuple[Any, Any]:
+        if not isinstance(change, dict):
+            new = _new(change)
+            return new, decoder(new)
+        if not isinstance(doc, dict) or not isinstance(value, dict):
+            raise _Bad("a change of an object that was not one")
+        out, values = dict(doc), dict(value)
+        for k, c in change.items():
+            key = _int_key(k) if int_keys else k
+            try:
+                if c == []:
+                    if k not in out:
+                        raise _Bad("nothing to remove")
+                    del out[k]
+                    values.pop(key, None)
+                elif type(c) is list and len(c) == 1:
+                    out[k] = v = c[0]
+                    values[key] = item(v)
+                elif isinstance(c, dict):
+                    if k not in out or key not in values:
+                        raise _Bad("nothing to change")
+                    out[k], values[key] = item_patch(out[k], values[key], c)
+                else:
+                    raise _Bad("expected a change ([value], [] or an object of changes)")
+            except _Bad as e:
+                e.path.append(f"[{k[:40]}]")
+                raise
+        return out, values
+
+    return patch
+
+
+def _patch_items(item: Decoder, item_patch: Patcher, decoder: Decoder) -> Patcher:
+    def patch(doc: Any, value: Any, change: Any) -> tuple[Any, Any]:
+        if not isinstance(change, dict):
+            new = _new(change)
+            return new, decoder(new)
+        if not isinstance(doc, list) or not isinstance(value, tuple) or len(doc) != len(value):
+            raise _Bad("a change of a list that was not one")
+        out, values = list(doc), list(value)
+        for k, c in change.items():
+            i = _index(k, len(out))
+            try:
+                if type(c) is list and len(c) == 1:
+                    out[i] = v = c[0]
+                    values[i] = item(v)
+                else:
+                    out[i], values[i] = item_patch(out[i], values[i], c)
+            except _Bad as e:
+                e.path.append(f"[{i}]")
+                raise
+        return out, tuple(values)
+
+    return patch
+
+
+def _patch_optional(arm: Patcher, decoder: Decoder) -> Patcher:
+    def patch(doc: Any, value: Any, change: Any) -> tuple[Any, Any]:
+        if not isinstance(change, dict):
+            new = _new(change)
+            return new, decoder(new)
+        if value is None:
+            raise _Bad("a change of parts of null")
+        return arm(doc, value, change)
+
+    return patch
+
+
 # ------------------------------------------------------------------------------ files
 
 
@@ -298,14 +548,19 @@ class RecordingWriter:
     def __init__(self, out: IO[str], header: RecordingHeader) -> None:
         self.out = out
         self.ticks = 0
+        self._before: Any = None  # the last tick, encoded
         doc = {"format": FORMAT, **encode(header)}
         out.write(json.dumps(doc, separators=(",", ":")) + "\n")
         out.flush()
 
     def write(self, sample: Sample, probes: Optional[ProbeSample]) -> None:
-        doc = {"sample": encode(sample), "probes": None if probes is None else encode(probes)}
+        """The first tick whole, each later one as what changed since the tick before
+        (`changes`: of the sample and of the probes' counts)."""
+        now = {"sample": encode(sample), "probes": None if probes is None else encode(probes)}
+        doc = now if self._before is None else {"change": changes(self._before, now) or {}}
         self.out.write(json.dumps(doc, separators=(",", ":")) + "\n")
         self.out.flush()
+        self._before = now
         self.ticks += 1
 
 
@@ -339,7 +594,7 @@ def read_recording(stream: IO[str], name: str) -> tuple[RecordingHeader, Iterato
     if not first.strip():
         raise Malformed(f"{name}: empty, not a monitor recording")
     head = _line(first, 1, name)
-    if not isinstance(head, dict) or head.get("format") != FORMAT:
+    if not isinstance(head, dict) or head.get("format") not in FORMATS:
         raise Malformed(f"{name}: not a monitor recording (expected format {FORMAT})")
     header = decode(RecordingHeader, {k: v for k, v in head.items() if k != "format"},
                     f"{name} line 1: header")  # fmt: skip
@@ -348,6 +603,8 @@ def read_recording(stream: IO[str], name: str) -> tuple[RecordingHeader, Iterato
 
     def ticks() -> Iterator[RecordedTick]:
         number = 1
+        before: Any = None  # the last tick, encoded and decoded
+        tick: Optional[RecordedTick] = None
         while True:
             number += 1
             text = _readline(stream, number, name)
@@ -358,12 +615,20 @@ def read_recording(stream: IO[str], name: str) -> tuple[RecordingHeader, Iterato
             if not text.strip():
                 continue
             doc = _line(text, number, name)
-            if not isinstance(doc, dict) or "sample" not in doc:
-                raise Malformed(f"{name} line {number}: not a recorded tick")
             where = f"{name} line {number}: "
-            yield RecordedTick(
-                decode(Sample, doc["sample"], where + "sample"),
-                decode(Optional[ProbeSample], doc.get("probes"), where + "probes"),
-            )
+            if isinstance(doc, dict) and "sample" in doc:
+                before = {"sample": doc["sample"], "probes": doc.get("probes")}
+                tick = RecordedTick(
+                    decode(Sample, before["sample"], where + "sample"),
+                    decode(Optional[ProbeSample], before["probes"], where + "probes"),
+                )
+            elif isinstance(doc, dict) and "change" in doc:
+                if tick is None:
+                    raise Malformed(f"{where}a change, but no whole tick before it")
+                before, tick = apply_change(RecordedTick, before, tick, doc["change"],
+                                            where + "change")  # fmt: skip
+            else:
+                raise Malformed(f"{name} line {number}: not a recorded tick")
+            yield tick
 
     return header, ticks()

@@ -10,12 +10,14 @@ the kernel, bcc or the disk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import os
 import signal
 import threading
 import time
 from functools import lru_cache
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from rich.segment import Segment
 from rich.style import Style
@@ -44,6 +46,29 @@ from lbtune.tui.panels import conntrack, cpus, drops, findings, listen, queues
 from lbtune.tui.screens import HelpScreen, InterfaceScreen, ReportRequest, ReportScreen
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0)
+# Allocations (less frees) before the collector goes through its youngest generation. A
+# 48-CPU host's tick allocates thousands of containers and the monitor keeps 10 minutes of
+# samples: at Python's default (700) the collector ran some six times a tick and went
+# through the kept samples again and again, 1 to 5 ms a tick (bench/monitor_replay.py).
+GC_YOUNG = 10_000
+
+
+@contextlib.contextmanager
+def few_collections() -> Iterator[None]:
+    """The collector tuned for a long-running monitor, as it was again after: the objects
+    alive at the start (modules, classes) are left out of its passes (`gc.freeze`), and the
+    youngest generation is collected after GC_YOUNG allocations. Nothing the monitor keeps
+    needs the collector: samples and frames hold no reference cycles and are freed by
+    reference counting when dropped."""
+    was = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *was[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*was)
+        gc.unfreeze()
 
 
 @lru_cache(maxsize=64)
@@ -322,6 +347,11 @@ class MonitorApp(App[int]):
         self._laid_out = False
         self._user_condensed = False
         self._panels: Optional[tuple[PanelView, ...]] = None
+
+    def run(self, *args: Any, **kwargs: Any) -> Optional[int]:
+        """Textual's `App.run` with fewer collections (`few_collections`)."""
+        with few_collections():
+            return super().run(*args, **kwargs)
 
     # ------------------------------------------------------------------ layout
 
