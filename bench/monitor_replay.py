@@ -261,40 +261,44 @@ def make_recording(root: Optional[Path], path: Path, ticks: int, seed: int) -> t
 
 def feed_parts(path: Path, rounds: int = 3, skip: int = 15, n: int = 40) -> dict[str, float]:
     """CPU ms per tick of the replay's feed, by part, over ticks `skip`..`skip+n`: reading a
-    tick (its JSON line parsed, then what changed applied to the tick before: the
-    recording's reader, less the JSON timed alone on the same lines) and the frame."""
+    tick (the recording's reader: its JSON line parsed, what changed applied to the tick
+    before), of that the JSON alone (the same lines parsed again), and the frame; with the
+    collector as the monitor runs it (`few_collections`)."""
     from lbtune.observe.recording import read_recording
     from lbtune.observe.window import Window
+    from lbtune.tui.app import few_collections
     from lbtune.tui.feed import PROBES_RECORDED, ReplayFeed, Tick
     from lbtune.tui.frame import FrameBuilder
 
     lines = path.read_text(encoding="utf-8").splitlines()[1:]
     with open(path, encoding="utf-8") as f:
         host = ReplayFeed(f, str(path), interval=0.001).host
+    read, json_part, frame = ("read (a tick's line: JSON, then its change applied)",
+                              "of which JSON (json.loads of the line)",
+                              "frame (rules and the panels' lines)")  # fmt: skip
     best: dict[str, float] = {}
     for _ in range(rounds):
-        spent = {"JSON (json.loads of a tick's line)": 0.0,
-                 "decode (the tick's change applied to the tick before)": 0.0,
-                 "frame (rules and the panels' lines)": 0.0}  # fmt: skip
+        spent = dict.fromkeys((read, json_part, frame), 0.0)
         builder = FrameBuilder(host)
         previous = None
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f, few_collections():
             ticks = read_recording(f, str(path))[1]
             for i in range(skip + n):
                 t = time.thread_time()
-                json.loads(lines[i])
-                t1 = time.thread_time()
                 tick = next(ticks)
-                t2 = time.thread_time()
+                t1 = time.thread_time()
                 if previous is not None:
                     window = Window(previous, tick.sample)
                     builder.frame(Tick(window, tick.probes, PROBES_RECORDED, "", 1.0))
-                t3 = time.thread_time()
+                t2 = time.thread_time()
                 previous = tick.sample
                 if i >= skip:
-                    json_s = t1 - t
-                    for part, used in zip(spent, (json_s, t2 - t1 - json_s, t3 - t2)):
-                        spent[part] += used
+                    spent[read] += t1 - t
+                    spent[frame] += t2 - t1
+            for i in range(skip, skip + n):
+                t = time.thread_time()
+                json.loads(lines[i])
+                spent[json_part] += time.thread_time() - t
         for part, used in spent.items():
             best[part] = min(best.get(part, float("inf")), used / n * 1000)
     return {part: round(ms, 2) for part, ms in best.items()}

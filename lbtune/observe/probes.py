@@ -28,6 +28,7 @@ import ipaddress
 import threading
 import time
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Optional, Sequence
 
 from lbtune.host.host import Host
@@ -582,19 +583,9 @@ def merge_samples(samples: Sequence[ProbeSample]) -> ProbeSample:
     (the monitor keeps one sample per tick and reports over several)."""
     if not samples:
         raise ValueError("no probe samples to merge")
-    drops: dict[tuple[str, Optional[int], str, str, str], int] = {}
-    queues: dict[tuple[str, str, Optional[int], str], list[Any]] = {}
-    napi: dict[tuple[str, int, str, Optional[int], int], list[int]] = {}
-    costs: dict[str, list[float]] = {}
-    notes: dict[str, None] = {}
-    ports: dict[tuple[str, int, str, int], int] = {}
+    queues: dict[QueueKey, list[Any]] = {}
+    napi: dict[NapiKey, list[int]] = {}
     for s in samples:
-        for p in s.ports:
-            pk = (p.proto, p.family, p.addr, p.port)
-            ports[pk] = ports.get(pk, 0) + p.count
-        for d in s.drops:
-            k = (d.reason, d.reason_code, d.location, d.function, d.protocol)
-            drops[k] = drops.get(k, 0) + d.count
         for q in s.queues:
             qv = queues.setdefault((q.dev, q.direction, q.queue, q.source), [0, 0, None])
             qv[0] += q.packets
@@ -608,6 +599,34 @@ def merge_samples(samples: Sequence[ProbeSample]) -> ProbeSample:
             nv[2] += n.exhausted
             nv[3] += n.idle
             nv[4] = n.budget
+    return _merged(
+        samples,
+        tuple(QueueCount(dev, dr, q, v[0], v[1], None if v[2] is None else tuple(v[2]), src)
+              for (dev, dr, q, src), v in queues.items()),
+        tuple(NapiCount(dev, inst, addr, q, cpu, *v)
+              for (dev, inst, addr, q, cpu), v in napi.items()),
+    )  # fmt: skip
+
+
+QueueKey = tuple[str, str, Optional[int], str]  # dev, direction, queue, source
+NapiKey = tuple[str, int, str, Optional[int], int]  # dev, instance, napi, queue, cpu
+
+
+def _merged(
+    samples: Sequence[ProbeSample], queues: tuple[QueueCount, ...], napi: tuple[NapiCount, ...]
+) -> ProbeSample:
+    """merge_samples with the queues' and NAPI instances' rows already summed."""
+    drops: dict[tuple[str, Optional[int], str, str, str], int] = {}
+    costs: dict[str, list[float]] = {}
+    notes: dict[str, None] = {}
+    ports: dict[tuple[str, int, str, int], int] = {}
+    for s in samples:
+        for p in s.ports:
+            pk = (p.proto, p.family, p.addr, p.port)
+            ports[pk] = ports.get(pk, 0) + p.count
+        for d in s.drops:
+            k = (d.reason, d.reason_code, d.location, d.function, d.protocol)
+            drops[k] = drops.get(k, 0) + d.count
         for c in s.costs:
             cv = costs.setdefault(c.probe, [0, 0, 0.0])
             cv[0] += c.events
@@ -627,13 +646,8 @@ def merge_samples(samples: Sequence[ProbeSample]) -> ProbeSample:
         ),
         drops_lost=sum(s.drops_lost for s in samples),
         drops_scope=last.drops_scope,
-        queues=tuple(
-            QueueCount(dev, dr, q, v[0], v[1], None if v[2] is None else tuple(v[2]), src)
-            for (dev, dr, q, src), v in queues.items()
-        ),
-        napi=tuple(
-            NapiCount(dev, inst, addr, q, cpu, *v) for (dev, inst, addr, q, cpu), v in napi.items()
-        ),
+        queues=queues,
+        napi=napi,
         napi_lost=sum(s.napi_lost for s in samples),
         costs=tuple(
             ProbeCost(p, int(v[0]), int(v[1]), v[1] / v[0] if v[0] else None,
@@ -648,3 +662,135 @@ def merge_samples(samples: Sequence[ProbeSample]) -> ProbeSample:
             )
         ),
     )
+
+
+class SlidingMerge:
+    """`merge_samples` of a window of consecutive samples that slides (the monitor's last
+    10 s, each tick): samples join at its end and leave at its start, and the rows of the
+    queues and NAPI instances (a row per queue, and per instance and CPU: most of a big
+    host's sample) are added and taken away instead of summed again over the whole window.
+    `merged(parts)` is `merge_samples(parts)`; parts that do not continue the last ones
+    (another window) are summed anew."""
+
+    def __init__(self) -> None:
+        self._parts: list[ProbeSample] = []
+        self._last: Optional[ProbeSample] = None
+        # key -> [packets, bytes, sizes summed, samples with sizes, rows]
+        self._queues: dict[QueueKey, list[Any]] = {}
+        # key -> [polls, work, exhausted, idle, rows]; the budget of the newest row
+        self._napi: dict[NapiKey, list[int]] = {}
+        self._budget: dict[NapiKey, int] = {}
+        # each part's row keys, in the parts' order (a sample may be there twice)
+        self._keys: list[tuple[tuple[QueueKey, ...], tuple[NapiKey, ...]]] = []
+
+    def merged(self, parts: Sequence[ProbeSample]) -> ProbeSample:
+        if not parts:
+            raise ValueError("no probe samples to merge")
+        old = self._parts
+        start = next((i for i, p in enumerate(old) if p is parts[0]), None)
+        kept = len(old) - start if start is not None else 0
+        if (
+            start is None
+            or kept > len(parts)
+            or any(a is not b for a, b in zip(old[start:], parts))
+        ):
+            self._clear()
+            start, kept = 0, 0
+        elif start == 0 and kept == len(parts) and self._last is not None:
+            return self._last
+        try:
+            for p, keys in zip(old[:start], self._keys[:start]):
+                self._take(p, keys)
+            del self._keys[:start]
+            for p in parts[kept:]:
+                self._add(p)
+        except _Uneven:  # (histograms of other lengths: summed as merge_samples does)
+            self._clear()
+            return merge_samples(parts)
+        self._parts = list(parts)
+        self._last = _merged(parts, self._queue_rows(), self._napi_rows())
+        return self._last
+
+    def _clear(self) -> None:
+        self._parts, self._last = [], None
+        self._queues.clear()
+        self._napi.clear()
+        self._budget.clear()
+        self._keys.clear()
+
+    def _add(self, s: ProbeSample) -> None:
+        qkeys = tuple((q.dev, q.direction, q.queue, q.source) for q in s.queues)
+        nkeys = tuple((n.dev, n.instance, n.napi, n.queue, n.cpu) for n in s.napi)
+        self._keys.append((qkeys, nkeys))
+        for k, q in zip(qkeys, s.queues):
+            qv = self._queues.get(k)
+            if qv is None:
+                qv = self._queues[k] = [0, 0, None, 0, 0]
+            qv[0] += q.packets
+            qv[1] += q.bytes
+            qv[4] += 1
+            if q.sizes is not None:
+                if qv[2] is None:
+                    qv[2] = list(q.sizes)
+                elif len(qv[2]) != len(q.sizes):
+                    raise _Uneven
+                else:
+                    qv[2] = [a + b for a, b in zip(qv[2], q.sizes)]
+                qv[3] += 1
+        for nk, n in zip(nkeys, s.napi):
+            nv = self._napi.get(nk)
+            if nv is None:
+                nv = self._napi[nk] = [0, 0, 0, 0, 0]
+            nv[0] += n.polls
+            nv[1] += n.work
+            nv[2] += n.exhausted
+            nv[3] += n.idle
+            nv[4] += 1
+            self._budget[nk] = n.budget
+
+    def _take(self, s: ProbeSample, keys: tuple[tuple[QueueKey, ...], tuple[NapiKey, ...]]) -> None:
+        qkeys, nkeys = keys
+        for k, q in zip(qkeys, s.queues):
+            qv = self._queues[k]
+            qv[0] -= q.packets
+            qv[1] -= q.bytes
+            qv[4] -= 1
+            if q.sizes is not None:
+                qv[3] -= 1
+                qv[2] = [a - b for a, b in zip(qv[2], q.sizes)] if qv[3] else None
+            if not qv[4]:
+                del self._queues[k]
+        for nk, n in zip(nkeys, s.napi):
+            nv = self._napi[nk]
+            nv[0] -= n.polls
+            nv[1] -= n.work
+            nv[2] -= n.exhausted
+            nv[3] -= n.idle
+            nv[4] -= 1
+            if not nv[4]:
+                del self._napi[nk]
+                del self._budget[nk]
+
+    def _order(self, which: int) -> dict[Any, None]:
+        """The keys in the order merge_samples meets them (the first part's rows first)."""
+        return dict.fromkeys(chain.from_iterable(keys[which] for keys in self._keys))
+
+    def _queue_rows(self) -> tuple[QueueCount, ...]:
+        rows = []
+        for k in self._order(0):
+            v = self._queues[k]
+            dev, dr, q, src = k
+            rows.append(QueueCount(dev, dr, q, v[0], v[1], None if v[2] is None else tuple(v[2]),
+                                   src))  # fmt: skip
+        return tuple(rows)
+
+    def _napi_rows(self) -> tuple[NapiCount, ...]:
+        budget = self._budget
+        return tuple(
+            NapiCount(k[0], k[1], k[2], k[3], k[4], v[0], v[1], v[2], v[3], budget[k])
+            for k, v in ((k, self._napi[k]) for k in self._order(1))
+        )
+
+
+class _Uneven(Exception):
+    """Size histograms of different lengths for one queue in a window."""

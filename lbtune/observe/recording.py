@@ -324,39 +324,37 @@ def changes(before: Any, after: Any) -> Any:
             return [after]
         out = {}
         for i, (a, b) in enumerate(zip(before, after)):
-            if a is not b:
-                c = changes(a, b)
-                if c is not None:
-                    out[str(i)] = c
+            c = changes(a, b)
+            if c is not None:
+                out[str(i)] = c
         return out or None
     return None if before == after else [after]
 
 
-def apply_change(tp: Any, doc: Any, value: Any, change: Any, where: str = "value") -> Any:
-    """(the encoded value, the value of type `tp`) after `change` to `doc` and `value` (the
-    value decoded from `doc`): the parts the change does not touch are kept as they were,
-    not decoded again; Malformed when the change does not fit."""
+def apply_change(tp: Any, value: Any, change: Any, where: str = "value") -> Any:
+    """`value` (of type `tp`) after `change`: the parts the change does not touch are kept
+    as they are (the same objects), not decoded again; Malformed when it does not fit."""
     try:
-        return _patcher(tp)(doc, value, change)
+        return _patcher(tp)(value, change)
     except _Bad as e:
         raise Malformed(f"{where}{''.join(reversed(e.path))}: {e.message}") from None
 
 
-Patcher = Callable[[Any, Any, Any], tuple[Any, Any]]
+Patcher = Callable[[Any, Any], Any]
 _PATCHERS: dict[Any, Patcher] = {}
 
 
 def _patcher(tp: Any) -> Patcher:
     found = _PATCHERS.get(tp)
     if found is None:
-        _PATCHERS[tp] = lambda doc, value, change: _PATCHERS[tp](doc, value, change)
+        _PATCHERS[tp] = lambda value, change: _PATCHERS[tp](value, change)
         found = _PATCHERS[tp] = _build_patcher(tp)
     return found
 
 
 def _new(change: Any) -> Any:
     """The value of a `[value]` change."""
-    if not isinstance(change, list):
+    if type(change) is not list:
         raise _Bad("expected a change ([value] or an object of changes)")
     if len(change) != 1:
         raise _Bad("expected [value] (one item) to replace a value")
@@ -377,12 +375,15 @@ def _build_patcher(tp: Any) -> Patcher:
         arms = tuple(a for a in args if a is not type(None))
         if len(arms) == 1:
             return _patch_optional(_patcher(arms[0]), decoder)
+    return _whole(decoder)
 
-    def whole(doc: Any, value: Any, change: Any) -> tuple[Any, Any]:
-        # (leaves, sets, fixed tuples, unions of several types: the change applied to the
-        # encoded value, which is decoded again)
-        new = _apply(doc, change)
-        return new, decoder(new)
+
+def _whole(decoder: Decoder) -> Patcher:
+    """A change of parts of a value (a set, a fixed tuple, a union of several types, an
+    object a field of which is removed) applied to the value encoded again, then decoded."""
+
+    def whole(value: Any, change: Any) -> Any:
+        return decoder(_apply(encode(value), change))
 
     return whole
 
@@ -425,45 +426,43 @@ def _index(key: str, size: int) -> int:
 
 
 def _patch_dataclass(tp: type, decoder: Decoder) -> Patcher:
-    fields = {f.name: f for f in dataclasses.fields(tp)}
+    fields = {f.name for f in dataclasses.fields(tp)}
     hints = typing.get_type_hints(tp)
     patchers = {name: _patcher(hints[name]) for name in fields}
     decoders = {name: _decoder(hints[name]) for name in fields}
+    whole = _whole(decoder)
     # (a plain frozen dataclass is copied with its changed fields set: `replace` runs
     # __init__ with every field, and a 48-CPU tick changes hundreds of queue counters)
-    plain = all(f.init for f in fields.values()) and not hasattr(tp, "__post_init__") and (
-        "__dict__" in dir(tp) and not hasattr(tp, "__slots__")
+    plain = (
+        all(f.init for f in dataclasses.fields(tp))
+        and not hasattr(tp, "__post_init__")
+        and not hasattr(tp, "__slots__")
     )
 
-    def patch(doc: Any, value: Any, change: Any) -> tuple[Any, Any]:
-        if not isinstance(change, dict):
-            new = _new(change)
-            return new, decoder(new)
-        if not isinstance(doc, dict) or type(value) is not tp:
-            raise _Bad(f"a change of an object for {tp.__name__} that was not one")
-        out = dict(doc)
+    def patch(value: Any, change: Any) -> Any:
+        if type(change) is not dict:
+            return decoder(_new(change))
+        if type(value) is not tp:
+            raise _Bad(f"a change of parts of an object for {tp.__name__} that was not one")
         kwargs = {}
         for name, c in change.items():
-            if c == [] or name not in fields:  # (removed or unknown: read the object again)
-                new = _apply(doc, change)
-                return new, decoder(new)
             try:
-                if type(c) is list and len(c) == 1:  # (a new value: most changes)
-                    out[name] = v = c[0]
-                    kwargs[name] = decoders[name](v)
-                elif name in out:
-                    out[name], kwargs[name] = patchers[name](out[name], getattr(value, name), c)
+                if type(c) is list:
+                    if len(c) != 1 or name not in fields:  # (removed, unknown, or bad)
+                        return whole(value, change)
+                    kwargs[name] = decoders[name](c[0])
+                elif name in fields:
+                    kwargs[name] = patchers[name](getattr(value, name), c)
                 else:
-                    out[name] = _new(c)
-                    kwargs[name] = decoders[name](out[name])
+                    return whole(value, change)
             except _Bad as e:
                 e.path.append(f".{name}")
                 raise
         if plain:
             copied = object.__new__(tp)
             copied.__dict__.update(value.__dict__, **kwargs)
-            return out, copied
-        return out, dataclasses.replace(value, **kwargs)  # type: ignore[type-var]
+            return copied
+        return dataclasses.replace(value, **kwargs)  # type: ignore[type-var]
 
     return patch
 
@@ -471,70 +470,66 @@ def _patch_dataclass(tp: type, decoder: Decoder) -> Patcher:
 def _patch_mapping(key_type: Any, item: Decoder, item_patch: Patcher, decoder: Decoder) -> Patcher:
     int_keys = key_type is int
 
-    def patch(doc: Any, value: Any, change: Any) -> tuple[Any, Any]:
-        if not isinstance(change, dict):
-            new = _new(change)
-            return new, decoder(new)
-        if not isinstance(doc, dict) or not isinstance(value, dict):
-            raise _Bad("a change of an object that was not one")
-        out, values = dict(doc), dict(value)
+    def patch(value: Any, change: Any) -> Any:
+        if type(change) is not dict:
+            return decoder(_new(change))
+        if not isinstance(value, dict):
+            raise _Bad("a change of parts of an object that was not one")
+        values = dict(value)
         for k, c in change.items():
             key = _int_key(k) if int_keys else k
             try:
-                if c == []:
-                    if k not in out:
+                if type(c) is list:
+                    if c:
+                        values[key] = item(_new(c))
+                    elif values.pop(key, _NONE) is _NONE:
                         raise _Bad("nothing to remove")
-                    del out[k]
-                    values.pop(key, None)
-                elif type(c) is list and len(c) == 1:
-                    out[k] = v = c[0]
-                    values[key] = item(v)
-                elif isinstance(c, dict):
-                    if k not in out or key not in values:
+                elif type(c) is dict:
+                    if key not in values:
                         raise _Bad("nothing to change")
-                    out[k], values[key] = item_patch(out[k], values[key], c)
+                    values[key] = item_patch(values[key], c)
                 else:
                     raise _Bad("expected a change ([value], [] or an object of changes)")
             except _Bad as e:
                 e.path.append(f"[{k[:40]}]")
                 raise
-        return out, values
+        return values
 
     return patch
 
 
+_NONE = object()
+
+
 def _patch_items(item: Decoder, item_patch: Patcher, decoder: Decoder) -> Patcher:
-    def patch(doc: Any, value: Any, change: Any) -> tuple[Any, Any]:
-        if not isinstance(change, dict):
-            new = _new(change)
-            return new, decoder(new)
-        if not isinstance(doc, list) or not isinstance(value, tuple) or len(doc) != len(value):
-            raise _Bad("a change of a list that was not one")
-        out, values = list(doc), list(value)
+    def patch(value: Any, change: Any) -> Any:
+        if type(change) is not dict:
+            return decoder(_new(change))
+        if not isinstance(value, tuple):
+            raise _Bad("a change of parts of a list that was not one")
+        values = list(value)
         for k, c in change.items():
-            i = _index(k, len(out))
+            i = _index(k, len(values))
             try:
-                if type(c) is list and len(c) == 1:
-                    out[i] = v = c[0]
-                    values[i] = item(v)
+                if type(c) is list:
+                    values[i] = item(_new(c))
                 else:
-                    out[i], values[i] = item_patch(out[i], values[i], c)
+                    values[i] = item_patch(values[i], c)
             except _Bad as e:
                 e.path.append(f"[{i}]")
                 raise
-        return out, tuple(values)
+        return tuple(values)
 
     return patch
 
 
 def _patch_optional(arm: Patcher, decoder: Decoder) -> Patcher:
-    def patch(doc: Any, value: Any, change: Any) -> tuple[Any, Any]:
-        if not isinstance(change, dict):
-            new = _new(change)
-            return new, decoder(new)
+    def patch(value: Any, change: Any) -> Any:
+        if type(change) is not dict:
+            return decoder(_new(change))
         if value is None:
             raise _Bad("a change of parts of null")
-        return arm(doc, value, change)
+        return arm(value, change)
 
     return patch
 
@@ -603,8 +598,7 @@ def read_recording(stream: IO[str], name: str) -> tuple[RecordingHeader, Iterato
 
     def ticks() -> Iterator[RecordedTick]:
         number = 1
-        before: Any = None  # the last tick, encoded and decoded
-        tick: Optional[RecordedTick] = None
+        tick: Optional[RecordedTick] = None  # the last tick read
         while True:
             number += 1
             text = _readline(stream, number, name)
@@ -617,16 +611,14 @@ def read_recording(stream: IO[str], name: str) -> tuple[RecordingHeader, Iterato
             doc = _line(text, number, name)
             where = f"{name} line {number}: "
             if isinstance(doc, dict) and "sample" in doc:
-                before = {"sample": doc["sample"], "probes": doc.get("probes")}
                 tick = RecordedTick(
-                    decode(Sample, before["sample"], where + "sample"),
-                    decode(Optional[ProbeSample], before["probes"], where + "probes"),
+                    decode(Sample, doc["sample"], where + "sample"),
+                    decode(Optional[ProbeSample], doc.get("probes"), where + "probes"),
                 )
             elif isinstance(doc, dict) and "change" in doc:
                 if tick is None:
                     raise Malformed(f"{where}a change, but no whole tick before it")
-                before, tick = apply_change(RecordedTick, before, tick, doc["change"],
-                                            where + "change")  # fmt: skip
+                tick = apply_change(RecordedTick, tick, doc["change"], where + "change")
             else:
                 raise Malformed(f"{name} line {number}: not a recorded tick")
             yield tick

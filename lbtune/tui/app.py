@@ -19,6 +19,7 @@ import time
 from functools import lru_cache
 from typing import Any, Callable, Iterator, Optional
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -102,6 +103,19 @@ class ReportWritten(Message):
 
 Draw = Callable[["Frame", "MonitorApp", int], list[Line]]
 Key = Callable[["Frame", "MonitorApp"], tuple[object, ...]]
+
+
+def line_strip(spans: Line, base: Style, width: int) -> Strip:
+    """A line's spans as a strip of exactly `width` cells on `base`: what
+    `Strip(segments).extend_cell_length(width, base).crop(0, width)` makes, in one strip
+    where the text fits (each strip makes five caches; most lines fit)."""
+    segments = [Segment(t, base + _style(s) if s else base) for t, s in spans]
+    used = sum([cell_len(t) for t, _ in spans])
+    if used > width:
+        return Strip(segments, used).crop(0, width)
+    if used < width:
+        segments.append(Segment(" " * (width - used), base))
+    return Strip(segments, width)
 
 
 class PanelView(Widget):
@@ -197,8 +211,7 @@ class PanelView(Widget):
         if strip is None:
             base = self.visual_style.rich_style
             spans = self._lines[y] if y < len(self._lines) else ()
-            segments = [Segment(t, base + _style(s) if s else base) for t, s in spans]
-            strip = Strip(segments).extend_cell_length(width, base).crop(0, width)
+            strip = line_strip(spans, base, width)
             self._strips[y] = strip
         return strip
 

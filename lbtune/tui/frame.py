@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from dataclasses import dataclass, replace
-from typing import Deque, Optional, Sequence, TypeVar
+from typing import Callable, Deque, Optional, Sequence, TypeVar
 
 from lbtune.diagnose import probe_evidence as pe
 from lbtune.diagnose.context import Context
@@ -23,7 +23,7 @@ from lbtune.diagnose.view import FindingView, finding_view
 from lbtune.observe.counters import series
 from lbtune.observe.dropcauses import DROP_CAUSES, Counter, SnmpSum
 from lbtune.observe.model import ListenSocket, Sample, TcpReceiver, UdpSocket
-from lbtune.observe.probes import ProbeSample, merge_samples
+from lbtune.observe.probes import ProbeSample, SlidingMerge, merge_samples
 from lbtune.observe.window import NicDelta, Window
 from lbtune.tui.feed import PROBES_ON, PROBES_RECORDED, MonitorHost, Tick, monitor_rules
 
@@ -200,6 +200,7 @@ class FrameBuilder:
         self._irqs = {qi.irq for nic in host.nics.values() for qi in nic.irqs}
         # (rule, object) -> the finding as last reported and when (the newest sample's clock)
         self._held: dict[tuple[str, str], tuple[Finding, float]] = {}
+        self._judged_probes = SlidingMerge()  # the probe counts of the findings' window
 
     def frame(self, tick: Tick) -> Frame:
         w = tick.window
@@ -335,7 +336,7 @@ class FrameBuilder:
         if w.cumulative or len(self._recent) < 2:
             win, seen = w, probes
         else:
-            win, seen = self._window(JUDGE_SECONDS)
+            win, seen = self._window(JUDGE_SECONDS, self._judged_probes.merged)
         ctx = Context(window=win, topology=self.host.topology, nics=self.host.nics,
                       netns=self.host.netns)  # fmt: skip
         findings = run_rules(ctx, monitor_rules())
@@ -358,9 +359,12 @@ class FrameBuilder:
         views = tuple(finding_view(i, f) for i, (f, _) in enumerate(shown, 1))
         return win.seconds or 0.0, views, tuple(q for _, q in shown)
 
-    def _window(self, seconds: float) -> tuple[Window, Optional[ProbeSample]]:
+    def _window(
+        self, seconds: float, merge: Callable[[Sequence[ProbeSample]], ProbeSample] = merge_samples
+    ) -> tuple[Window, Optional[ProbeSample]]:
         """The kept samples of the last `seconds` (all that is kept, if less) as one window
-        with its ticks, the sockets seen in it, and what the probes counted over it."""
+        with its ticks, the sockets seen in it, and what the probes counted over it (summed
+        by `merge`)."""
         recent = list(self._recent)
         newest = recent[-1][0]
         start = 0
@@ -373,7 +377,7 @@ class FrameBuilder:
         samples = [s for s, _ in kept]
         win = Window(samples[0], with_sockets_seen(samples[1:]), tuple(samples[1:-1]))
         parts = [p for _, p in kept[1:] if p is not None]
-        return win, merge_samples(parts) if parts else None
+        return win, merge(parts) if parts else None
 
     # -------------------------------------------------------------------- report
 

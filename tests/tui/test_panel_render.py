@@ -149,3 +149,27 @@ async def test_a_panel_whose_part_of_the_frame_holds_still_is_not_drawn_again() 
         await pilot.pause(0.1)
         assert all(drawn[name] > before[name] for name in ("listen", "conntrack", "cpus"))
         _check(app)
+
+
+@pytest.mark.parametrize(
+    "spans, width",
+    [
+        ((("cpu 3", ""), ("  12.5k", "bold red")), 40),  # short: padded with the base style
+        ((("x" * 20, ""), ("y" * 20, "green")), 40),  # exactly the width
+        ((("x" * 30, ""), ("y" * 30, "green")), 40),  # longer: cropped inside a span
+        ((("漢字テスト", "bold"), ("→ ▁▂▃", "")), 9),  # wide cells: cropped mid-character
+        ((), 12),  # an empty line
+    ],
+)
+def test_a_lines_strip_is_the_one_textuals_extend_and_crop_make(spans, width):
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.strip import Strip
+
+    from lbtune.tui.app import line_strip
+
+    base = Style.parse("white on #101010")
+    segments = [Segment(t, base + Style.parse(s) if s else base) for t, s in spans]
+    textual = Strip(segments).extend_cell_length(width, base).crop(0, width)
+    ours = line_strip(spans, base, width)
+    assert list(ours) == list(textual) and ours.cell_length == textual.cell_length == width

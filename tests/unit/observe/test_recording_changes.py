@@ -159,5 +159,5 @@ def test_a_change_that_does_not_fit_is_one_line_naming_its_place(sample, change,
 def test_a_change_before_any_whole_tick_is_refused():
     head = {"format": "lbtune-monitor-recording/2", **encode(_header())}
     text = json.dumps(head) + "\n" + json.dumps({"change": {}}) + "\n"
-    with pytest.raises(Malformed, match="t.rec line 2: a change, but no whole tick before it"):
+    with pytest.raises(Malformed, match=r"t\.rec line 2: a change, but no whole tick before it"):
         _read(text)
