@@ -34,6 +34,20 @@ def counter_delta(before: Optional[int], after: Optional[int]) -> int:
     return after - before if after >= before else after
 
 
+def _deltas(
+    after: Mapping[str, Optional[int]], before: Mapping[str, Optional[int]]
+) -> dict[str, int]:
+    """`counter_delta` of each counter of `after` (`before`'s of the same name, if any):
+    worked out in C when both have the same counters, all read, none gone down (a NIC's
+    every tick)."""
+    if after.keys() == before.keys():
+        now, was = list(after.values()), list(map(before.__getitem__, after))
+        if None not in now and None not in was and all(map(ge, now, was)):  # type: ignore[arg-type]
+            return dict(zip(after, map(sub, now, was)))
+    old = before.get
+    return {k: counter_delta(old(k), v) for k, v in after.items()}
+
+
 def _as_read(counters: Mapping[str, Optional[int]]) -> dict[str, int]:
     """`counter_delta(None, v)` of every counter: a copy (0 for one not read)."""
     if None not in counters.values():
@@ -251,13 +265,12 @@ class Window:
             packets = None if q.packets is None else counter_delta(bp, q.packets)
             drops = None if q.drops is None else counter_delta(bd, q.drops)
             queues.append(QueueDelta(q.direction, q.queue, packets, drops))
-        old, old_drops = before.stats.get, before.nic_drops.get
         return NicDelta(
             dev=dev,
             driver=after.driver,
-            stats={k: counter_delta(old(k), v) for k, v in after.stats.items()},
+            stats=_deltas(after.stats, before.stats),
             queues=tuple(queues),
-            nic_drops={k: counter_delta(old_drops(k), v) for k, v in after.nic_drops.items()},
+            nic_drops=_deltas(after.nic_drops, before.nic_drops),
         )
 
     def ethtool(self, dev: str, name: str) -> Optional[int]:

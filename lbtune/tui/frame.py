@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from dataclasses import dataclass, replace
+from operator import ge, sub
 from typing import Callable, Deque, Optional, Sequence, TypeVar
 
 from lbtune.diagnose import probe_evidence as pe
@@ -186,6 +187,23 @@ def _sum_by_cpu(counts: list[dict[int, int]]) -> dict[int, int]:
     return out
 
 
+# (the IRQs a sample has of those asked for, their CPUs, the per-CPU sums of their counts)
+_Columns = tuple[tuple[int, ...], list[int], list[int]]
+
+
+def _columns(sample: Sample, irqs: tuple[int, ...]) -> Optional[_Columns]:
+    """The rows of `irqs` in the sample added up CPU by CPU, when they all have the same
+    CPUs in the same order (a big host's queue IRQs: a hundred rows of 48); None when not."""
+    lines = sample.interrupts
+    rows = [(i, line.counts) for i in irqs if (line := lines.get(i)) is not None]
+    if not rows:
+        return None
+    cpus = list(rows[0][1])
+    if not all(list(c) == cpus for _, c in rows):
+        return None
+    return tuple(i for i, _ in rows), cpus, list(map(sum, zip(*(c.values() for _, c in rows))))
+
+
 class FrameBuilder:
     """Turns ticks into frames; keeps sparkline history and recent samples (one thread)."""
 
@@ -197,7 +215,11 @@ class FrameBuilder:
         self._totals: dict[str, int] = {name: 0 for name, _, _ in CAUSES}
         self._recent: Deque[tuple[Sample, Optional[ProbeSample]]] = collections.deque()
         self._start: Optional[float] = None
-        self._irqs = {qi.irq for nic in host.nics.values() for qi in nic.irqs}
+        self._irqs = tuple(sorted({qi.irq for nic in host.nics.values() for qi in nic.irqs}))
+        topo = host.topology
+        self._node_of = {c.id: c.node for c in topo.cpus} if topo else {}
+        # the NIC queue IRQ columns (`_columns`) of the last two samples asked for
+        self._columns: list[tuple[Sample, Optional[_Columns]]] = []
         # (rule, object) -> the finding as last reported and when (the newest sample's clock)
         self._held: dict[tuple[str, str], tuple[Finding, float]] = {}
         self._judged_probes = SlidingMerge()  # the probe counts of the findings' window
@@ -301,11 +323,11 @@ class FrameBuilder:
 
     def _cpus(self, w: Window, secs: float) -> tuple[CpuRow, ...]:
         topo = self.host.topology
-        node_of = {c.id: c.node for c in topo.cpus} if topo else {}
+        node_of = self._node_of
         isolated = topo.isolated if topo else frozenset()
         net_rx = w.softirq("NET_RX") if w.after.softirqs else None
         rx_total = sum(net_rx.values()) if net_rx else 0
-        irq_cpu = _sum_by_cpu([w.irq(irq) for irq in self._irqs])
+        irq_cpu = self._irq_cpu(w)
         irq_total = sum(irq_cpu.values())
         rows = []
         for d in w.softnet():
@@ -324,6 +346,33 @@ class FrameBuilder:
                 )
             )
         return tuple(rows)
+
+    def _irq_cpu(self, w: Window) -> dict[int, int]:
+        """The NIC queue IRQs' interrupts over the window by CPU: `_sum_by_cpu` of each
+        IRQ's (`Window.irq`), from the per-CPU sums of the two samples' rows where every
+        row has the same CPUs in the same order and no count went down (a big host's
+        every tick: the newest sample's sums are kept for the next tick)."""
+        if w.before is not None:
+            now, was = w.after.interrupts, w.before.interrupts
+            after, before = self._columns_of(w.after), self._columns_of(w.before)
+            if (
+                after is not None
+                and before is not None
+                and after[:2] == before[:2]
+                and all(
+                    all(map(ge, now[i].counts.values(), was[i].counts.values())) for i in after[0]
+                )
+            ):
+                return dict(zip(after[1], map(sub, after[2], before[2])))
+        return _sum_by_cpu([w.irq(irq) for irq in self._irqs])
+
+    def _columns_of(self, sample: Sample) -> Optional[_Columns]:
+        for kept, found in self._columns:
+            if kept is sample:
+                return found
+        found = _columns(sample, self._irqs)
+        self._columns = [*self._columns[-1:], (sample, found)]
+        return found
 
     def _judge(
         self, w: Window, probes: Optional[ProbeSample]

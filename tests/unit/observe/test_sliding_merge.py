@@ -37,7 +37,7 @@ def _sample(rng: random.Random, sizes_len: Optional[int] = 4) -> ProbeSample:
     napi = [
         NapiCount(dev, inst, f"0xffff{inst:04x}", rng.choice((None, inst)), cpu,
                   rng.randint(0, 999), rng.randint(0, 9999), rng.randint(0, 9),
-                  rng.randint(0, 9), rng.choice((64, 300)))  # fmt: skip
+                  rng.randint(0, 9), rng.choice((64, 300)))
         for dev in ("eth0",)
         for inst in rng.sample(range(4), rng.randint(0, 4))
         for cpu in rng.sample(range(3), rng.randint(1, 3))
@@ -57,7 +57,7 @@ def _sample(rng: random.Random, sizes_len: Optional[int] = 4) -> ProbeSample:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_a_sliding_window_merges_as_merge_samples_does(seed):
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 (test data)
     kept = [_sample(rng) for _ in range(60)]
     kept[30] = kept[29]  # a replayed tick whose counts did not change: the same object
     sliding = SlidingMerge()
@@ -78,7 +78,7 @@ def test_a_sliding_window_merges_as_merge_samples_does(seed):
 
 
 def test_histograms_of_another_length_are_summed_as_merge_samples_does():
-    rng = random.Random(7)
+    rng = random.Random(7)  # noqa: S311 (test data)
     parts = [_sample(rng, 4), _sample(rng, 6), _sample(rng, 4)]
     sliding = SlidingMerge()
     for n in range(1, 4):
