@@ -21,8 +21,10 @@ that leaves out start-up. Result: CPU s per minute of each, and the 48-CPU repla
 ratio of the small host's. Each thread's CPU over the same minute (/proc/PID/task) splits it
 between the `lbtune-feed` thread (reading the recording, rules, the panels' lines) and the
 main thread (Textual); and the feed's parts are timed in this process over the 48-CPU
-recording (thread time per tick, the fastest of three rounds): parsing a tick's JSON line,
-decoding it into a sample, and the frame (rules and the panels' lines).
+recording (thread time per tick, the fastest of three rounds, with the collector set as
+the monitor sets it): reading a tick (the recording's reader: the JSON line parsed, its
+change applied to the tick before), of that the JSON alone, and the frame (rules and the
+panels' lines). The recording's size per tick is reported beside each case.
 
 Run: `.venv/bin/python bench/monitor_replay.py` (tmux; `make bench`); writes
 bench/results/monitor_replay.{json,md}.
