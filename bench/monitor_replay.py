@@ -84,20 +84,23 @@ class Result:
     cpu_per_minute: float
     ratio_to_small_host: float
     kb_per_tick: float  # the recording's size / its ticks
+    kb_per_tick_whole: float  # the same ticks written whole (format /1) / its ticks
 
 
 def _jitter(rng: random.Random, rate: float) -> int:
     return int(rate * (0.6 + 0.8 * rng.random()))
 
 
-def make_recording(root: Optional[Path], path: Path, ticks: int, seed: int) -> tuple[int, int]:
+def make_recording(
+    root: Optional[Path], path: Path, ticks: int, seed: int
+) -> tuple[int, int, int]:
     """Write a recording of `ticks` seconds of the host at `root` (None: this host) busy;
-    (CPUs, NIC queues) of it."""
+    (CPUs, NIC queues, the bytes its ticks would take written whole) of it."""
     from lbtune.diagnose.rules import sample_spec
     from lbtune.host.host import Host
     from lbtune.observe.model import ConntrackStats, SnmpCounters, Softirqs
     from lbtune.observe.probes import DropCount, NapiCount, PortCount, ProbeSample, QueueCount
-    from lbtune.observe.recording import RecordingHeader, RecordingWriter
+    from lbtune.observe.recording import RecordingHeader, RecordingWriter, encode
     from lbtune.observe.sampler import Sampler
     from lbtune.tui.feed import describe_host, monitor_rules
 
@@ -123,6 +126,7 @@ def make_recording(root: Optional[Path], path: Path, ticks: int, seed: int) -> t
     with open(path, "w", encoding="utf-8") as out:
         w = RecordingWriter(out, header)
         w.write(s, None)
+        whole = len(json.dumps({"sample": encode(s), "probes": None}, separators=(",", ":"))) + 1
         for _ in range(ticks):
             per_cpu = {c.cpu: _jitter(rng, 20_000) for c in s.softnet}
             softnet = tuple(dataclasses.replace(
@@ -258,7 +262,9 @@ def make_recording(root: Optional[Path], path: Path, ticks: int, seed: int) -> t
                 ),
             )
             w.write(s, probes)
-    return ncpu, len(rx_queues)
+            whole += len(json.dumps({"sample": encode(s), "probes": encode(probes)},
+                                    separators=(",", ":"))) + 1  # fmt: skip
+    return ncpu, len(rx_queues), whole
 
 
 def feed_parts(path: Path, rounds: int = 3, skip: int = 15, n: int = 40) -> dict[str, float]:
@@ -326,7 +332,7 @@ def main() -> int:
             rec = Path(tmp) / (("big" if root else "small") + ".rec")
             t = time.monotonic()
             shapes[case] = make_recording(root, rec, ticks, args.seed)
-            sizes[case] = rec.stat().st_size / ticks / 1000
+            sizes[case] = (rec.stat().st_size / ticks / 1000, shapes[case][2] / ticks / 1000)
             print(f"{case}: {ticks} ticks, {rec.stat().st_size / 1e6:.1f} MB "
                   f"in {time.monotonic() - t:.1f} s", file=sys.stderr)  # fmt: skip
             cases[case] = f"{lbtune} monitor --replay {rec} --interval 1"
@@ -366,7 +372,8 @@ def main() -> int:
     base = used["this host (2 CPUs), probes"] or float("nan")
     results = [
         Result(case, shapes[case][0], shapes[case][1], round(u, 3), round(window, 1),
-               round(u * 60 / window, 3), round(u / base, 3), round(sizes[case], 1))
+               round(u * 60 / window, 3), round(u / base, 3), round(sizes[case][0], 1),
+               round(sizes[case][1], 1))
         for case, u in used.items()
     ]  # fmt: skip
     write_json(OUT, run_meta(1, seconds=args.seconds, warmup=args.warmup, seed=args.seed,
@@ -384,9 +391,10 @@ def main() -> int:
          "minute (1 % of a core) on the 48-CPU replay. `bench/monitor_replay.py`."],
         [("case", "l"), ("CPUs", "r"), ("rx queues", "r"), ("CPU s", "r"),
          ("CPU s per minute", "r"), ("ratio to the small host", "r"),
-         ("recording KB per tick", "r")],
+         ("recording KB per tick", "r"), ("KB per tick written whole (format /1)", "r")],
         [[r.case, str(r.cpus), str(r.queues), f"{r.cpu_seconds:.2f}",
-          f"{r.cpu_per_minute:.2f}", f"{r.ratio_to_small_host:.2f}", f"{r.kb_per_tick:.1f}"]
+          f"{r.cpu_per_minute:.2f}", f"{r.ratio_to_small_host:.2f}", f"{r.kb_per_tick:.1f}",
+          f"{r.kb_per_tick_whole:.1f}"]
          for r in results],
     )  # fmt: skip
     with open(OUT.with_suffix(".md"), "a", encoding="utf-8") as md:

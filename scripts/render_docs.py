@@ -699,7 +699,8 @@ figures({
 _BIG = "48-CPU host (fixture), probes"
 
 register("monitor_replay.table")(lambda: md_table("monitor_replay", 0, [
-    "case", "CPUs", "rx queues", "CPU s per minute", "ratio to the small host"]))
+    "case", "CPUs", "rx queues", "CPU s per minute", "ratio to the small host",
+    "recording KB per tick", "KB per tick written whole (format /1)"]))
 
 
 def _replay_threads() -> str:
@@ -725,6 +726,11 @@ figures({
     "monitor_replay.goal": lambda: f"{meta('monitor_replay')['goal_cpu_per_minute']:.1f}",
     "monitor_replay.big_ms": lambda: (
         f"{row('monitor_replay', case=_BIG)['cpu_per_minute'] / 60 * 1000:.0f}"),
+    "monitor_replay.big_kb": lambda: f"{row('monitor_replay', case=_BIG)['kb_per_tick']:.0f}",
+    "monitor_replay.big_kb_whole": lambda: (
+        f"{row('monitor_replay', case=_BIG)['kb_per_tick_whole']:.0f}"),
+    "monitor_replay.small": lambda: (
+        f"{row('monitor_replay', case='this host (2 CPUs), probes')['cpu_per_minute']:.2f}"),
 })
 
 # --- where the watchers' CPU goes (bench/watch_profile.py) ---------------------------------
