@@ -68,7 +68,7 @@ class BandCompositor(Compositor):
         rows: dict[Any, tuple[int, int]] = {}
         order = [(w, region.intersection(clip))
                  for w, (region, clip) in super().visible_widgets.items()]  # fmt: skip
-        for d in dirty:
+        for d in _joined(dirty):
             top, bottom = d.y, d.bottom
             for w, shown in order:
                 if not shown.overlaps(d):
@@ -90,3 +90,17 @@ class BandCompositor(Compositor):
             return list(super()._get_renders(crop))  # rendered while the bands hold
         finally:
             self._bands = None
+
+
+def _joined(regions: list[Region]) -> list[Region]:
+    """The regions with those of the same columns on touching rows joined: a panel's changed
+    lines are a region each, and every widget in front of one is in front of the others
+    (a widget in front of part of a joined region is found all the same)."""
+    out: list[Region] = []
+    for r in sorted(regions, key=lambda r: (r.x, r.width, r.y)):
+        last = out[-1] if out else None
+        if last is not None and (last.x, last.width) == (r.x, r.width) and r.y <= last.bottom:
+            out[-1] = Region(last.x, last.y, last.width, max(last.bottom, r.bottom) - last.y)
+        else:
+            out.append(r)
+    return out

@@ -103,3 +103,21 @@ async def test_every_partial_update_draws_what_textuals_own_compositor_draws(
     assert sum(n for _, n in seen) > 0
     height = size[1]
     assert any(c.height < height for c, _ in seen), [c for c, _ in seen]
+
+
+def test_changed_lines_of_the_same_columns_on_touching_rows_are_joined():
+    from textual.geometry import Region
+
+    from lbtune.tui.compositor import _joined
+
+    lines = [Region(80, y, 78, 1) for y in (9, 5, 6, 7)]  # a panel's changed lines
+    others = [Region(2, 5, 76, 1), Region(80, 12, 78, 1), Region(80, 6, 40, 2)]
+    assert _joined(lines + others) == [
+        Region(2, 5, 76, 1),  # another panel's line: its own
+        Region(80, 6, 40, 2),  # other columns: its own
+        Region(80, 5, 78, 3),  # rows 5, 6, 7
+        Region(80, 9, 78, 1),  # row 9: not touching row 7's
+        Region(80, 12, 78, 1),
+    ]
+    assert _joined([Region(0, 0, 10, 3), Region(0, 1, 10, 1)]) == [Region(0, 0, 10, 3)]
+    assert _joined([]) == []
