@@ -729,8 +729,6 @@ figures({
     "monitor_replay.big_kb": lambda: f"{row('monitor_replay', case=_BIG)['kb_per_tick']:.0f}",
     "monitor_replay.big_kb_whole": lambda: (
         f"{row('monitor_replay', case=_BIG)['kb_per_tick_whole']:.0f}"),
-    "monitor_replay.small": lambda: (
-        f"{row('monitor_replay', case='this host (2 CPUs), probes')['cpu_per_minute']:.2f}"),
 })
 
 # --- where the watchers' CPU goes (bench/watch_profile.py) ---------------------------------
