@@ -8,6 +8,7 @@ hostile recordings and options are one-line errors with exit 2.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -288,3 +289,26 @@ def test_replay_of_a_fifo_is_refused_not_waited_on(tmp_path):
     res = run_cli("monitor", "--replay", str(fifo))
     assert res.exit_code == 2, res
     assert "not a regular file" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+async def test_a_change_that_does_not_fit_stops_the_replay_in_the_status_line(tmp_path):
+    """A later tick is read while the replay plays: one that does not fit stops it there,
+    the status line names its line and place, and the last frame stays up."""
+    from lbtune.tui.app import FeedEnded, MonitorApp
+    from lbtune.tui.feed import ReplayFeed
+    from tests.tui.test_monitor_pilot import SIZE, until
+
+    rec = tmp_path / "bad.rec"
+    _recording(rec, ticks=2)
+    with open(rec, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"change": {"sample": {"nics": {"nope0": {"driver": ["x"]}}}}}) + "\n")
+    ended: list[FeedEnded] = []
+    with open(rec, encoding="utf-8") as f:
+        app = MonitorApp(ReplayFeed(f, str(rec), interval=0.05))
+        async with app.run_test(size=SIZE, message_hook=lambda m: isinstance(m, FeedEnded)
+                                and ended.append(m)) as pilot:  # fmt: skip
+            await until(pilot, lambda: bool(ended))
+            status = str(app.query_one("#status").content)
+            assert ended[0].error is not None and app.frames >= 1
+            assert "sampling stopped" in status and "line 5: change.sample.nics[nope0]" in status
+            assert app.frame is not None  # the last frame stays up
