@@ -6,9 +6,11 @@ change that does not fit is one line naming its line and place. Format /1 is sti
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import io
 import json
+import random
 from typing import Any, Optional
 
 import pytest
@@ -161,3 +163,46 @@ def test_a_change_before_any_whole_tick_is_refused():
     text = json.dumps(head) + "\n" + json.dumps({"change": {}}) + "\n"
     with pytest.raises(Malformed, match=r"t\.rec line 2: a change, but no whole tick before it"):
         _read(text)
+
+
+def _paths(doc: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    items: Any = ()
+    if isinstance(doc, dict):
+        items = doc.items()
+    elif isinstance(doc, list):
+        items = enumerate(doc)
+    for k, v in items:
+        out.append((*prefix, str(k)))
+        out.extend(_paths(v, (*prefix, str(k))))
+    return out
+
+
+def test_random_changes_at_every_place_are_applied_or_one_line_errors(sample):
+    """Hostile changes: any place of a 48-CPU tick (or a key next to it that is not there)
+    given any kind of value or change; each is applied or refused as Malformed, never
+    another exception, and the tick it was applied to is left as it was."""
+    from lbtune.observe.recording import RecordedTick, apply_change
+
+    rng = random.Random(33)  # noqa: S311 (test data)
+    tick = RecordedTick(sample, _probes(1))
+    before = copy.deepcopy(tick)
+    places = _paths({"sample": encode(sample), "probes": encode(tick.probes)})
+    assert len(places) > 10_000
+    values: list[Any] = [None, True, 1, -1, 1.5, "x", [], [1], [1, 2], {}, {"a": [1]}, [[1]],
+                         [None], ["x"], [{}], [[]], [-5], [1.5], [{"a": 1}]]  # fmt: skip
+    refused = 0
+    for _ in range(3000):
+        place = rng.choice(places)
+        if rng.random() < 0.2:
+            place = (*place[:-1], rng.choice(["zz", "999", "-1", "01", "²", ""]))
+        change: Any = rng.choice(values)
+        for key in reversed(place):
+            change = {key: change}
+        try:
+            apply_change(RecordedTick, tick, change, "t: ")
+        except Malformed as e:
+            refused += 1
+            assert "\n" not in str(e) and str(e).startswith("t: ")
+    assert 0 < refused < 3000
+    assert tick == before
