@@ -354,7 +354,8 @@ class FrameBuilder:
         every tick: the newest sample's sums are kept for the next tick)."""
         if w.before is not None:
             now, was = w.after.interrupts, w.before.interrupts
-            after, before = self._columns_of(w.after), self._columns_of(w.before)
+            # the older first: it is the one kept from the tick before (two are kept)
+            before, after = self._columns_of(w.before), self._columns_of(w.after)
             if (
                 after is not None
                 and before is not None

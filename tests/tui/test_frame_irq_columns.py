@@ -59,3 +59,27 @@ def test_irq_shares_from_column_sums_are_those_of_each_irq(what):
         expected = _sum_by_cpu([Window(a, b).irq(i) for i in irqs])
         assert builder._irq_cpu(w) == expected
         assert sum(expected.values()) > 0
+
+
+def test_each_sample_is_summed_once(monkeypatch):
+    """A tick sums the newest sample's rows; the older one's are those kept from the tick
+    before (the two kept must be the window's two, whichever is asked for first)."""
+    from lbtune.tui import frame as frame_mod
+
+    script = Script(DELL)
+    builder = FrameBuilder(script.host)
+    rng = random.Random(7)  # noqa: S311 (test data)
+    samples = [script.sample]
+    for _ in range(6):
+        samples.append(_moved(rng, samples[-1], builder._irqs, "moves"))
+    summed: list[Sample] = []
+    real = frame_mod._columns
+
+    def columns(sample, irqs):
+        summed.append(sample)
+        return real(sample, irqs)
+
+    monkeypatch.setattr(frame_mod, "_columns", columns)
+    for a, b in zip(samples, samples[1:]):
+        builder._irq_cpu(Window(a, b))
+    assert [id(s) for s in summed] == [id(s) for s in samples]
