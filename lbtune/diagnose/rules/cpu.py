@@ -298,6 +298,18 @@ def _misplaced(
     return isolated, remote
 
 
+def _placed_now(nic: Any, usable: frozenset[int]) -> bool:
+    """Every queue IRQ of the NIC is placed now within `usable` (its effective affinity,
+    else its affinity, known and inside): then any group of them `_placement_finding` is
+    given is placed now too and is no finding, and the NIC's counts need not be looked at
+    (a well-placed host's every NIC, every tick of the monitor)."""
+    for qi in nic.irqs:
+        current = qi.effective or qi.affinity
+        if not current or not current <= usable:
+            return False
+    return True
+
+
 def _placement_finding(
     ctx: Context, nic: Any, group: list[_Fired], problem: str, needed: frozenset[int]
 ) -> Optional[Finding]:
@@ -371,6 +383,8 @@ def irq_placement(ctx: Context) -> Iterator[Finding]:
         # Both kinds go to the same CPUs: the node's own (every online one without a
         # node), minus the isolated ones; a remote group implies the node has CPUs.
         local, usable = _node_cpus(topo, nic.numa_node)
+        if _placed_now(nic, usable):
+            continue  # whatever fired where in the window, no group of it is a finding
         isolated, remote = _misplaced(ctx, topo, nic, local)
         for group, problem in ((isolated, "isolated"), (remote, "remote")):
             if group:

@@ -1,7 +1,9 @@
-"""irq-placement's misplaced IRQs, cleared from the isolated and local CPUs' counts alone
-(`_fired_on`), are those the per-IRQ way (`Window.irq` of every queue IRQ) finds: random
-windows of hosts with one or two nodes, no, one or many isolated CPUs (some not in the
-counts), rows that appear, vanish, lose a CPU, reset or go negative."""
+"""irq-placement's two shortcuts change none of its findings: its misplaced IRQs, cleared
+from the isolated and local CPUs' counts alone (`_fired_on`), are those the per-IRQ way
+(`Window.irq` of every queue IRQ) finds; and a NIC whose queue IRQs are all placed now
+(`_placed_now`) is left out only where it would have had no finding. Random windows of hosts
+with one or two nodes, no, one or many isolated CPUs (some not in the counts), rows that
+appear, vanish, lose a CPU, reset or go negative, and affinities in and out of place."""
 
 from __future__ import annotations
 
@@ -145,3 +147,49 @@ def test_the_check_clears_irqs_without_their_per_cpu_counts() -> None:
         mp.setattr(Window, "irq", irq)
         assert rules_cpu._misplaced(Context(window=window), topo, nic, local) == ([], [])
     assert asked == []
+
+
+def _placed(rng: random.Random, topo: CpuTopology, nic: Nic) -> Nic:
+    """`nic` with each queue IRQ's affinity and effective affinity drawn: unknown, empty,
+    within the CPUs the fix would use, or anywhere (isolated and remote CPUs too)."""
+    usable = rules_cpu._node_cpus(topo, nic.numa_node)[1]
+    everywhere = sorted(topo.online)
+
+    def pick() -> Optional[frozenset[int]]:
+        roll = rng.random()
+        if roll < 0.1:
+            return None
+        if roll < 0.15:
+            return frozenset()
+        pool = sorted(usable) if roll < 0.8 and usable else everywhere
+        return frozenset(rng.sample(pool, rng.randint(1, len(pool))))
+
+    placed = rng.random() < 0.5  # half the NICs: every IRQ within the CPUs the fix uses
+    irqs = []
+    for qi in nic.irqs:
+        if placed and usable:
+            now = frozenset(rng.sample(sorted(usable), rng.randint(1, len(usable))))
+            irqs.append(dataclasses.replace(qi, affinity=now, effective=rng.choice((now, None))))
+        else:
+            irqs.append(dataclasses.replace(qi, affinity=pick(), effective=pick()))
+    return dataclasses.replace(nic, irqs=tuple(irqs))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_nics_placed_now_are_left_out_only_where_they_had_no_finding(seed: int) -> None:
+    rng = random.Random(seed)  # noqa: S311 (test data)
+    shortcut = 0
+    for _ in range(300):
+        topo, nic = _host(rng)
+        nic = _placed(rng, topo, nic)
+        first = _rows(rng, topo, nic, None)
+        before = None if rng.random() < 0.15 else _sample(0.0, first)
+        after = _sample(2.0, _rows(rng, topo, nic, first))
+        ctx = Context(window=Window(before, after), topology=topo, nics={"eth0": nic})
+        got = list(rules_cpu.irq_placement(ctx))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(rules_cpu, "_placed_now", lambda nic, usable: False)
+            want = list(rules_cpu.irq_placement(ctx))
+        assert got == want, (seed, topo.isolated, nic)
+        shortcut += rules_cpu._placed_now(nic, rules_cpu._node_cpus(topo, nic.numa_node)[1])
+    assert shortcut > 50  # (the shortcut was taken, on NICs whose IRQs did fire)
