@@ -223,6 +223,10 @@ class FrameBuilder:
         # (rule, object) -> the finding as last reported and when (the newest sample's clock)
         self._held: dict[tuple[str, str], tuple[Finding, float]] = {}
         self._judged_probes = SlidingMerge()  # the probe counts of the findings' window
+        # id -> (a kept probe sample, the same without its queue rows), for the findings'
+        # window: the rules' probe evidence (`pe.explain`) reads no queue row, and summing
+        # a big host's hundred queues with their size histograms was half of that merge
+        self._bare: dict[int, tuple[ProbeSample, ProbeSample]] = {}
 
     def frame(self, tick: Tick) -> Frame:
         w = tick.window
@@ -386,7 +390,7 @@ class FrameBuilder:
         if w.cumulative or len(self._recent) < 2:
             win, seen = w, probes
         else:
-            win, seen = self._window(JUDGE_SECONDS, self._judged_probes.merged)
+            win, seen = self._window(JUDGE_SECONDS, self._judged_merge)
         ctx = Context(window=win, topology=self.host.topology, nics=self.host.nics,
                       netns=self.host.netns)  # fmt: skip
         findings = run_rules(ctx, monitor_rules())
@@ -408,6 +412,21 @@ class FrameBuilder:
                 shown.append((f, now - last))
         views = tuple(finding_view(i, f) for i, (f, _) in enumerate(shown, 1))
         return win.seconds or 0.0, views, tuple(q for _, q in shown)
+
+    def _judged_merge(self, parts: Sequence[ProbeSample]) -> ProbeSample:
+        """What the probes counted over the findings' window, queue rows left out (see
+        `_bare`): each kept sample stripped once, the same object every tick after, so
+        that the sliding merge adds the newest and takes the oldest."""
+        bare: list[ProbeSample] = []
+        kept: dict[int, tuple[ProbeSample, ProbeSample]] = {}
+        for p in parts:
+            pair = self._bare.get(id(p))
+            if pair is None or pair[0] is not p:
+                pair = (p, replace(p, queues=()) if p.queues else p)
+            kept[id(p)] = pair
+            bare.append(pair[1])
+        self._bare = kept
+        return self._judged_probes.merged(bare)
 
     def _window(
         self, seconds: float, merge: Callable[[Sequence[ProbeSample]], ProbeSample] = merge_samples
