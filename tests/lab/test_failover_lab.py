@@ -26,7 +26,12 @@ pytestmark = pytest.mark.lab
 # partial buffer 2-3 s after its first entry; the 4 connections run in lockstep, so they
 # arrive together or not at all. The suite once saw dir1 preempt after 3 s holding 0 of 4.
 PREEMPT = ("--preempt-delay", "8")
-FAST = ("--kills", "2", "--advert-int", "0.1", "--settle", "1.5", *PREEMPT, "--json")
+# --advert-int 0.3: a restarted keepalived that hears no advert within its master-down
+# interval (3 x advert_int + skew) becomes master at once, preempt_delay or not; at 0.1 s
+# (0.36 s to hear one) a loaded suite once saw dir1 take the VIP back 0.73 s after its
+# start, holding none of the connections. 0.3 s gives it 1.1 s.
+ADVERT = ("--advert-int", "0.3")
+FAST = ("--kills", "2", *ADVERT, "--settle", "1.5", *PREEMPT, "--json")
 
 
 def _lost(r: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -99,7 +104,7 @@ def test_failover_runs_in_a_lab_that_is_up(lab_kernel: LabKernel, private_tmp: P
     up = run_cli("lab", "up", "--json")
     assert up.exit_code == 0, up.stderr
     try:
-        code, r, err = _run("--kills", "1", "--advert-int", "0.1", "--settle", "1", *PREEMPT,
+        code, r, err = _run("--kills", "1", *ADVERT, "--settle", "1", *PREEMPT,
                             "--json")
         assert code == 0, _why(r, err)
         assert [w["kind"] for w in r["windows"]] == ["failover", "failback"]
