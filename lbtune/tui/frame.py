@@ -225,7 +225,8 @@ class FrameBuilder:
         self._judged_probes = SlidingMerge()  # the probe counts of the findings' window
         # id -> (a kept probe sample, the same without its queue rows), for the findings'
         # window: the rules' probe evidence (`pe.explain`) reads no queue row, and summing
-        # a big host's hundred queues with their size histograms was half of that merge
+        # a big host's hundred queues with their size histograms was a third of that merge
+        # (0.31 to 0.22 ms a tick of the 48-CPU replay, timed in one process)
         self._bare: dict[int, tuple[ProbeSample, ProbeSample]] = {}
 
     def frame(self, tick: Tick) -> Frame:
