@@ -105,6 +105,29 @@ def test_what_did_not_change_is_kept_as_it_was(sample):
     assert b.snmp is not a.snmp
 
 
+def test_a_changed_row_is_a_copy_with_no_dict_of_its_own(sample):
+    """A row of a frozen dataclass whose counters changed is copied field by field: the
+    copy equals the row written, and neither it nor the row it was copied from gets an
+    instance dict (on CPython a dict is materialised by `__dict__` and is then one more
+    object per row for the garbage collector, for as long as the monitor keeps the sample)."""
+    import gc
+
+    name, nic = next((k, v) for k, v in sample.nics.items() if v.queues)
+    row = nic.queues[0]
+    moved = dataclasses.replace(row, packets=(row.packets or 0) + 7, bytes=(row.bytes or 0) + 9)
+    nic2 = dataclasses.replace(nic, queues=(moved, *nic.queues[1:]))
+    s1 = dataclasses.replace(sample, monotonic=sample.monotonic + 1,
+                             nics={**sample.nics, name: nic2})  # fmt: skip
+    back = _read(_write([(sample, None), (s1, None)], _header()))
+    (a, _), (b, _) = back
+    assert b == s1
+    old, new = a.nics[name].queues[0], b.nics[name].queues[0]
+    assert new == moved and new is not old and type(new) is type(row)
+    assert b.nics[name].queues[1] is a.nics[name].queues[1]  # unchanged: the same object
+    for r in (old, new):
+        assert not [x for x in gc.get_referents(r) if type(x) is dict and x is not r.extra]
+
+
 def test_changes_of_equal_values_are_none_and_types_count():
     assert changes({"a": [1, {"b": 2}]}, {"a": [1, {"b": 2}]}) is None
     assert changes({"a": 1}, {"a": True}) == {"a": [True]}
