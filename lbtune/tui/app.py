@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -106,6 +106,24 @@ Draw = Callable[["Frame", "MonitorApp", int], list[Line]]
 Key = Callable[["Frame", "MonitorApp"], tuple[object, ...]]
 
 
+class WholeStrip(Strip):
+    """A panel line's strip as the compositor is handed it. Textual's `Strip.divide` at the
+    strip's own end (a panel's line lies between two cuts: the panel's edges) answers
+    `[self]` and keeps that list in the strip's own cache: a reference cycle, so each line
+    a new frame replaced stayed in memory, with its seven caches, until the garbage
+    collector found it, and counted towards setting the collector off. This one answers the
+    same list without keeping it; every other division is Textual's."""
+
+    __slots__ = ()
+
+    def divide(self, cuts: Iterable[int]) -> Sequence[Strip]:
+        length = self.cell_length
+        kept = [cut for cut in cuts if cut <= length]
+        if kept == [length]:
+            return [self]
+        return super().divide(kept)
+
+
 def line_strip(spans: Line, base: Style, width: int) -> Strip:
     """A line's spans as a strip of exactly `width` cells on `base`: what
     `Strip(segments).extend_cell_length(width, base).crop(0, width)` makes, in one strip
@@ -113,10 +131,10 @@ def line_strip(spans: Line, base: Style, width: int) -> Strip:
     segments = [Segment(t, base + _style(s) if s else base) for t, s in spans]
     used = sum([cell_len(t) for t, _ in spans])
     if used > width:
-        return Strip(segments, used).crop(0, width)
+        return WholeStrip(list(Strip(segments, used).crop(0, width)), width)
     if used < width:
         segments.append(Segment(" " * (width - used), base))
-    return Strip(segments, width)
+    return WholeStrip(segments, width)
 
 
 class PanelView(Widget):
@@ -142,6 +160,8 @@ class PanelView(Widget):
         self._lines: list[Line] = [line(("waiting for the first refresh...", ""))]
         self._width = 0  # the width self._lines were made for (0: not laid out yet)
         self._strips: dict[int, Strip] = {}
+        # y -> (the line's strip, the line filters and background, the strip they made)
+        self._shown: dict[int, tuple[Strip, tuple[object, ...], Strip]] = {}
         # _plain_background() and the styles' keys it was worked out for
         self._style_key: tuple[tuple[int, int], ...] = ()
         self._background: Optional[Color] = None
@@ -164,11 +184,13 @@ class PanelView(Widget):
         self._lines, self._width, self._key = new, width, key
         if len(new) != len(old):
             self._strips.clear()
+            self._shown.clear()
             self.refresh(layout=True)
             return None
         changed = [y for y, (a, b) in enumerate(zip(old, new)) if a != b]
         for y in changed:
             self._strips.pop(y, None)
+            self._shown.pop(y, None)
         if changed:
             return self._repaint([Region(0, y, width, 1) for y in changed])
         return None
@@ -200,6 +222,7 @@ class PanelView(Widget):
                 self._lines = self.draw(self._source[0], self._source[1], width)
             self._width = width
             self._strips.clear()
+            self._shown.clear()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         self._layout_for(width)
@@ -252,11 +275,22 @@ class PanelView(Widget):
         if background is None or titled:
             return super().render_lines(crop)
         filters = self.get_line_filters()
+        key = (tuple(filters), background)
+        shown = self._shown
         strips = []
         for y in crop.line_range:
-            strip = self.render_line(y)
-            for f in filters:
-                strip = strip.apply_filter(f, background)
+            line = self.render_line(y)
+            kept = shown.get(y)
+            if kept is not None and kept[0] is line and kept[1] == key:
+                strips.append(kept[2])
+                continue
+            strip = line
+            if filters:  # what `Strip.apply_filter` does, the result a WholeStrip
+                segments = list(line)
+                for f in filters:
+                    segments = f.apply(segments, background)
+                strip = WholeStrip(segments, line.cell_length)
+            shown[y] = (line, key, strip)
             strips.append(strip)
         x1, x2 = crop.column_span
         if (x1, x2) != (0, self.size.width):
