@@ -724,6 +724,9 @@ figures({
     "monitor_replay.commit": lambda: meta("monitor_replay")["commit"],
     "monitor_replay.big": lambda: f"{row('monitor_replay', case=_BIG)['cpu_per_minute']:.2f}",
     "monitor_replay.goal": lambda: f"{meta('monitor_replay')['goal_cpu_per_minute']:.1f}",
+    "monitor_replay.verdict": lambda: (
+        "Met in this run" if row("monitor_replay", case=_BIG)["cpu_per_minute"]
+        <= meta("monitor_replay")["goal_cpu_per_minute"] else "Not met"),
     "monitor_replay.big_ms": lambda: (
         f"{row('monitor_replay', case=_BIG)['cpu_per_minute'] / 60 * 1000:.0f}"),
     "monitor_replay.big_kb": lambda: f"{row('monitor_replay', case=_BIG)['kb_per_tick']:.0f}",
