@@ -435,15 +435,17 @@ class FrameBuilder:
         """The kept samples of the last `seconds` (all that is kept, if less) as one window
         with its ticks, the sockets seen in it, and what the probes counted over it (summed
         by `merge`)."""
-        recent = list(self._recent)
-        newest = recent[-1][0]
+        recent = self._recent
+        newest = recent[-1][0].monotonic
+        # The newest kept sample at least `seconds` old starts it (the oldest kept, if none
+        # is): looked for from the newest end, the ten seconds the findings judge every tick
+        # cost a dozen steps, not one per sample of the ten minutes kept.
         start = 0
-        for i, (sample, _) in enumerate(recent[:-1]):
-            if newest.monotonic - sample.monotonic >= seconds:
+        for i in range(len(recent) - 2, -1, -1):
+            if newest - recent[i][0].monotonic >= seconds:
                 start = i
-            else:
                 break
-        kept = recent[start:]
+        kept = [recent[i] for i in range(start, len(recent))]
         samples = [s for s, _ in kept]
         win = Window(samples[0], with_sockets_seen(samples[1:]), tuple(samples[1:-1]))
         parts = [p for _, p in kept[1:] if p is not None]

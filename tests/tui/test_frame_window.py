@@ -102,3 +102,29 @@ def test_a_report_after_the_load_names_the_gone_socket_and_draws_the_charts():
     assert "softnet dropped per CPU" in html and html.count("<svg") >= 3
     # The per-tick series of the evidence (the sparklines) came with the window.
     assert any(s.values for s in report.series.values())
+
+
+def test_windows_start_at_the_newest_sample_old_enough_over_a_long_history():
+    """Over many kept samples (and ticks of uneven length) the findings judge the last
+    JUDGE_SECONDS, a report of N seconds starts at the newest kept sample at least N old,
+    and a report longer than what is kept covers all of it."""
+    script = Script(KVM)
+    b = FrameBuilder(script.host)
+    start = script.sample.monotonic
+    b.frame(tick(script.step()))
+    lengths = [1.0, 2.5, 0.5, 1.0, 3.0] * 12  # 60 ticks, 96 s
+    frames = [b.frame(tick(script.step(seconds=s))) for s in lengths]
+    newest = script.sample.monotonic
+    kept = [start + 1.0]
+    for s in lengths:
+        kept.append(kept[-1] + s)
+    kept = [start, *kept]
+
+    def expected(seconds: float) -> float:
+        old = [t for t in kept[:-1] if newest - t >= seconds]
+        return newest - (old[-1] if old else kept[0])
+
+    assert frames[-1].judged == expected(JUDGE_SECONDS) >= JUDGE_SECONDS
+    for seconds in (5.0, 20.0, 47.5, 90.0, 600.0):
+        assert b.report(seconds, "off", FIXED_TIME).seconds == round(expected(seconds), 3)
+    assert b.report(600.0, "off", FIXED_TIME).seconds == round(newest - start, 3)
