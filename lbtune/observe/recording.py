@@ -426,7 +426,8 @@ def _index(key: str, size: int) -> int:
 
 
 def _patch_dataclass(tp: type, decoder: Decoder) -> Patcher:
-    fields = {f.name for f in dataclasses.fields(tp)}
+    names = tuple(f.name for f in dataclasses.fields(tp))
+    fields = set(names)
     hints = typing.get_type_hints(tp)
     patchers = {name: _patcher(hints[name]) for name in fields}
     decoders = {name: _decoder(hints[name]) for name in fields}
@@ -436,7 +437,6 @@ def _patch_dataclass(tp: type, decoder: Decoder) -> Patcher:
     # field by field, not through `__dict__`, which would give each copy, and the object
     # it copies, a dict of its own: two more objects per row for the garbage collector to
     # walk for as long as the monitor keeps the sample, a third of a 48-CPU sample's)
-    names = tuple(f.name for f in dataclasses.fields(tp))
     set_field = object.__setattr__
     plain = (
         all(f.init for f in dataclasses.fields(tp))
