@@ -17,8 +17,11 @@ on a small host).
 
 Both replays play at 1 s in tmux terminals of 160x50 at once; each program's CPU time
 (user + system) is read from /proc before and after the measured minute, after a warm-up
-that leaves out start-up. Result: CPU s per minute of each, and the 48-CPU replay's as a
-ratio of the small host's. Each thread's CPU over the same minute (/proc/PID/task) splits it
+that leaves out start-up. That is one round; `--rounds` (3) rounds, each with both replays
+started afresh, and the result is the median round's CPU s per minute of each (every
+round's kept beside it: one round's figure has moved by a tenth of the goal between runs of
+the same code), and the 48-CPU replay's as a ratio of the small host's. Each thread's CPU
+over the same minute (/proc/PID/task) splits it
 between the `lbtune-feed` thread (reading the recording, rules, the panels' lines) and the
 main thread (Textual); and the feed's parts are timed in this process over the 48-CPU
 recording (thread time per tick, the fastest of three rounds, with the collector set as
@@ -37,12 +40,15 @@ import dataclasses
 import json
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+import psutil
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -85,6 +91,7 @@ class Result:
     ratio_to_small_host: float
     kb_per_tick: float  # the recording's size / its ticks
     kb_per_tick_whole: float  # the same ticks written whole (format /1) / its ticks
+    rounds_cpu_per_minute: list[float]  # each round's; cpu_per_minute is their median
 
 
 def _jitter(rng: random.Random, rate: float) -> int:
@@ -312,17 +319,93 @@ def feed_parts(path: Path, rounds: int = 3, skip: int = 15, n: int = 40) -> dict
     return {part: round(ms, 2) for part, ms in best.items()}
 
 
+def one_round(cases: dict[str, str], warmup: float, seconds: float
+              ) -> Optional[tuple[dict[str, float], dict[str, dict[str, float]], float]]:
+    """Both replays started at once in tmux, `warmup` s left out, then `seconds` measured:
+    each case's CPU s and its threads' CPU ms per tick over the measured window, and the
+    window's length (None, with a message, when a replay exited during it)."""
+    try:
+        for i, cmd in enumerate(cases.values()):
+            tmux("new-session", "-d", "-s", f"r{i}", "-x", "160", "-y", "50", cmd)
+        pids = {case: pane_pid(f"r{i}") for i, case in enumerate(cases)}
+        time.sleep(warmup)
+        before = {case: cpu_of(pid) for case, pid in pids.items()}
+        threads0 = {case: threads_of(pid) for case, pid in pids.items()}
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        window = time.monotonic() - t0
+        threads1 = {case: threads_of(pid) for case, pid in pids.items()}
+        after = {case: cpu_of(pid) for case, pid in pids.items()}
+    finally:
+        for i in range(len(cases)):
+            tmux("send-keys", "-t", f"r{i}", "q")
+        time.sleep(2)
+        tmux("kill-server")
+    gone = [case for case in cases if pids[case] not in after[case]]
+    if gone:
+        print(f"bench/monitor_replay.py: {', '.join(gone)} exited during the window; "
+              "nothing written", file=sys.stderr)  # fmt: skip
+        return None
+    used = {case: used_between(before[case], after[case]) for case in cases}
+    threads: dict[str, dict[str, float]] = {}
+    for case in cases:
+        split = {"lbtune-feed": 0.0, "main": 0.0, "other": 0.0}
+        for tid, (name, cpu) in threads1[case].items():
+            part = (
+                "main" if tid == pids[case] else "lbtune-feed" if name == "lbtune-feed" else "other"
+            )
+            split[part] += cpu - threads0[case].get(tid, (name, 0.0))[1]
+        threads[case] = {k: v / window * 1000 for k, v in split.items()}
+    return used, threads, window
+
+
+def long_run(cmd: str, warmup: float, minutes: int
+             ) -> Optional[tuple[list[float], list[float]]]:
+    """The 48-CPU replay alone for `minutes` after `warmup`, as its kept history (ten
+    minutes of samples) fills: its CPU s in each minute and its resident memory (MB) at
+    each minute's end (None, with a message, when it exited)."""
+    try:
+        tmux("new-session", "-d", "-s", "long", "-x", "160", "-y", "50", cmd)
+        pid = pane_pid("long")
+        time.sleep(warmup)
+        before, t0 = cpu_of(pid), time.monotonic()
+        cpu: list[float] = []
+        rss: list[float] = []
+        for minute in range(minutes):
+            time.sleep(60)
+            after, t1 = cpu_of(pid), time.monotonic()
+            if pid not in after:
+                print("bench/monitor_replay.py: the long replay exited; nothing written",
+                      file=sys.stderr)  # fmt: skip
+                return None
+            cpu.append(round(used_between(before, after) * 60 / (t1 - t0), 3))
+            rss.append(round(psutil.Process(pid).memory_info().rss / 1e6, 1))
+            before, t0 = after, t1
+            print(f"long run, minute {minute + 1} of {minutes}: {cpu[-1]:.2f} CPU s, "
+                  f"{rss[-1]:.0f} MB", file=sys.stderr)  # fmt: skip
+    finally:
+        tmux("send-keys", "-t", "long", "q")
+        time.sleep(2)
+        tmux("kill-server")
+    return cpu, rss
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=15.0)
     ap.add_argument("--seed", type=int, default=33)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="replays started afresh and measured; the median is the result")
+    ap.add_argument("--long-minutes", type=int, default=10,
+                    help="then the 48-CPU replay alone for this long, minute by minute")
     args = ap.parse_args()
     if shutil.which("tmux") is None:
         print("bench/monitor_replay.py needs tmux (make setup installs it)", file=sys.stderr)
         return 3
     lbtune = str(ROOT / ".venv" / "bin" / "lbtune")
-    ticks = int(args.warmup + args.seconds) + 30  # the replay must outlast the window
+    # the replay must outlast the window (and the long run's minutes)
+    ticks = int(args.warmup + max(args.seconds, 60 * args.long_minutes)) + 30
     with tempfile.TemporaryDirectory(prefix="lbtune-replay-bench-") as tmp:
         shapes = {}
         cases = {}
@@ -336,77 +419,82 @@ def main() -> int:
             print(f"{case}: {ticks} ticks, {rec.stat().st_size / 1e6:.1f} MB "
                   f"in {time.monotonic() - t:.1f} s", file=sys.stderr)  # fmt: skip
             cases[case] = f"{lbtune} monitor --replay {rec} --interval 1"
-        try:
-            for i, cmd in enumerate(cases.values()):
-                tmux("new-session", "-d", "-s", f"r{i}", "-x", "160", "-y", "50", cmd)
-            pids = {case: pane_pid(f"r{i}") for i, case in enumerate(cases)}
-            time.sleep(args.warmup)
-            before = {case: cpu_of(pid) for case, pid in pids.items()}
-            threads0 = {case: threads_of(pid) for case, pid in pids.items()}
-            t0 = time.monotonic()
-            time.sleep(args.seconds)
-            window = time.monotonic() - t0
-            threads1 = {case: threads_of(pid) for case, pid in pids.items()}
-            after = {case: cpu_of(pid) for case, pid in pids.items()}
-        finally:
-            for i in range(len(cases)):
-                tmux("send-keys", "-t", f"r{i}", "q")
-            time.sleep(2)
-            tmux("kill-server")
+        rounds = []
+        for n in range(args.rounds):
+            print(f"round {n + 1} of {args.rounds}: {args.warmup:.0f} s of warm-up, then "
+                  f"{args.seconds:.0f} s measured", file=sys.stderr)  # fmt: skip
+            measured = one_round(cases, args.warmup, args.seconds)
+            if measured is None:
+                return 1
+            rounds.append(measured)
+        long = ([], []) if args.long_minutes <= 0 else long_run(
+            cases["48-CPU host (fixture), probes"], args.warmup, args.long_minutes)
+        if long is None:
+            return 1
         parts = feed_parts(Path(tmp) / "big.rec")
-    gone = [case for case in cases if pids[case] not in after[case]]
-    if gone:
-        print(f"bench/monitor_replay.py: {', '.join(gone)} exited during the window; "
-              "nothing written", file=sys.stderr)  # fmt: skip
-        return 1
-    used = {case: used_between(before[case], after[case]) for case in cases}
-    threads: dict[str, dict[str, float]] = {}
-    for case in cases:
-        split = {"lbtune-feed": 0.0, "main": 0.0, "other": 0.0}
-        for tid, (name, cpu) in threads1[case].items():
-            part = (
-                "main" if tid == pids[case] else "lbtune-feed" if name == "lbtune-feed" else "other"
-            )
-            split[part] += cpu - threads0[case].get(tid, (name, 0.0))[1]
-        threads[case] = {k: round(v / window * 1000, 2) for k, v in split.items()}
-    base = used["this host (2 CPUs), probes"] or float("nan")
+    # Per case, the median round's CPU (and each thread's median), the rounds beside it.
+    window = statistics.median(w for _, _, w in rounds)
+    per_minute = {case: [u[case] * 60 / w for u, _, w in rounds] for case in cases}
+    used = {case: statistics.median(u[case] for u, _, _ in rounds) for case in cases}
+    threads = {
+        case: {part: round(statistics.median(t[case][part] for _, t, _ in rounds), 2)
+               for part in ("lbtune-feed", "main", "other")}
+        for case in cases
+    }  # fmt: skip
+    minute = {case: statistics.median(m) for case, m in per_minute.items()}
+    base = minute["this host (2 CPUs), probes"] or float("nan")
     results = [
-        Result(case, shapes[case][0], shapes[case][1], round(u, 3), round(window, 1),
-               round(u * 60 / window, 3), round(u / base, 3), round(sizes[case][0], 1),
-               round(sizes[case][1], 1))
-        for case, u in used.items()
+        Result(case, shapes[case][0], shapes[case][1], round(used[case], 3), round(window, 1),
+               round(m, 3), round(m / base, 3), round(sizes[case][0], 1),
+               round(sizes[case][1], 1), [round(r, 3) for r in per_minute[case]])
+        for case, m in minute.items()
     ]  # fmt: skip
-    write_json(OUT, run_meta(1, seconds=args.seconds, warmup=args.warmup, seed=args.seed,
+    write_json(OUT, run_meta(args.rounds, seconds=args.seconds, warmup=args.warmup,
+                             seed=args.seed,
                              goal_cpu_per_minute=GOAL, threads_ms_per_tick=threads,
+                             long_minutes=args.long_minutes,
+                             long_cpu_per_minute=long[0], long_rss_mb=long[1],
                              feed_parts_ms_per_tick=parts), results)  # fmt: skip
     write_markdown(
         OUT,
         ["# lbtune monitor: a 48-CPU host's replay with probe counts",
          "",
-         f"Replays at a 1 s refresh in tmux terminals of 160x50 at once, {window:.0f} s "
-         f"measured after {args.warmup:.0f} s of warm-up. Each recording is a sample of its "
-         "host and then one tick a second with every counter a panel shows moving, and the "
-         "probes' counts of that second (drop reasons, closed ports, each rx queue's packets "
+         f"{args.rounds} rounds; in each, both replays start afresh at a 1 s refresh in tmux "
+         f"terminals of 160x50 at once, and {window:.0f} s are measured after "
+         f"{args.warmup:.0f} s of warm-up. CPU s per minute is the median round's, each "
+         "round's beside it; CPU s and the threads' split are medians too. Each recording is "
+         "a sample of its host and then one tick a second with every counter a panel shows "
+         "moving, and the probes' counts of that second (drop reasons, closed ports, each rx "
+         "queue's packets "
          f"and NAPI polls); seed {args.seed}. Goal (issue 33): at most {GOAL} CPU s per "
          "minute (1 % of a core) on the 48-CPU replay. `bench/monitor_replay.py`."],
         [("case", "l"), ("CPUs", "r"), ("rx queues", "r"), ("CPU s", "r"),
-         ("CPU s per minute", "r"), ("ratio to the small host", "r"),
+         ("CPU s per minute", "r"), ("each round", "l"), ("ratio to the small host", "r"),
          ("recording KB per tick", "r"), ("KB per tick written whole (format /1)", "r")],
         [[r.case, str(r.cpus), str(r.queues), f"{r.cpu_seconds:.2f}",
-          f"{r.cpu_per_minute:.2f}", f"{r.ratio_to_small_host:.2f}", f"{r.kb_per_tick:.1f}",
-          f"{r.kb_per_tick_whole:.1f}"]
+          f"{r.cpu_per_minute:.2f}", ", ".join(f"{m:.2f}" for m in r.rounds_cpu_per_minute),
+          f"{r.ratio_to_small_host:.2f}", f"{r.kb_per_tick:.1f}", f"{r.kb_per_tick_whole:.1f}"]
          for r in results],
     )  # fmt: skip
     with open(OUT.with_suffix(".md"), "a", encoding="utf-8") as md:
         md.write(
-            "\nCPU ms per tick, by thread (same minute):\n\n| case | lbtune-feed | main "
-            "(Textual) | other |\n|---|---:|---:|---:|\n"
+            "\nCPU ms per tick, by thread (the median of the rounds):\n\n| case | lbtune-feed "
+            "| main (Textual) | other |\n|---|---:|---:|---:|\n"
         )
         for case, split in threads.items():
             md.write(
                 f"| {case} | {split['lbtune-feed']:.2f} | {split['main']:.2f} | "
                 f"{split['other']:.2f} |\n"
             )
+        if long[0]:
+            md.write(
+                f"\nThe 48-CPU replay alone for {args.long_minutes} minutes after "
+                f"{args.warmup:.0f} s, as the ten minutes of samples it keeps fill: CPU s "
+                "in each minute and resident memory at its end:\n\n| minute | CPU s | RSS MB |"
+                "\n|---:|---:|---:|\n"
+            )
+            for minute, (used, mb) in enumerate(zip(*long), 1):
+                md.write(f"| {minute} | {used:.2f} | {mb:.0f} |\n")
         md.write(
             "\nThe 48-CPU replay's feed, by part, CPU ms per tick (in this process, the "
             "fastest of 3 rounds of 40 ticks):\n\n| part | CPU ms |\n|---|---:|\n"

@@ -26,7 +26,8 @@ SETTINGS = {
     "ipvs.py": ("ipvs.json", {"rounds": "rounds", "big-rounds": "big_rounds"}),
     "monitor.py": ("monitor.json", {"seconds": "seconds", "warmup": "warmup", "rate": "udp_rate"}),
     "monitor_replay.py": ("monitor_replay.json", {"seconds": "seconds", "warmup": "warmup",
-                                                  "seed": "seed"}),
+                                                  "seed": "seed", "rounds": "rounds",
+                                                  "long-minutes": "long_minutes"}),
     "adapt.py": (
         "adapt.json",
         {"rounds": "rounds", "duration": "duration", "connections": "connections",
