@@ -29,6 +29,11 @@ the monitor sets it): reading a tick (the recording's reader: the JSON line pars
 change applied to the tick before), of that the JSON alone, and the frame (rules and the
 panels' lines). The recording's size per tick is reported beside each case.
 
+The rounds are the monitor's first minute and a quarter; it keeps ten minutes of samples
+(the `w` report's). Last, the 48-CPU replay runs alone for `--long-minutes` (10) minutes
+after the same warm-up, its CPU s and resident memory read at each minute's end, while
+that history fills.
+
 Run: `.venv/bin/python bench/monitor_replay.py` (tmux; `make bench`); writes
 bench/results/monitor_replay.{json,md}.
 """
