@@ -68,6 +68,15 @@ def tmux(*args: str) -> str:
                           check=False).stdout  # fmt: skip
 
 
+def quit_sessions(*names: str, wait: float = 2.0) -> None:
+    """Press q in each tmux session (the monitor quits as a user makes it), give them `wait`
+    seconds, then end the tmux server with whatever is left."""
+    for name in names:
+        tmux("send-keys", "-t", name, "q")
+    time.sleep(wait)
+    tmux("kill-server")
+
+
 def pane_pid(name: str) -> int:
     return int(tmux("display", "-p", "-t", name, "#{pane_pid}").strip())
 
@@ -142,10 +151,7 @@ def main() -> int:
         after = {case: cpu_of(pid) for case, pid in pids.items()}
     finally:
         stop.set()
-        for i in range(len(cases)):
-            tmux("send-keys", "-t", f"m{i}", "q")
-        time.sleep(2)
-        tmux("kill-server")
+        quit_sessions(*(f"m{i}" for i in range(len(cases))))
     gone = [case for case in cases if pids[case] not in after[case]]
     if gone:
         print(f"bench/monitor.py: {', '.join(gone)} exited during the window; nothing written",

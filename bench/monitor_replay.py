@@ -59,7 +59,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from monitor import cpu_of, pane_pid, tmux, used_between  # noqa: E402
+from monitor import cpu_of, pane_pid, quit_sessions, tmux, used_between  # noqa: E402
 from results_io import run_meta, write_json, write_markdown  # noqa: E402
 from watch_profile import threads_of  # noqa: E402
 
@@ -342,10 +342,7 @@ def one_round(cases: dict[str, str], warmup: float, seconds: float
         threads1 = {case: threads_of(pid) for case, pid in pids.items()}
         after = {case: cpu_of(pid) for case, pid in pids.items()}
     finally:
-        for i in range(len(cases)):
-            tmux("send-keys", "-t", f"r{i}", "q")
-        time.sleep(2)
-        tmux("kill-server")
+        quit_sessions(*(f"r{i}" for i in range(len(cases))))
     gone = [case for case in cases if pids[case] not in after[case]]
     if gone:
         print(f"bench/monitor_replay.py: {', '.join(gone)} exited during the window; "
@@ -389,9 +386,7 @@ def long_run(cmd: str, warmup: float, minutes: int
             print(f"long run, minute {minute + 1} of {minutes}: {cpu[-1]:.2f} CPU s, "
                   f"{rss[-1]:.0f} MB", file=sys.stderr)  # fmt: skip
     finally:
-        tmux("send-keys", "-t", "long", "q")
-        time.sleep(2)
-        tmux("kill-server")
+        quit_sessions("long")
     return cpu, rss
 
 
@@ -409,8 +404,9 @@ def main() -> int:
         print("bench/monitor_replay.py needs tmux (make setup installs it)", file=sys.stderr)
         return 3
     lbtune = str(ROOT / ".venv" / "bin" / "lbtune")
-    # the replay must outlast the window (and the long run's minutes)
-    ticks = int(args.warmup + max(args.seconds, 60 * args.long_minutes)) + 30
+    # the replay must outlast the window (and the long run's minutes), and feed_parts reads
+    # its first 55 ticks
+    ticks = max(int(args.warmup + max(args.seconds, 60 * args.long_minutes)) + 30, 60)
     with tempfile.TemporaryDirectory(prefix="lbtune-replay-bench-") as tmp:
         shapes = {}
         cases = {}
@@ -498,8 +494,8 @@ def main() -> int:
                 "in each minute and resident memory at its end:\n\n| minute | CPU s | RSS MB |"
                 "\n|---:|---:|---:|\n"
             )
-            for minute, (used, mb) in enumerate(zip(*long), 1):
-                md.write(f"| {minute} | {used:.2f} | {mb:.0f} |\n")
+            for n, (cpu_s, mb) in enumerate(zip(*long), 1):
+                md.write(f"| {n} | {cpu_s:.2f} | {mb:.0f} |\n")
         md.write(
             "\nThe 48-CPU replay's feed, by part, CPU ms per tick (in this process, the "
             "fastest of 3 rounds of 40 ticks):\n\n| part | CPU ms |\n|---|---:|\n"
