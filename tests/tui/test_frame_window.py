@@ -115,10 +115,9 @@ def test_windows_start_at_the_newest_sample_old_enough_over_a_long_history():
     lengths = [1.0, 2.5, 0.5, 1.0, 3.0] * 12  # 60 ticks, 96 s
     frames = [b.frame(tick(script.step(seconds=s))) for s in lengths]
     newest = script.sample.monotonic
-    kept = [start + 1.0]
+    kept = [start, start + 1.0]  # the sample before the first tick, then each tick's
     for s in lengths:
         kept.append(kept[-1] + s)
-    kept = [start, *kept]
 
     def expected(seconds: float) -> float:
         old = [t for t in kept[:-1] if newest - t >= seconds]
