@@ -59,6 +59,7 @@ bench: setup
 	$(VENV)/bin/python bench/ipvs_profile.py
 	$(VENV)/bin/python bench/monitor.py
 	$(VENV)/bin/python bench/monitor_replay.py
+	$(VENV)/bin/python bench/monitor_memory.py
 	$(VENV)/bin/python bench/adapt.py
 	$(VENV)/bin/python bench/agent_scale.py
 	$(VENV)/bin/python bench/receive_faults.py

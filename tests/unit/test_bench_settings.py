@@ -55,6 +55,7 @@ SETTINGS = {
     "vm_soak.py": ("vm_soak.json", {"guests": "guests", "minutes": "minutes", "load": "load",
                                     "arms": "arms"}),
     "units.py": ("units.json", {}),
+    "monitor_memory.py": ("monitor_memory.json", {"samples": "samples", "seed": "seed"}),
     "suite.py": ("suite.json", {}),
 }
 # Not measuring scripts: the results' writer and the stale check.
