@@ -778,6 +778,30 @@ figures({
         f"{row('monitor_replay', case=_BIG)['kb_per_tick_whole']:.0f}"),
 })
 
+# --- what the monitor's kept samples hold (bench/monitor_memory.py) ------------------------
+
+_MEM_READ = "48-CPU host (fixture tree), read"
+_MEM_REPLAY = "48-CPU host (fixture), replay"
+_MEM_LIVE = "this host (2 CPUs), live"
+
+
+
+def _mem(case: str) -> dict[str, Any]:
+    return row("monitor_memory", name=case)
+
+
+register("monitor_memory.table")(lambda: md_table("monitor_memory"))
+figures({
+    "monitor_memory.commit": lambda: meta("monitor_memory")["commit"],
+    "monitor_memory.read_kb": lambda: f"{_mem(_MEM_READ)['held_kb_per_sample']:.0f}",
+    "monitor_memory.read_mb": lambda: f"{_mem(_MEM_READ)['held_mb']:.0f}",
+    "monitor_memory.replay_mb": lambda: f"{_mem(_MEM_REPLAY)['held_mb']:.0f}",
+    "monitor_memory.irq_rows": lambda: _mem(_MEM_READ)["irq_rows"],
+    "monitor_memory.cpus": lambda: _mem(_MEM_READ)["cpus"],
+    "monitor_memory.irq_counts_bytes": lambda: f"{_mem(_MEM_READ)['irq_counts_bytes']:,}",
+    "monitor_memory.live_snmp": lambda: _mem(_MEM_LIVE)["snmp_counters"],
+})
+
 # --- where the watchers' CPU goes (bench/watch_profile.py) ---------------------------------
 
 
