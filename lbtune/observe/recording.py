@@ -17,11 +17,13 @@ import dataclasses
 import json
 import types
 import typing
+from array import array
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterator, Mapping, Optional
 
 from lbtune.errors import BadInput
 from lbtune.host.kernel.cputopology import CpuTopology
+from lbtune.host.kernel.interrupts import CpuColumns, CpuCounts
 from lbtune.host.net.nic import Nic
 from lbtune.observe.model import Sample
 from lbtune.observe.probes import ProbeSample
@@ -127,6 +129,8 @@ def _build(tp: Any) -> Decoder:
         return _set(_decoder(args[0]))
     if origin in (dict, collections.abc.Mapping):
         return _mapping(args[0], _decoder(args[1]))
+    if tp is CpuCounts:
+        return _cpu_counts
     if tp in _LEAVES:
         return _LEAVES[tp]
 
@@ -251,6 +255,25 @@ def _mapping(key_type: Any, value: Decoder) -> Decoder:
     return mapping
 
 
+def _cpu_counts(data: Any) -> Any:
+    """An IRQ row's per-CPU counts, recorded as an object of CPU id -> count."""
+    if not isinstance(data, dict):
+        raise _Bad("expected an object")
+    keys = _int_keys(data)
+    if not set(map(type, data.values())) <= {int}:
+        for k, v in data.items():
+            if type(v) is not int:
+                e = _Bad("expected an integer")
+                e.path.append(f"[{k[:40]}]")
+                raise e
+    try:
+        return CpuCounts(CpuColumns.of(tuple(keys)), array("q", data.values()))
+    except OverflowError:
+        raise _Bad("a count out of range") from None
+    except ValueError:
+        raise _Bad("a CPU named twice") from None
+
+
 def _int_keys(data: dict[str, Any]) -> list[int]:
     try:
         return list(map(int, data))  # (per-CPU maps: 48 keys a row, converted in C)
@@ -369,6 +392,8 @@ def _build_patcher(tp: Any) -> Patcher:
         return _patch_dataclass(tp, decoder)
     if origin in (dict, collections.abc.Mapping):
         return _patch_mapping(args[0], _decoder(args[1]), _patcher(args[1]), decoder)
+    if tp is CpuCounts:
+        return _patch_cpu_counts(decoder)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         return _patch_items(_decoder(args[0]), _patcher(args[0]), decoder)
     if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
@@ -505,6 +530,31 @@ def _patch_mapping(key_type: Any, item: Decoder, item_patch: Patcher, decoder: D
 
 
 _NONE = object()
+
+
+def _patch_cpu_counts(decoder: Decoder) -> Patcher:
+    """New counts of CPUs the row has, set in a copy of its numbers; any other change (a
+    CPU added or removed) to the row encoded again, then decoded."""
+    whole = _whole(decoder)
+
+    def patch(value: Any, change: Any) -> Any:
+        if type(change) is not dict:
+            return decoder(_new(change))
+        if not isinstance(value, CpuCounts):
+            raise _Bad("a change of parts of an object that was not one")
+        new = {}
+        for k, c in change.items():
+            if type(c) is not list or len(c) != 1 or type(c[0]) is not int:
+                return whole(value, change)
+            new[_int_key(k)] = c[0]
+        try:
+            return value.replaced(new)
+        except KeyError:
+            return whole(value, change)
+        except OverflowError:
+            raise _Bad("a count out of range") from None
+
+    return patch
 
 
 def _patch_items(item: Decoder, item_patch: Patcher, decoder: Decoder) -> Patcher:

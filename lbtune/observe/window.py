@@ -223,21 +223,22 @@ class Window:
         line = self.after.interrupts.get(irq)
         if line is None:
             return {}
+        now = line.counts
         old = self.before.interrupts.get(irq) if self.before else None
         if old is None:
-            counts: dict[int, int] = line.counts  # since boot: every count as it is (shared)
-            return counts
-        now, was = line.counts, old.counts
-        if list(now) == list(was):  # the same CPUs in the same order: the usual case
+            return dict(zip(now.cpus, now.numbers))  # since boot: every count as it is
+        was = old.counts
+        if now.same_cpus(was):  # the same CPUs in the same order: the usual case
             # (a 48-CPU host's queue IRQs are a hundred rows of 48: worked out in C)
-            if now == was:
-                return dict.fromkeys(now, 0)
-            if all(map(ge, now.values(), was.values())):
-                return dict(zip(now, map(sub, now.values(), was.values())))
+            new, old_numbers = now.numbers, was.numbers
+            if new == old_numbers:
+                return dict.fromkeys(now.cpus, 0)
+            if all(map(ge, new, old_numbers)):
+                return dict(zip(now.cpus, map(sub, new, old_numbers)))
         before = was.get
         return {
             cpu: (v - b if v >= b else v) if (b := before(cpu)) is not None else v
-            for cpu, v in line.counts.items()
+            for cpu, v in now.items()
         }
 
     def nic(self, dev: str) -> Optional[NicDelta]:

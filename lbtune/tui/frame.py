@@ -188,7 +188,7 @@ def _sum_by_cpu(counts: list[dict[int, int]]) -> dict[int, int]:
 
 
 # (the IRQs a sample has of those asked for, their CPUs, the per-CPU sums of their counts)
-_Columns = tuple[tuple[int, ...], list[int], list[int]]
+_Columns = tuple[tuple[int, ...], tuple[int, ...], list[int]]
 
 
 def _columns(sample: Sample, irqs: tuple[int, ...]) -> Optional[_Columns]:
@@ -198,10 +198,11 @@ def _columns(sample: Sample, irqs: tuple[int, ...]) -> Optional[_Columns]:
     rows = [(i, line.counts) for i in irqs if (line := lines.get(i)) is not None]
     if not rows:
         return None
-    cpus = list(rows[0][1])
-    if not all(list(c) == cpus for _, c in rows):
+    first = rows[0][1]
+    if not all(c.same_cpus(first) for _, c in rows):
         return None
-    return tuple(i for i, _ in rows), cpus, list(map(sum, zip(*(c.values() for _, c in rows))))
+    return (tuple(i for i, _ in rows), first.cpus,
+            list(map(sum, zip(*(c.numbers for _, c in rows)))))  # fmt: skip
 
 
 class FrameBuilder:
@@ -366,7 +367,7 @@ class FrameBuilder:
                 and before is not None
                 and after[:2] == before[:2]
                 and all(
-                    all(map(ge, now[i].counts.values(), was[i].counts.values())) for i in after[0]
+                    all(map(ge, now[i].counts.numbers, was[i].counts.numbers)) for i in after[0]
                 )
             ):
                 return dict(zip(after[1], map(sub, after[2], before[2])))

@@ -11,6 +11,7 @@ import random
 
 import pytest
 
+from lbtune.host.kernel.interrupts import CpuCounts
 from lbtune.observe.model import Sample
 from lbtune.observe.window import Window
 from lbtune.tui.frame import FrameBuilder, _sum_by_cpu
@@ -25,18 +26,20 @@ def _moved(rng: random.Random, s: Sample, irqs: tuple[int, ...], what: str) -> S
         if line is None:
             continue
         counts = {c: n + rng.choice((0, 0, rng.randrange(10**4))) for c, n in line.counts.items()}
-        lines[irq] = dataclasses.replace(line, counts=counts)
+        lines[irq] = dataclasses.replace(line, counts=CpuCounts.of(counts))
     one = rng.choice(irqs)
     if what == "reset":
-        lines[one] = dataclasses.replace(lines[one], counts=dict.fromkeys(lines[one].counts, 3))
+        reset = CpuCounts.of(dict.fromkeys(lines[one].counts, 3))
+        lines[one] = dataclasses.replace(lines[one], counts=reset)
     elif what == "cpu offline":
-        lines = {i: dataclasses.replace(v, counts={c: n for c, n in v.counts.items() if c != 5})
+        lines = {i: dataclasses.replace(v, counts=CpuCounts.of(
+                     {c: n for c, n in v.counts.items() if c != 5}))
                  for i, v in lines.items()}  # fmt: skip
     elif what == "irq gone":
         del lines[one]
     elif what == "other order":
         lines[one] = dataclasses.replace(
-            lines[one], counts=dict(reversed(list(lines[one].counts.items())))
+            lines[one], counts=CpuCounts.of(dict(reversed(list(lines[one].counts.items()))))
         )
     return dataclasses.replace(s, monotonic=s.monotonic + 1, interrupts=lines)
 

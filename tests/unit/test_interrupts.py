@@ -8,7 +8,12 @@ import pytest
 
 from lbtune.errors import MalformedHostFile
 from lbtune.host.fs import HostFS
-from lbtune.host.kernel.interrupts import parse_interrupts, read_interrupts, read_irq_affinity
+from lbtune.host.kernel.interrupts import (
+    CpuCounts,
+    parse_interrupts,
+    read_interrupts,
+    read_irq_affinity,
+)
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
 HOSTS = DATA / "hosts"
@@ -208,3 +213,58 @@ def test_irq_affinity_files():
     )
     absent = read_irq_affinity(fs, 9999)
     assert (absent.affinity, absent.effective, absent.hint, absent.node) == (None, None, None, None)
+
+
+def test_a_rows_counts_are_a_mapping_of_its_cpus_sharing_them_with_the_other_rows():
+    irqs = parse_interrupts(X86_515)
+    counts = irqs[51].counts
+    assert list(counts) == [0, 1, 3] and len(counts) == 3
+    assert counts[3] == 300 and counts.get(2) is None and 2 not in counts and 3 in counts
+    assert list(counts.values()) == [100, 200, 300]
+    assert list(counts.items()) == [(0, 100), (1, 200), (3, 300)]
+    assert dict(counts) == {0: 100, 1: 200, 3: 300} and counts.nonzero() == [0, 1, 3]
+    with pytest.raises(KeyError):
+        counts[2]
+    # every row of a read, and of the next read of the same CPUs, has the same CPU tuple
+    again = parse_interrupts(X86_515)
+    assert irqs[42].counts.cpus is counts.cpus is again[51].counts.cpus
+
+
+def test_counts_compare_as_mappings():
+    a = CpuCounts.of({0: 1, 1: 2})
+    assert a == {0: 1, 1: 2} and a == CpuCounts.of({0: 1, 1: 2})
+    assert a == CpuCounts.of({1: 2, 0: 1})  # the same CPUs in another order
+    assert a != CpuCounts.of({0: 1, 1: 3}) and a != {0: 1} and a != CpuCounts.of({0: 1})
+    assert a != [1, 2]
+    with pytest.raises(TypeError):
+        hash(a)
+
+
+def test_counts_replaced_and_picked_in_place_of_their_cpus():
+    a = CpuCounts.of({4: 10, 5: 20, 6: 30})
+    b = a.replaced({5: 21})
+    assert dict(b) == {4: 10, 5: 21, 6: 30} and dict(a) == {4: 10, 5: 20, 6: 30}
+    assert b.cpus is a.cpus
+    with pytest.raises(KeyError):
+        a.replaced({7: 1})
+    pick = a.picker([6, 4])
+    assert pick(a) == (30, 10) and pick(b) == (30, 10)
+    assert a.picker([5])(b) == (21,)
+    with pytest.raises(KeyError):
+        a.picker([7])
+
+
+def test_counts_copy_and_pickle_as_they_are():
+    import copy
+    import pickle
+
+    a = parse_interrupts(X86_515)[51]
+    for b in (copy.deepcopy(a), copy.copy(a), pickle.loads(pickle.dumps(a))):  # noqa: S301 (its own)
+        assert b == a and dict(b.counts) == dict(a.counts) and b.total == 600
+
+
+@pytest.mark.parametrize("count", ["18446744073709551616", "9223372036854775808"])
+def test_a_count_beyond_64_bits_is_a_malformed_file(count):
+    text = f"      CPU0 CPU1\n 5:  0  {count}  IO-APIC 5-edge x\n"
+    with pytest.raises(MalformedHostFile, match="IRQ 5: counter out of range"):
+        parse_interrupts(text)

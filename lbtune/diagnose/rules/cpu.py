@@ -8,14 +8,15 @@ a namespace does not even show them, so from one these fixes are HOST fixes.
 from __future__ import annotations
 
 from itertools import compress
-from operator import ge, gt, itemgetter
-from typing import Any, Callable, Iterable, Iterator, Optional, cast
+from operator import ge, gt
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from lbtune.diagnose.context import Context
 from lbtune.diagnose.finding import MANUAL, Finding, Fix, ProfileSetting
 from lbtune.diagnose.rules.base import finding, moved, nic_setting, shown, since, sysctl_fix
 from lbtune.diagnose.rules.registry import rule
 from lbtune.host.kernel.cpulist import format_cpulist
+from lbtune.host.kernel.interrupts import CpuCounts
 from lbtune.observe import counters as C
 from lbtune.observe.counters import CounterRef
 from lbtune.observe.softnet import SOFTNET
@@ -225,20 +226,29 @@ def _irqs_on(ctx: Context, cpu: int) -> dict[str, int]:
 _Fired = tuple[Any, int, set[int]]  # (queue IRQ, interrupts in the window, CPUs it hit)
 
 
-_Counts = Callable[[dict[int, int]], tuple[int, ...]]
+_Counts = Callable[[CpuCounts], tuple[int, ...]]
 
 
 def _counts_of(cpus: Iterable[int]) -> Optional[_Counts]:
-    """A function giving an IRQ's counts on `cpus` (in C), None for no CPUs."""
+    """A function giving an IRQ's counts on `cpus` (in C, from the row's numbers: their
+    places are worked out once for the CPU columns every row of a read shares), None for
+    no CPUs; KeyError for a row without one of them."""
     ids = sorted(cpus)
     if not ids:
         return None
-    if len(ids) == 1:
-        return lambda counts: (counts[ids[0]],)
-    return cast(_Counts, itemgetter(*ids))
+    last: list[Any] = [None, None]  # (the columns, their picker)
+
+    def on(counts: CpuCounts) -> tuple[int, ...]:
+        if last[0] is not counts.cpus:
+            last[1] = counts.picker(ids)
+            last[0] = counts.cpus
+        picked: tuple[int, ...] = last[1](counts)
+        return picked
+
+    return on
 
 
-def _fired_on(now: dict[int, int], was: dict[int, int], on: _Counts) -> Optional[bool]:
+def _fired_on(now: CpuCounts, was: CpuCounts, on: _Counts) -> Optional[bool]:
     """Whether an IRQ whose per-CPU counts went from `was` to `now` fired on the CPUs `on`
     gives; None when that takes `Window.irq`: one of them missing from either sample, or a
     count that went down there (a reset)."""

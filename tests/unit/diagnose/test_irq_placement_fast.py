@@ -18,7 +18,7 @@ from lbtune.diagnose.context import Context
 from lbtune.diagnose.rules import cpu as rules_cpu
 from lbtune.host.kernel.cmdline import KernelCmdline
 from lbtune.host.kernel.cputopology import Cpu, CpuTopology, NumaNode
-from lbtune.host.kernel.interrupts import IrqLine
+from lbtune.host.kernel.interrupts import CpuCounts, IrqLine
 from lbtune.host.net.nic import Nic, QueueIrq
 from lbtune.observe.model import Sample, SnmpCounters
 from lbtune.observe.window import Window
@@ -104,7 +104,7 @@ def _rows(rng: random.Random, topo: CpuTopology, nic: Nic,
             counts.pop(rng.randrange(ncpu))  # a CPU missing from the row
         if rng.random() < 0.3:  # quiet: the row as it was
             counts = dict(old.counts) if old else {c: 0 for c in range(ncpu)}
-        out[qi.irq] = IrqLine(qi.irq, counts, "PCI-MSI", (qi.name,))
+        out[qi.irq] = IrqLine(qi.irq, CpuCounts.of(counts), "PCI-MSI", (qi.name,))
     return out
 
 
@@ -131,9 +131,9 @@ def test_the_check_clears_irqs_without_their_per_cpu_counts() -> None:
             break
     local, _ = rules_cpu._node_cpus(topo, nic.numa_node)
     cpu = max(local)
-    zero = {qi.irq: IrqLine(qi.irq, dict.fromkeys(range(len(topo.cpus)), 0), "PCI-MSI", ())
-            for qi in nic.irqs}  # fmt: skip
-    fired = {i: dataclasses.replace(line, counts={**line.counts, cpu: 5})
+    zeros = CpuCounts.of(dict.fromkeys(range(len(topo.cpus)), 0))
+    zero = {qi.irq: IrqLine(qi.irq, zeros, "PCI-MSI", ()) for qi in nic.irqs}
+    fired = {i: dataclasses.replace(line, counts=CpuCounts.of({**line.counts, cpu: 5}))
              for i, line in zero.items()}  # fmt: skip
     window = Window(_sample(0.0, zero), _sample(1.0, fired))
     asked: list[int] = []

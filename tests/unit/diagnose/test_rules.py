@@ -307,15 +307,15 @@ def _two_node_vm(nic_node: int) -> tuple[Any, dict[str, Any]]:
 def _spread(conf: dict[str, str], nic_node: int, net_rx: dict[int, int]) -> list[Finding]:
     """NET_RX as given, each CPU's share of it from eth0's queue IRQs that ran there; eth1
     fires 3 interrupts on every CPU (its reach, all 4 CPUs, must not decide eth0's)."""
-    from lbtune.host.kernel.interrupts import IrqLine
+    from lbtune.host.kernel.interrupts import CpuCounts, IrqLine
 
     topo, nics = _two_node_vm(nic_node)
     cpus = (0, 1, 2, 3)
 
     def at(t: float, k: int) -> Sample:
-        irq = {30 + q: IrqLine(30 + q, {c: k * net_rx.get(c, 0) // 4 for c in cpus}, "PCI-MSI",
-                               (f"virtio3-input.{q}",)) for q in range(4)}  # fmt: skip
-        irq[40] = IrqLine(40, {c: k * 3 for c in cpus}, "PCI-MSI", ("eth1",))
+        irq = {30 + q: IrqLine(30 + q, CpuCounts.of({c: k * net_rx.get(c, 0) // 4 for c in cpus}),
+                               "PCI-MSI", (f"virtio3-input.{q}",)) for q in range(4)}  # fmt: skip
+        irq[40] = IrqLine(40, CpuCounts.of({c: k * 3 for c in cpus}), "PCI-MSI", ("eth1",))
         rx = Softirqs(cpus, {"NET_RX": {c: k * net_rx.get(c, 0) for c in cpus}})
         return sample(t, softirqs=rx, interrupts=irq)
 
@@ -341,7 +341,7 @@ def _placement(conf: dict[str, str], effective: Optional[frozenset[int]],
                cumulative: bool = False) -> list[Finding]:
     """eth0 on node 1 (CPUs 2-3); its queue IRQs fired only on CPU 1 (node 0) in the window,
     and their effective affinity is now `effective`."""
-    from lbtune.host.kernel.interrupts import IrqLine
+    from lbtune.host.kernel.interrupts import CpuCounts, IrqLine
 
     topo, nics = _two_node_vm(1)
     eth0 = nics["eth0"]
@@ -349,7 +349,7 @@ def _placement(conf: dict[str, str], effective: Optional[frozenset[int]],
         dataclasses.replace(q, affinity=effective, effective=effective) for q in eth0.irqs))
 
     def at(t: float, k: int) -> Sample:
-        irq = {30 + q: IrqLine(30 + q, {0: 0, 1: k * 50, 2: 0, 3: 0}, "PCI-MSI",
+        irq = {30 + q: IrqLine(30 + q, CpuCounts.of({0: 0, 1: k * 50, 2: 0, 3: 0}), "PCI-MSI",
                                (f"virtio3-input.{q}",)) for q in range(4)}  # fmt: skip
         return sample(t, interrupts=irq)
 
@@ -463,17 +463,17 @@ def test_resets_of_aborted_connections_are_not_closed_ports(conf: dict[str, str]
 def test_irq_placement_counts_only_cpus_an_irq_fired_on(conf: dict[str, str]) -> None:
     """Since boot (one capture), counts as read: IRQs that never fired are no evidence, a
     CPU is one an IRQ ran on when its count is above 0 (a malformed negative one is not)."""
-    from lbtune.host.kernel.interrupts import IrqLine
+    from lbtune.host.kernel.interrupts import CpuCounts, IrqLine
 
     topo, nics = _two_node_vm(1)
     eth0 = nics["eth0"]
     nics["eth0"] = dataclasses.replace(eth0, irqs=tuple(
         dataclasses.replace(q, affinity=frozenset({1}), effective=frozenset({1}))
         for q in eth0.irqs))  # fmt: skip
-    irq = {30: IrqLine(30, {0: -5, 1: 50, 2: 0, 3: 0}, "PCI-MSI", ("virtio3-input.0",)),
-           31: IrqLine(31, {0: 0, 1: 0, 2: 0, 3: 0}, "PCI-MSI", ("virtio3-input.1",)),
-           32: IrqLine(32, {0: 7, 1: 0, 2: 0, 3: 0}, "PCI-MSI", ("virtio3-input.2",)),
-           33: IrqLine(33, {0: -1, 1: 0, 2: 0, 3: 0}, "PCI-MSI", ("virtio3-input.3",))}  # fmt: skip
+    rows = {30: {0: -5, 1: 50, 2: 0, 3: 0}, 31: {0: 0, 1: 0, 2: 0, 3: 0},
+            32: {0: 7, 1: 0, 2: 0, 3: 0}, 33: {0: -1, 1: 0, 2: 0, 3: 0}}  # fmt: skip
+    irq = {i: IrqLine(i, CpuCounts.of(c), "PCI-MSI", (f"virtio3-input.{i - 30}",))
+           for i, c in rows.items()}  # fmt: skip
     (f,) = [f for f in run(conf, None, sample(2, interrupts=irq), topology=topo, nics=nics)
             if f.rule == "irq-placement"]  # fmt: skip
     assert f.count == 45 + 7 and "IRQs 30 (queue 0), 32 (queue 2) " in f.cause

@@ -13,7 +13,7 @@ import pytest
 
 from lbtune.diagnose.finding import Finding
 from lbtune.diagnose.nicsettings import NicSettings
-from lbtune.host.kernel.interrupts import IrqLine
+from lbtune.host.kernel.interrupts import CpuCounts, IrqLine
 from lbtune.host.net.ethtool import Channels
 from lbtune.host.net.nic import Nic, QueueIrq
 from lbtune.host.net.nicparams import Coalesce, Feature, Features, Pause
@@ -228,7 +228,7 @@ def storm(per_queue: int, squeeze: int, processed: int = 200_000) -> tuple[Sampl
     """2 s; queue IRQ 100 fired `per_queue` times on CPU 1, which squeezed `squeeze` times."""
 
     def at(t: float, k: int) -> Sample:
-        irqs = {100 + q: IrqLine(100 + q, {0: 0, 1: k * per_queue if q == 0 else 5},
+        irqs = {100 + q: IrqLine(100 + q, CpuCounts.of({0: 0, 1: k * per_queue if q == 0 else 5}),
                                  "PCI-MSIX", (f"mlx5_comp{q}",)) for q in range(4)}  # fmt: skip
         sn = (SoftnetCpu(0, 0, 0, 0, 0, 0), SoftnetCpu(1, k * processed, 0, k * squeeze, 0, 0))
         return sample(t, interrupts=irqs, softnet=sn)

@@ -153,6 +153,25 @@ def _with(sample: Sample, change: Any) -> str:
     return out.getvalue() + json.dumps({"change": change}) + "\n"
 
 
+def test_a_rows_changed_counts_keep_its_cpus_and_a_cpu_added_is_read(sample):
+    """A changed IRQ row's counts are a copy of its numbers with the CPUs' tuple of the
+    read it came from (shared by every row); a CPU added or removed reads the row whole."""
+    irq, line = next((i, v) for i, v in sample.interrupts.items() if len(v.counts) == 48)
+    cpu = line.counts.cpus[5]
+    moved = {"sample": {"interrupts": {str(irq): {"counts": {str(cpu): [line.counts[cpu] + 9]}}}}}
+    (_, _), (b, _) = _read(_with(sample, moved))
+    counts = b.interrupts[irq].counts
+    assert counts[cpu] == line.counts[cpu] + 9 and counts.cpus is line.counts.cpus
+    assert dict(counts) == {**line.counts, cpu: line.counts[cpu] + 9}
+    assert line.counts[cpu] != counts[cpu]  # (the row it was copied from is as it was)
+    added = {"sample": {"interrupts": {str(irq): {"counts": {"999": [4]}}}}}
+    (_, _), (b, _) = _read(_with(sample, added))
+    assert dict(b.interrupts[irq].counts) == {**line.counts, 999: 4}
+    gone = {"sample": {"interrupts": {str(irq): {"counts": {str(cpu): []}}}}}
+    (_, _), (b, _) = _read(_with(sample, gone))
+    assert cpu not in b.interrupts[irq].counts and len(b.interrupts[irq].counts) == 47
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -173,6 +192,12 @@ def _with(sample: Sample, change: Any) -> str:
          "change.sample.interrupts: key 'x1' is not an integer"),
         ({"probes": {"drops": {"0": {"count": [1]}}}}, "change.probes: a change of parts of null"),
         ({"sample": {"softnet": {"0": "x"}}}, "change.sample.softnet[0]: expected a change"),
+        ({"sample": {"interrupts": {"62": {"counts": {"0": [2**70]}}}}},
+         "change.sample.interrupts[62].counts: a count out of range"),
+        ({"sample": {"interrupts": {"62": {"counts": {"0": ["x"]}}}}},
+         "change.sample.interrupts[62].counts[0]: expected an integer"),
+        ({"sample": {"interrupts": {"62": {"counts": {"999": []}}}}},
+         "change.sample.interrupts[62].counts: no '999' to remove"),
     ],
 )  # fmt: skip
 def test_a_change_that_does_not_fit_is_one_line_naming_its_place(sample, change, message):

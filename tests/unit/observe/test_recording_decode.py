@@ -87,6 +87,16 @@ def _drop(path: list[Any]) -> Callable[[Any], None]:
         (_set(["softnet"], {}), "t: sample.softnet: expected a list"),
         (_set(["missing"], []), "t: sample.missing: expected an object"),
         (_set(["config_readonly"], [1]), "t: sample.config_readonly: expected a string"),
+        (_set(["interrupts", "62", "counts", "0"], 2**70),
+         "t: sample.interrupts[62].counts: a count out of range"),
+        (_set(["interrupts", "62", "counts", "0"], "x"),
+         "t: sample.interrupts[62].counts[0]: expected an integer"),
+        (_set(["interrupts", "62", "counts", "0"], False),
+         "t: sample.interrupts[62].counts[0]: expected an integer"),
+        (_key(["interrupts", "62", "counts"], "01"),
+         "t: sample.interrupts[62].counts: a CPU named twice"),
+        (_set(["interrupts", "62", "counts"], [1]),
+         "t: sample.interrupts[62].counts: expected an object"),
     ],
 )  # fmt: skip
 def test_a_value_that_does_not_fit_is_named_by_its_place(sample, change, message):

@@ -6,14 +6,15 @@ import random
 
 import pytest
 
-from lbtune.host.kernel.interrupts import IrqLine
+from lbtune.host.kernel.interrupts import CpuCounts, IrqLine
 from lbtune.observe.model import Sample, SnmpCounters
 from lbtune.observe.window import Window
 from lbtune.tui.frame import _sum_by_cpu
 
 
 def _sample(t: float, rows: dict[int, dict[int, int]]) -> Sample:
-    lines = {irq: IrqLine(irq, c, "PCI-MSIX", (f"eth0-{irq}",)) for irq, c in rows.items()}
+    lines = {irq: IrqLine(irq, CpuCounts.of(c), "PCI-MSIX", (f"eth0-{irq}",))
+             for irq, c in rows.items()}  # fmt: skip
     return Sample(t, 0.0, t, SnmpCounters({}), (), None, lines, {}, (), (), None, None, (), None,
                   {})  # fmt: skip
 
