@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from array import array
 from dataclasses import dataclass
-from itertools import compress
 from operator import itemgetter
 from typing import Callable, ItemsView, Iterable, Iterator, Mapping, Optional, ValuesView
 
@@ -97,10 +96,6 @@ class CpuCounts(Mapping[int, int]):
         for cpu, n in changes.items():
             numbers[index[cpu]] = n
         return CpuCounts(self._columns, numbers)
-
-    def nonzero(self) -> list[int]:
-        """The CPUs with a count other than 0."""
-        return list(compress(self.cpus, self.numbers))
 
 
 class _Numbers(ValuesView[int]):
