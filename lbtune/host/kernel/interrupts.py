@@ -83,7 +83,7 @@ class CpuCounts(Mapping[int, int]):
 
     def picker(self, cpus: Iterable[int]) -> Callable[[CpuCounts], tuple[int, ...]]:
         """A function giving the counts of `cpus` (KeyError for one this row has not) from
-        a row with this row's CPUs, in C; see `pick`."""
+        a row with this row's CPUs, in C."""
         index = self._columns.index
         getter = itemgetter(*[index[c] for c in cpus], -1)  # (-1: always a tuple)
         return lambda counts: getter(counts.numbers)[:-1]
