@@ -79,7 +79,7 @@ class Result:
     parts_kb_per_sample: dict[str, float]
     take_ms: float  # wall ms a sample while traced (tracemalloc slows it: not a cost figure)
     irq_rows: int  # /proc/interrupts rows of a sample
-    irq_counts_bytes: int  # sys.getsizeof of one row's per-CPU counts (the container alone)
+    irq_counts_bytes: int  # one row's per-CPU counts: its own containers, not the numbers
     cpus: int  # CPUs of a row
     snmp_counters: int  # SNMP counters of a sample
 
@@ -143,6 +143,13 @@ def _size_walk(kept: list[Any]) -> dict[str, int]:
     return out
 
 
+def _counts_bytes(counts: Any) -> int:
+    """The bytes of a row's per-CPU counts of its own: the mapping, and an array of numbers
+    it holds (not the CPU ids every row of a read shares, nor int objects)."""
+    own = getattr(counts, "numbers", None)
+    return sys.getsizeof(counts) + (sys.getsizeof(own) if own is not None else 0)
+
+
 def measure(name: str, take: Callable[[], Any], n: int) -> Result:
     gc.collect()
     tracemalloc.start()
@@ -164,7 +171,7 @@ def measure(name: str, take: Callable[[], Any], n: int) -> Result:
     return Result(name, n, round(held / n / 1000, 1), round(held / 1e6, 1),
                   round(sum(parts.values()) / n / 1000, 1), per,
                   round(spent / n * 1000, 2), len(last.interrupts),
-                  sys.getsizeof(row.counts) if row else 0, len(row.counts) if row else 0,
+                  _counts_bytes(row.counts) if row else 0, len(row.counts) if row else 0,
                   len(last.snmp.values))  # fmt: skip
 
 

@@ -785,19 +785,25 @@ _MEM_REPLAY = "48-CPU host (fixture), replay"
 _MEM_LIVE = "this host (2 CPUs), live"
 
 
-
-def _mem(case: str) -> dict[str, Any]:
-    return row("monitor_memory", name=case)
+def _mem(case: str, before: bool = False) -> dict[str, Any]:
+    return row("monitor_memory_before" if before else "monitor_memory", name=case)
 
 
 register("monitor_memory.table")(lambda: md_table("monitor_memory"))
+register("monitor_memory.before_table")(lambda: md_table("monitor_memory_before"))
 figures({
+    "monitor_memory.before_commit": lambda: meta("monitor_memory_before")["commit"],
+    "monitor_memory.before_read_mb": lambda: f"{_mem(_MEM_READ, True)['held_mb']:.0f}",
+    "monitor_memory.before_replay_mb": lambda: f"{_mem(_MEM_REPLAY, True)['held_mb']:.0f}",
+    "monitor_memory.before_irq_counts_bytes": lambda: (
+        f"{_mem(_MEM_READ, True)['irq_counts_bytes']:,}"),
+    "monitor_memory.read_irq_kb": lambda: (
+        f"{_mem(_MEM_READ)['parts_kb_per_sample']['interrupts']:.0f}"),
     "monitor_memory.commit": lambda: meta("monitor_memory")["commit"],
     "monitor_memory.read_kb": lambda: f"{_mem(_MEM_READ)['held_kb_per_sample']:.0f}",
     "monitor_memory.read_mb": lambda: f"{_mem(_MEM_READ)['held_mb']:.0f}",
     "monitor_memory.replay_mb": lambda: f"{_mem(_MEM_REPLAY)['held_mb']:.0f}",
     "monitor_memory.irq_rows": lambda: _mem(_MEM_READ)["irq_rows"],
-    "monitor_memory.cpus": lambda: _mem(_MEM_READ)["cpus"],
     "monitor_memory.irq_counts_bytes": lambda: f"{_mem(_MEM_READ)['irq_counts_bytes']:,}",
     "monitor_memory.live_snmp": lambda: _mem(_MEM_LIVE)["snmp_counters"],
 })
