@@ -41,7 +41,7 @@ import time
 import tracemalloc
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -98,11 +98,10 @@ def _sampler(root: str) -> Callable[[], Any]:
     return sampler.take
 
 
-def _replayed(path: Path) -> Callable[[], Any]:
+def _replayed(stream: IO[str], name: str) -> Callable[[], Any]:
     from lbtune.observe.recording import read_recording
 
-    stream = open(path)  # noqa: SIM115 (read to the end by the caller's takes)
-    ticks: Iterator[Any] = read_recording(stream, str(path))[1]
+    ticks: Iterator[Any] = read_recording(stream, name)[1]
     next(ticks)
     return lambda: next(ticks).sample
 
@@ -194,7 +193,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lbtune-memory-bench-") as tmp:
         rec = Path(tmp) / "big.rec"
         make_recording(FIXTURE, rec, args.samples + 2, args.seed)
-        results.append(measure("48-CPU host (fixture), replay", _replayed(rec), args.samples))
+        with open(rec) as stream:
+            results.append(measure("48-CPU host (fixture), replay",
+                                   _replayed(stream, str(rec)), args.samples))  # fmt: skip
     write_json(OUT, run_meta(1, samples=args.samples, seed=args.seed, keep_seconds=KEEP_SECONDS),
                results)  # fmt: skip
     write_markdown(
