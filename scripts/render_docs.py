@@ -824,7 +824,18 @@ register("watch_profile.monitor")(
     lambda: _profile_table("monitor threads", "sample (live)", "frame (live)"))
 register("watch_profile.scrape")(
     lambda: _profile_table("scrape (live)", "scrape (48-CPU fixture)"))
+
+
+def _paced(part: str) -> dict[str, Any]:
+    """The paced-scrape row of a scrape part of bench/results/watch_profile.json."""
+    return next(r for r in result("watch_profile")["results"]
+                if r["part"] == part and r["what"].startswith("the whole scrape, one every"))
+
+
 figures({
+    "watch_profile.live_paced_ratio": lambda: f"{_paced('scrape (live)')['share']:.1f}",
+    "watch_profile.fixture_paced_ratio":
+        lambda: f"{_paced('scrape (48-CPU fixture)')['share']:.1f}",
     "watch_profile.commit": lambda: meta("watch_profile")["commit"],
     "watch_profile.monitor_cpu": lambda: f"{meta('watch_profile')['monitor_cpu_per_minute']:.2f}",
 })
