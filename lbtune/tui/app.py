@@ -10,13 +10,14 @@ the kernel, bcc or the disk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import signal
 import threading
 import time
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -46,63 +47,30 @@ from lbtune.tui.panels import conntrack, cpus, drops, findings, listen, queues
 from lbtune.tui.screens import HelpScreen, InterfaceScreen, ReportRequest, ReportScreen
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0)
-# The collector while the monitor runs (`Collections`): its first pass a minute after the
-# start, then one every GC_EVERY seconds, and none of Python's own (by allocation counts).
-GC_SETTLE = 60.0
-GC_EVERY = 1800.0
+# Allocations (less frees) before the collector goes through its youngest generation. A
+# 48-CPU host's tick allocates thousands of containers and the monitor keeps 10 minutes of
+# samples: at Python's default (700), over 195 frames of the 48-CPU replay (measured by
+# hand with gc.callbacks), it ran five times a tick, went through the kept samples in full
+# eight times, and took 2 ms a tick; with GC_YOUNG and the start-up frozen, 0.2 ms.
+GC_YOUNG = 10_000
 
 
-class Collections:
-    """The garbage collector as a long-running monitor runs it, for a `with` block.
-
-    Nothing the monitor keeps needs the collector: samples and frames hold no reference
-    cycles and are freed by reference counting when dropped. Python's collector still goes
-    through them: its youngest generation every 10,000 allocations net of frees, and what a
-    pass finds alive moves on to the next, so every kept sample is walked again and again as
-    the ten minutes of them fill. On the 48-CPU replay (measured by hand with gc.callbacks,
-    10 minutes at a 1 s refresh) its passes took 0.065 CPU s a minute after the first, and
-    found no garbage after the first three minutes: what Textual and asyncio leave in cycles
-    they leave while the app starts. So here the collector does not run by allocation
-    counts (`gc.disable`); the objects alive at the start (modules, classes) are left out
-    of its passes (`gc.freeze`), and the monitor runs a full pass itself (`tick`, once a
-    frame) `settle` seconds after the start and then every `every` seconds: a cycle made
-    later waits at most that long. As it was again after."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 settle: float = GC_SETTLE, every: float = GC_EVERY) -> None:  # fmt: skip
-        self._clock = clock
-        self.settle, self.every = settle, every
-        self._due = 0.0
-        self.passes = 0  # the full passes `tick` ran
-        self._enabled: Optional[bool] = None  # gc.isenabled() before, while in the block
-
-    def __enter__(self) -> Collections:
-        self._enabled = gc.isenabled()
-        gc.collect()
-        gc.freeze()
-        gc.disable()
-        self._due = self._clock() + self.settle
-        return self
-
-    def tick(self) -> None:
-        """A full pass when one is due (once a frame; from any thread)."""
-        now = self._clock()
-        if self._enabled is not None and now >= self._due:
-            self._due = now + self.every
-            gc.collect()
-            self.passes += 1
-
-    def __exit__(self, *exc: object) -> None:
-        if self._enabled is not None:
-            if self._enabled:
-                gc.enable()
-            gc.unfreeze()
-            self._enabled = None
-
-
-def few_collections(clock: Callable[[], float] = time.monotonic) -> Collections:
-    """The collector tuned for a long-running monitor (`Collections`)."""
-    return Collections(clock)
+@contextlib.contextmanager
+def few_collections() -> Iterator[None]:
+    """The collector tuned for a long-running monitor, as it was again after: the objects
+    alive at the start (modules, classes) are left out of its passes (`gc.freeze`), and the
+    youngest generation is collected after GC_YOUNG allocations. Nothing the monitor keeps
+    needs the collector: samples and frames hold no reference cycles and are freed by
+    reference counting when dropped."""
+    was = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *was[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*was)
+        gc.unfreeze()
 
 
 @lru_cache(maxsize=64)
@@ -427,11 +395,10 @@ class MonitorApp(App[int]):
         self._laid_out = False
         self._user_condensed = False
         self._panels: Optional[tuple[PanelView, ...]] = None
-        self._collections: Optional[Collections] = None  # while `run` runs
 
     def run(self, *args: Any, **kwargs: Any) -> Optional[int]:
         """Textual's `App.run` with fewer collections (`few_collections`)."""
-        with few_collections() as self._collections:
+        with few_collections():
             return super().run(*args, **kwargs)
 
     # ------------------------------------------------------------------ layout
@@ -553,8 +520,6 @@ class MonitorApp(App[int]):
     def on_frame_ready(self, message: FrameReady) -> None:
         self.frames += 1
         self.frame = message.frame
-        if self._collections is not None:
-            self._collections.tick()
         if not self.paused:
             self._show()
 
