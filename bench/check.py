@@ -8,8 +8,9 @@ module-level `MEASURES` tuple, the paths (files or directories, from the reposit
 whose code it measures; an entry `@NAME` stands for the paths of GROUPS[NAME] (`@cli`: the
 command line every lbtune run starts, declared once here). A result is listed as:
 
-- `stale`: the script's MEASURES changed between the result's commit and HEAD (`git diff
-  --quiet COMMIT HEAD -- PATHS` fails), or the result measured uncommitted code (`+dirty`);
+- `stale`: the script itself or its MEASURES changed between the result's commit and HEAD
+  (`git diff --quiet COMMIT HEAD -- SCRIPT PATHS` fails), or the result measured
+  uncommitted code (`+dirty`);
 - `no-commit`: its meta has no commit (or none git knows);
 - `no-script`: its meta names no script, or a script that does not exist or declares no
   MEASURES;
@@ -118,7 +119,8 @@ def check_one(root: Path, path: Path) -> Status:
         st.status = problems[0][0]
         st.reason = "; ".join(why for _s, why in problems)
         return st
-    diff = _git(root, "diff", "--name-only", base, "HEAD", "--", *paths)
+    # the script itself too: what it measures and how is code that made the result
+    diff = _git(root, "diff", "--name-only", base, "HEAD", "--", script, *paths)
     st.changed = [p for p in diff.stdout.splitlines() if p]
     if meta.get("kept_for_history"):
         st.status, st.reason = "history", str(meta["kept_for_history"])

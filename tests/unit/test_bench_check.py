@@ -79,6 +79,17 @@ def test_fresh_until_the_measured_code_changes(repo: pathlib.Path) -> None:
     assert check.main(["--root", str(repo)]) == 1
 
 
+def test_a_change_to_the_bench_script_itself_stales_its_result(repo: pathlib.Path) -> None:
+    first = commit_all(repo, "code")
+    result(repo, "a", script="bench/a.py", commit=first)
+    commit_all(repo, "result")
+    (repo / "bench" / "a.py").write_text('"""A bench, now measuring more."""\n\n'
+                                         'MEASURES = ("pkg",)\n')  # fmt: skip
+    commit_all(repo, "the script measures another way")
+    [st] = check.check(repo)
+    assert st.status == "stale" and st.changed == ["bench/a.py"]
+
+
 def test_dirty_history_and_missing_facts(repo: pathlib.Path) -> None:
     first = commit_all(repo, "code")
     result(repo, "dirty", script="bench/a.py", commit=first + "+dirty")
