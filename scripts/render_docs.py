@@ -836,6 +836,9 @@ figures({
     "watch_profile.live_paced_ratio": lambda: f"{_paced('scrape (live)')['share']:.1f}",
     "watch_profile.fixture_paced_ratio":
         lambda: f"{_paced('scrape (48-CPU fixture)')['share']:.1f}",
+    "watch_profile.live_paced_ms": lambda: f"{_paced('scrape (live)')['ms']:.2f}",
+    "watch_profile.fixture_paced_ms": lambda: f"{_paced('scrape (48-CPU fixture)')['ms']:.2f}",
+    "exporter.live.lbtune_ms": lambda: f"{_exp('live', True)['cpu_ms_per_scrape']:.2f}",
     "watch_profile.commit": lambda: meta("watch_profile")["commit"],
     "watch_profile.monitor_cpu": lambda: f"{meta('watch_profile')['monitor_cpu_per_minute']:.2f}",
 })
